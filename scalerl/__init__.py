@@ -1,0 +1,1 @@
+"""ScaleRL Operator: ScaleRL post-training of LLMs and prediction of where each run ends."""
