@@ -1,0 +1,69 @@
+"""The environment contract of every process: what a pod (or the local runner) tells a trainer or
+generator through environment variables.
+
+The operator's manifest builders and the local runner both produce it with `ProcessEnv.to_environ`,
+and the processes read it with `ProcessEnv.from_environ`, so the two sides cannot drift.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from scalerl.errors import InputError
+
+_PREFIX = "SCALERL_"
+
+
+@dataclass(frozen=True)
+class ProcessEnv:
+    spec: Path  # the ScaleRLRun YAML (a ConfigMap mount in the cluster)
+    run_dir: Path  # checkpoints and history (the checkpoint volume in the cluster)
+    trainer_host: str  # trainer 0: the headless Service's DNS name, or 127.0.0.1 locally
+    channel_port: int  # ZeroMQ rollouts up / commands down, bound by trainer 0
+    sync_port: int  # TCPStore of the weight-sync group, at trainer 0
+    metrics_port: int  # this process's /metrics (0 = not served)
+    compute_units: int  # GPUs of the whole run (processes locally): compute = wall hours x this
+    generator_index: int = -1  # this generator's index; -1 in the trainer
+
+    def to_environ(self) -> dict[str, str]:
+        return {
+            _PREFIX + "SPEC": str(self.spec),
+            _PREFIX + "RUN_DIR": str(self.run_dir),
+            _PREFIX + "TRAINER_HOST": self.trainer_host,
+            _PREFIX + "CHANNEL_PORT": str(self.channel_port),
+            _PREFIX + "SYNC_PORT": str(self.sync_port),
+            _PREFIX + "METRICS_PORT": str(self.metrics_port),
+            _PREFIX + "COMPUTE_UNITS": str(self.compute_units),
+            _PREFIX + "GENERATOR_INDEX": str(self.generator_index),
+        }
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> ProcessEnv:
+        environ = os.environ if environ is None else environ
+
+        def get(name: str, default: str | None = None) -> str:
+            value = environ.get(_PREFIX + name, default)
+            if value is None:
+                raise InputError(f"environment variable {_PREFIX}{name} is not set")
+            return value
+
+        def integer(name: str, default: str | None = None) -> int:
+            raw = get(name, default)
+            try:
+                return int(raw)
+            except ValueError:
+                raise InputError(f"{_PREFIX}{name}={raw!r} is not an integer") from None
+
+        return cls(
+            spec=Path(get("SPEC")),
+            run_dir=Path(get("RUN_DIR")),
+            trainer_host=get("TRAINER_HOST", "127.0.0.1"),
+            channel_port=integer("CHANNEL_PORT"),
+            sync_port=integer("SYNC_PORT"),
+            metrics_port=integer("METRICS_PORT", "0"),
+            compute_units=integer("COMPUTE_UNITS", "1"),
+            generator_index=integer("GENERATOR_INDEX", "-1"),
+        )

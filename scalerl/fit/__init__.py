@@ -1,0 +1,1 @@
+"""The sigmoidal scaling law of ScaleRL, its fitter, comparison of runs, and plots."""

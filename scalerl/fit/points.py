@@ -1,0 +1,189 @@
+"""Evaluation points of a run — (compute, pass_rate[, step]) — read from CSV or JSONL and checked.
+
+Every problem is reported as one line that says where it is: `FILE:LINE: column 'x': ...` for
+files, `point N: ...` for arrays handed to the fitter directly.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from scalerl.errors import DataError
+
+REQUIRED = ("compute", "pass_rate")
+OPTIONAL = ("step",)
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A run's evaluations, sorted by compute. `step` is None when the file has no step column."""
+
+    compute: NDArray[np.float64]
+    pass_rate: NDArray[np.float64]
+    step: NDArray[np.float64] | None = None
+    source: str = "<arrays>"
+
+    def __len__(self) -> int:
+        return int(self.compute.size)
+
+
+def check_points(
+    compute: ArrayLike,
+    pass_rate: ArrayLike,
+    where: Callable[[int], str] = lambda i: f"point {i}",
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Validated float copies of `compute` and `pass_rate`, or a DataError naming the bad point.
+
+    `where(i)` names point i in messages (a file and line for loaded files).
+    """
+    c = np.array(compute, dtype=float)
+    r = np.array(pass_rate, dtype=float)
+    if c.ndim != 1 or r.ndim != 1 or c.size != r.size:
+        raise DataError(
+            f"compute and pass_rate must be 1-D and of equal length, got shapes {c.shape} and {r.shape}"
+        )
+    if c.size == 0:
+        raise DataError("no points")
+    for name, values in (("compute", c), ("pass_rate", r)):
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise DataError(f"{where(int(bad[0]))}: {name} is {values[bad[0]]}, not a finite number")
+    _check_ranges(c, r, where)
+    return c, r
+
+
+def _check_ranges(c: NDArray[np.float64], r: NDArray[np.float64], where: Callable[[int], str]) -> None:
+    negative = np.flatnonzero(c < 0)
+    if negative.size:
+        i = int(negative[0])
+        raise DataError(f"{where(i)}: compute {c[i]:g} is negative")
+    outside = np.flatnonzero((r < 0) | (r > 1))
+    if outside.size:
+        i = int(outside[0])
+        raise DataError(f"{where(i)}: pass_rate {r[i]:g} is outside [0, 1]")
+    # Ties are allowed (repeated evaluations at one checkpoint); going back in compute is not.
+    backwards = np.flatnonzero(np.diff(c) < 0)
+    if backwards.size:
+        i = int(backwards[0]) + 1
+        raise DataError(
+            f"{where(i)}: compute {c[i]:g} is smaller than the previous point's {c[i - 1]:g}; "
+            "points must be sorted by increasing compute"
+        )
+
+
+def load_curve(path: str | Path) -> Curve:
+    """Read a curve file: CSV with a header row, or JSON Lines (one object per line).
+
+    Columns `compute` and `pass_rate` are required, `step` is optional, others are ignored. The
+    format follows the suffix (.csv; .jsonl/.ndjson/.json); otherwise a first character `{` means
+    JSONL.
+    """
+    path = Path(path)
+    text = _read_text(path)
+    if not text.strip():
+        raise DataError(f"{path}: file is empty")
+    rows = _jsonl_rows(path, text) if _is_jsonl(path, text) else _csv_rows(path, text)
+    records = list(rows)
+    if not records:
+        raise DataError(f"{path}: no data rows")
+    lines = [line for line, _ in records]
+    columns = np.array([values for _, values in records], dtype=float)
+
+    def where(i: int) -> str:
+        return f"{path}:{lines[i]}"
+
+    compute, pass_rate = check_points(columns[:, 0], columns[:, 1], where)
+    step = columns[:, 2] if not np.isnan(columns[:, 2]).all() else None
+    return Curve(compute=compute, pass_rate=pass_rate, step=step, source=str(path))
+
+
+def _read_text(path: Path) -> str:
+    try:
+        # utf-8-sig: spreadsheets often save CSV with a byte-order mark before the header.
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, not a curve file") from None
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not a UTF-8 text file ({err.reason})") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror})") from None
+
+
+def _is_jsonl(path: Path, text: str) -> bool:
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        return True
+    return path.suffix.lower() != ".csv" and text.lstrip().startswith("{")
+
+
+Row = tuple[int, tuple[float, float, float]]
+
+
+def _csv_rows(path: Path, text: str) -> Iterator[Row]:
+    reader = csv.reader(text.splitlines())
+    header = [name.strip() for name in next(reader)]
+    index = {name: i for i, name in enumerate(header)}
+    missing = [name for name in REQUIRED if name not in index]
+    if missing:
+        raise DataError(
+            f"{path}:1: missing column {', '.join(repr(m) for m in missing)} "
+            f"(header has: {', '.join(header) or 'nothing'})"
+        )
+    for cells in reader:
+        line = reader.line_num
+        if not any(cell.strip() for cell in cells):
+            continue
+        if len(cells) != len(header):
+            raise DataError(f"{path}:{line}: {len(cells)} fields, the header has {len(header)}")
+        yield line, _row_values(path, line, {name: cells[i] for name, i in index.items()})
+
+
+def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}:{line}: not valid JSON ({err.msg})") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"{path}:{line}: expected a JSON object, got {type(obj).__name__}")
+        missing = [name for name in REQUIRED if name not in obj]
+        if missing:
+            raise DataError(f"{path}:{line}: missing column {', '.join(repr(m) for m in missing)}")
+        yield line, _row_values(path, line, obj)
+
+
+def _row_values(path: Path, line: int, row: dict[str, Any]) -> tuple[float, float, float]:
+    compute, pass_rate = (_number(path, line, name, row[name]) for name in REQUIRED)
+    step = _number(path, line, "step", row["step"]) if row.get("step") not in (None, "") else math.nan
+    return compute, pass_rate, step
+
+
+def _number(path: Path, line: int, column: str, value: Any) -> float:
+    """A float from a CSV cell (str) or a JSON value; NaN and inf pass here and fail in checks."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise DataError(f"{path}:{line}: column {column!r}: {json.dumps(value)} is not a number")
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except ValueError:
+        shown = value.strip() if isinstance(value, str) else value
+        raise DataError(
+            f"{path}:{line}: column {column!r}: {shown!r} is not a number"
+            if shown != ""
+            else f"{path}:{line}: column {column!r} is empty"
+        ) from None
+    if not math.isfinite(number):
+        raise DataError(f"{path}:{line}: column {column!r} is {number}, not a finite number")
+    return number

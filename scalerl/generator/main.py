@@ -1,0 +1,307 @@
+"""The generator process (`scalerl generator`): samples groups of completions for its shard of the
+train prompts, scores them, streams them to trainer 0, swaps weights in flight when the trainer
+announces a new version, and evaluates the held-out prompts when asked.
+
+Three tasks share one event loop: producers (generate -> score -> outbox), the outbox sender (the
+only writer to the channel, never blocking the loop, so backpressure stops production but never the
+weight updates), and the command loop (updates, evaluations, stop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from scalerl.environment import ProcessEnv
+from scalerl.errors import PeerError, ScaleRLError, WeightSyncError
+from scalerl.generator.engine import EngineConfig, GenerationEngine, prepare_vllm_environment
+from scalerl.generator.prompts import Example, PromptOrder, shard, train_and_validation
+from scalerl.generator.rewards import RewardFn, answer_text, load_reward
+from scalerl.metrics import GeneratorMetrics
+from scalerl.recipe import InterruptionPlan, NoPositiveResampling
+from scalerl.rollout.records import (
+    Evaluate,
+    EvalResult,
+    Failure,
+    RolloutGroup,
+    Sample,
+    Start,
+    Stop,
+    UpdateWeights,
+)
+from scalerl.rollout.stream import GeneratorChannel
+from scalerl.spec import RunSpec, ScaleRLRun, load_run
+
+log = logging.getLogger("scalerl.generator")
+T = TypeVar("T")
+SYNC_TIMEOUT_S = 300.0
+START_TIMEOUT_S = 600.0
+
+
+def engine_config(spec: RunSpec, env: ProcessEnv) -> EngineConfig:
+    length = spec.recipe.length
+    return EngineConfig(
+        model_path=spec.model.path,
+        dtype=spec.model.dtype,
+        fp32_lm_head=spec.model.fp32_lm_head,
+        max_model_len=length.max_prompt_tokens + length.max_completion_tokens + 128,
+        temperature=spec.recipe.sampling.temperature,
+        seed=spec.seed * 1000 + env.generator_index,
+        phrase=length.interruption.phrase,
+        plan=InterruptionPlan(
+            thinking_budget=length.thinking_budget,
+            answer_budget=length.answer_budget,
+            window=length.interruption.window,
+            enabled=length.interruption.enabled,
+        ),
+        run_dir=str(env.run_dir / f"vllm-{env.generator_index}"),
+    )
+
+
+@dataclass
+class Generator:
+    run: ScaleRLRun
+    env: ProcessEnv
+    engine: GenerationEngine
+    channel: GeneratorChannel
+    reward: RewardFn
+    tokenizer: object
+    train: list[Example]
+    validation: list[Example]
+    metrics: GeneratorMetrics
+    curriculum: NoPositiveResampling = field(default_factory=NoPositiveResampling)
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    new_version: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def spec(self) -> RunSpec:
+        return self.run.spec
+
+    @property
+    def index(self) -> int:
+        return self.env.generator_index
+
+    # --- rollouts ------------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        ids = self.tokenizer(prompt, add_special_tokens=False).input_ids  # type: ignore[operator]
+        ids = [self.tokenizer.bos_token_id, *ids]  # type: ignore[attr-defined]
+        limit = self.spec.recipe.length.max_prompt_tokens
+        return ids[-limit:]
+
+    async def sample_group(self, example: Example, n: int) -> list[Sample]:
+        samples = await self.engine.generate(self.encode_prompt(example.prompt), n)
+        for sample in samples:
+            text = self.tokenizer.decode(sample.completion_ids)  # type: ignore[attr-defined]
+            sample.reward = self.reward(answer_text(text), example.answer)
+        return samples
+
+    async def produce(
+        self, prompts: Iterator[Example], outbox: asyncio.Queue[RolloutGroup]
+    ) -> None:
+        """One producer: pull the next prompt, sample its group, queue it (blocks when full).
+
+        Several producers share one prompt iterator so the engine always has groups in flight.
+        """
+        n = self.spec.recipe.batch.generations_per_prompt
+        while not self.stopped.is_set():
+            await self.wait_for_quota()
+            example = next(prompts)
+            samples = await self.sample_group(example, n)
+            group = RolloutGroup(example.id, self.encode_prompt(example.prompt), samples, self.index)
+            self.count(group)
+            idle_from = time.monotonic()
+            await outbox.put(group)
+            self.metrics.generator_idle_seconds.inc(time.monotonic() - idle_from)
+
+    def count(self, group: RolloutGroup) -> None:
+        self.curriculum.observe(group.prompt_id, group.pass_rate)
+        self.metrics.curriculum_dropped_prompts.set(self.curriculum.dropped)
+        for s in group.samples:
+            self.metrics.generated_sequences.inc()
+            self.metrics.generated_tokens.inc(len(s.completion_ids))
+            self.metrics.truncated_sequences.inc(int(s.truncated))
+            self.metrics.interrupted_sequences.inc(int(s.interrupted))
+
+    # PPO-off-policy-k: k x prompts groups per policy version, then wait for the next version.
+    _quota_left: int = -1
+
+    async def wait_for_quota(self) -> None:
+        if self.spec.recipe.algorithm != "ppo-off-policy":
+            return
+        while self._quota_left == 0:
+            idle_from = time.monotonic()
+            self.new_version.clear()
+            await self.new_version.wait()
+            self.metrics.generator_idle_seconds.inc(time.monotonic() - idle_from)
+        self._quota_left -= 1
+
+    def reset_quota(self) -> None:
+        recipe = self.spec.recipe
+        k = max(recipe.max_off_policy_steps, 1)
+        self._quota_left = math.ceil(k * recipe.batch.prompts / self.spec.generators.replicas)
+        self.new_version.set()
+
+    async def send_outbox(self, outbox: asyncio.Queue[RolloutGroup]) -> None:
+        """The only writer of rollouts: never blocks the loop while the trainer is not reading."""
+        while not self.stopped.is_set():
+            group = await outbox.get()
+            while not self.channel.try_send(group):
+                await asyncio.sleep(0.005)
+
+    # --- commands ------------------------------------------------------------------------------
+
+    async def update(self, command: UpdateWeights) -> None:
+        try:
+            seconds = await self.engine.update_weights(command.version, timeout_s=SYNC_TIMEOUT_S)
+        except WeightSyncError as err:
+            # The engine resumed on the previous weights; the trainer sees the broken broadcast
+            # on its side too and restarts the gang from its checkpoint.
+            self.metrics.weight_sync_failures.inc()
+            log.error("weight update to version %d failed: %s", command.version, err)
+            return
+        self.metrics.weight_sync_seconds.observe(seconds)
+        self.metrics.generator_policy_version.set(command.version)
+        if self.spec.recipe.algorithm == "ppo-off-policy":
+            self.reset_quota()
+
+    async def evaluate(self, command: Evaluate) -> None:
+        k = self.spec.evaluation.generations_per_prompt
+        groups = await asyncio.gather(*(self.sample_group(e, k) for e in self.validation))
+        samples = [s for g in groups for s in g]
+        result = EvalResult(
+            step=command.step,
+            version=command.version,
+            generator=self.index,
+            prompts=len(groups),
+            samples=len(samples),
+            pass_sum=float(sum(s.reward > 0 for s in samples)),
+            truncated=sum(s.truncated for s in samples),
+            tokens=sum(len(s.completion_ids) for s in samples),
+        )
+        while not self.channel.try_send(result):
+            await asyncio.sleep(0.005)
+
+    async def next_command(self, timeout_s: float) -> object | None:
+        """Poll the channel from the loop thread (a ZeroMQ socket must stay on one thread)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            command = self.channel.recv(0)
+            if command is not None or time.monotonic() >= deadline:
+                return command
+            await asyncio.sleep(0.005)
+
+    async def wait_for(self, kind: type[T], timeout_s: float) -> T:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            command = await self.next_command(deadline - time.monotonic())
+            if isinstance(command, kind):
+                return command
+            if isinstance(command, Stop):
+                raise PeerError(f"trainer stopped the run before {kind.__name__}: {command.reason}")
+        raise PeerError(
+            f"no {kind.__name__} from the trainer at {self.env.trainer_host}:"
+            f"{self.env.channel_port} within {timeout_s:.0f} s"
+        )
+
+    async def command_loop(self) -> None:
+        background: set[asyncio.Task[None]] = set()
+        while not self.stopped.is_set():
+            command = await self.next_command(0.5)
+            if command is None:
+                continue
+            if isinstance(command, UpdateWeights):
+                await self.update(command)
+            elif isinstance(command, Evaluate):
+                task = asyncio.create_task(self.evaluate(command))
+                background.add(task)
+                task.add_done_callback(background.discard)
+            elif isinstance(command, Stop):
+                log.info("generator %d stopping: %s", self.index, command.reason)
+                self.stopped.set()
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Hello, wait for Start, join the weight-sync group, load any resumed weights."""
+        self.channel.hello()
+        start = await self.wait_for(Start, START_TIMEOUT_S)
+        self.curriculum.load_state_dict(start.curriculum)
+        await self.engine.init_weight_sync(
+            self.env.trainer_host,
+            self.env.sync_port,
+            self.spec.generators.replicas + 1,
+            self.index + 1,
+            SYNC_TIMEOUT_S,
+        )
+        if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
+            first = await self.wait_for(UpdateWeights, SYNC_TIMEOUT_S)
+            await self.update(first)
+            if self.engine.version != start.version:
+                raise WeightSyncError(f"could not load the resumed weights of version {start.version}")
+        self.reset_quota()
+
+    async def run_forever(self) -> None:
+        await self.start()
+        recipe = self.spec.recipe
+        per_generator = math.ceil(recipe.batch.prompts / self.spec.generators.replicas)
+        outbox: asyncio.Queue[RolloutGroup] = asyncio.Queue(maxsize=per_generator)
+        prompts = PromptOrder(self.train, self.curriculum, seed=self.spec.seed + self.index)
+        shared = iter(prompts)
+        tasks = [asyncio.create_task(self.produce(shared, outbox)) for _ in range(per_generator)]
+        tasks.append(asyncio.create_task(self.send_outbox(outbox)))
+        tasks.append(asyncio.create_task(self.command_loop()))
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        self.stopped.set()
+        for task in pending:
+            task.cancel()
+        for task in done:
+            task.result()  # re-raises a producer's error
+
+
+async def serve(env: ProcessEnv) -> None:
+    run = load_run(env.spec)
+    spec = run.spec
+    prepare_vllm_environment(engine_config(spec, env))
+    from transformers import AutoTokenizer
+
+    metrics = GeneratorMetrics(run.name)
+    metrics.serve(env.metrics_port)
+    train, validation = train_and_validation(spec.data, spec.seed)
+    count = spec.generators.replicas
+    tokenizer = AutoTokenizer.from_pretrained(spec.model.path)
+    engine = GenerationEngine(engine_config(spec, env))
+    await engine.start()
+    channel = GeneratorChannel(f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index)
+    generator = Generator(
+        run=run,
+        env=env,
+        engine=engine,
+        channel=channel,
+        reward=load_reward(spec.data.reward),
+        tokenizer=tokenizer,
+        train=shard(train, env.generator_index, count),
+        validation=shard(validation, env.generator_index, count),
+        metrics=metrics,
+        curriculum=NoPositiveResampling(spec.recipe.no_positive_resampling.pass_rate_threshold),
+    )
+    try:
+        await generator.run_forever()
+    except ScaleRLError as err:
+        channel.try_send(Failure(env.generator_index, str(err)))
+        raise
+    finally:
+        await engine.shutdown()
+        channel.close()
+
+
+def main() -> None:
+    env = ProcessEnv.from_environ()
+    logging.basicConfig(level=os.environ.get("SCALERL_LOG", "INFO"))
+    asyncio.run(serve(env))

@@ -1,0 +1,222 @@
+"""Runs a whole ScaleRLRun on this machine: one trainer and `generators.replicas` generator processes
+with the same entry points and environment contract as the pods, a live progress display, refits of
+the scaling curve as evaluations arrive, and gang restarts from the last checkpoint when a process
+dies (bounded, like the operator's).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scalerl.environment import ProcessEnv
+from scalerl.errors import DataError, PeerError, ScaleRLError
+from scalerl.metrics import RunnerMetrics
+from scalerl.progress import ProgressDisplay
+from scalerl.spec import ScaleRLRun, load_run
+from scalerl.trainer.history import HISTORY_FILE, PROGRESS_FILE, read_history
+
+BUILTIN = "builtin:"
+MAX_RESTARTS = 3
+STOP_GRACE_S = 15.0
+
+
+def resolve_paths(run: ScaleRLRun, cache_dir: Path) -> ScaleRLRun:
+    """Absolute paths for the processes; `builtin:demo` names are built (once) and cached."""
+    data = run.model_dump(by_alias=True, mode="json")
+    spec = data["spec"]
+    demo = None
+    if any(_is_builtin(v) for v in _path_fields(spec)):
+        from scalerl.demo.assets import prepare_demo
+
+        demo = prepare_demo(cache_dir)
+    builtins = {} if demo is None else {
+        "builtin:demo": demo.model_path,
+        "builtin:demo/train": demo.train_path,
+        "builtin:demo/validation": demo.validation_path,
+    }
+
+    def resolve(value: str) -> str:
+        if _is_builtin(value):
+            if value not in builtins:
+                raise DataError(f"{value!r}: unknown built-in; use one of {', '.join(builtins)}")
+            return str(builtins[value])
+        return str(Path(value).expanduser().resolve())
+
+    spec["model"]["path"] = resolve(spec["model"]["path"])
+    spec["data"]["train"] = resolve(spec["data"]["train"])
+    if spec["data"]["validation"].get("path"):
+        spec["data"]["validation"]["path"] = resolve(spec["data"]["validation"]["path"])
+    return ScaleRLRun.model_validate(data)
+
+
+def _path_fields(spec: dict[str, Any]) -> list[str]:
+    return [spec["model"]["path"], spec["data"]["train"], spec["data"]["validation"].get("path")]
+
+
+def _is_builtin(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(BUILTIN)
+
+
+def check_inputs(run: ScaleRLRun) -> None:
+    """Fail before starting anything when the model or data cannot be there."""
+    model = Path(run.spec.model.path)
+    if not (model / "config.json").is_file():
+        what = "does not exist" if not model.exists() else "has no config.json"
+        raise DataError(f"spec.model.path: {model} {what}; it must be a Hugging Face model directory")
+    for field_name, value in (("spec.data.train", run.spec.data.train),
+                              ("spec.data.validation.path", run.spec.data.validation.path)):
+        if value is not None and not Path(value).is_file():
+            raise DataError(f"{field_name}: {value} does not exist")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Gang:
+    """One attempt: the trainer and generator processes of the run."""
+
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: dict[str, Path] = field(default_factory=dict)
+
+    def start(self, role: str, env: ProcessEnv, log_path: Path) -> None:
+        import os
+
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            self.processes[role] = subprocess.Popen(
+                [sys.executable, "-m", "scalerl.cli", "trainer" if role == "trainer" else "generator"],
+                env={**os.environ, **env.to_environ()},
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self.logs[role] = log_path
+
+    def failed(self) -> str | None:
+        """The role of a process that exited non-zero, if any."""
+        for role, proc in self.processes.items():
+            if proc.poll() not in (None, 0):
+                return role
+        return None
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for proc in self.processes.values():
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def tail(self, role: str, lines: int = 15) -> str:
+        text = self.logs[role].read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+class LocalRun:
+    def __init__(self, run: ScaleRLRun, out: Path, *, display: bool = True) -> None:
+        self.run, self.out = run, out
+        self.spec_path = out / "run.yaml"
+        self.display = ProgressDisplay(run.spec.budget.max_steps, enabled=display)
+        self.metrics = RunnerMetrics(run.name)
+        self.fitted_at = 0
+        self.restarts = 0
+
+    def launch(self) -> Gang:
+        spec = self.run.spec
+        count = spec.generators.replicas
+        base = dict(spec=self.spec_path.resolve(), run_dir=self.out.resolve(),
+                    trainer_host="127.0.0.1", channel_port=free_port(), sync_port=free_port(),
+                    compute_units=count + 1)
+        gang = Gang()
+        logs = self.out / "logs"
+        gang.start("trainer", ProcessEnv(**base, metrics_port=0), logs / "trainer.log")
+        for g in range(count):
+            env = ProcessEnv(**base, metrics_port=0, generator_index=g)
+            gang.start(f"generator-{g}", env, logs / f"generator-{g}.log")
+        return gang
+
+    def supervise(self, gang: Gang) -> None:
+        """Until the trainer finishes: show progress, refit; raise PeerError when a process dies."""
+        trainer = gang.processes["trainer"]
+        while trainer.poll() is None:
+            time.sleep(0.5)
+            self.refresh()
+            role = gang.failed()
+            if role is not None:
+                raise PeerError(f"{role} exited with code {gang.processes[role].returncode}:\n"
+                                f"{gang.tail(role)}")
+        if trainer.returncode != 0:
+            raise PeerError(f"trainer exited with code {trainer.returncode}:\n{gang.tail('trainer')}")
+
+    def refresh(self) -> None:
+        progress_file = self.out / PROGRESS_FILE
+        if progress_file.exists():
+            try:
+                self.display.update(json.loads(progress_file.read_text()))
+            except (json.JSONDecodeError, OSError):
+                pass  # being replaced right now; next tick
+        history = read_history(self.out / HISTORY_FILE)
+        if len(history) - self.fitted_at >= self.run.spec.fit.every_evaluations:
+            self.refit(history)
+
+    def refit(self, history: list[dict[str, Any]]) -> dict[str, Any] | None:
+        from scalerl.fit.report import write_fit
+
+        self.fitted_at = len(history)
+        try:
+            result = write_fit(history, self.out, min_compute=self.run.spec.fit.min_compute,
+                               budget=self.run.spec.budget.max_compute_hours)
+        except ScaleRLError as err:  # too few points yet, or a flat curve: try again later
+            self.display.note(f"fit skipped: {err}")
+            return None
+        self.metrics.predicted_asymptote.set(result["A"])
+        self.metrics.predicted_cmid.set(result["C_mid"])
+        self.display.note(f"fit: A={result['A']:.3f} C_mid={result['C_mid']:.3g} "
+                          f"B={result['B']:.2f} ({result['points']} points)")
+        return result
+
+    def execute(self) -> dict[str, Any] | None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.spec_path.write_text(yaml.safe_dump(self.run.model_dump(by_alias=True, mode="json")))
+        with self.display:
+            while True:
+                gang = self.launch()
+                try:
+                    self.supervise(gang)
+                    break
+                except PeerError as err:
+                    gang.stop()
+                    if self.restarts >= MAX_RESTARTS:
+                        raise PeerError(f"giving up after {self.restarts} restarts; last: {err}") from None
+                    self.restarts += 1
+                    self.display.note(f"restarting from the last checkpoint "
+                                      f"({self.restarts}/{MAX_RESTARTS}): {err}")
+                except KeyboardInterrupt:
+                    gang.stop()
+                    self.display.note("stopped; run the same command again to resume")
+                    raise
+                finally:
+                    gang.stop()
+        return self.refit(read_history(self.out / HISTORY_FILE))
+
+
+def run_local(path: Path, out: Path, *, display: bool = True) -> dict[str, Any] | None:
+    run = resolve_paths(load_run(path), cache_dir=Path(".cache/scalerl").resolve())
+    check_inputs(run)
+    return LocalRun(run, out, display=display).execute()

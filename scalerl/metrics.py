@@ -1,0 +1,129 @@
+"""Prometheus metrics: every name the processes export, the chart's rules and dashboards use, in
+one place.
+
+Prefix `scalerl_`, label `run` on every series; units in names; counters end in `_total`
+(prometheus-client appends it). Each process builds the set it owns on its own registry and serves
+`/metrics` on its port.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
+
+# `*_created` series double the series count and nothing of ours reads them.
+disable_created_metrics()
+
+PREFIX = "scalerl_"
+LABELS = ("run",)
+_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+# name (without prefix and without the _total counters get) -> help text. The chart's tests read
+# this table, so a name used in a rule or dashboard must be here.
+GENERATOR_COUNTERS = {
+    "generated_sequences": "Completions generated (train rollouts).",
+    "truncated_sequences": "Completions that hit the hard length limit.",
+    "interrupted_sequences": "Completions cut by the forced length interruption.",
+    "generated_tokens": "Completion tokens generated.",
+    "generator_idle_seconds": "Seconds a generator waited with nothing to generate.",
+    "weight_sync_failures": "Weight updates that failed; the previous version stayed loaded.",
+}
+GENERATOR_GAUGES = {
+    "generator_policy_version": "Policy version loaded in this generator.",
+    "curriculum_dropped_prompts": "Prompts removed by no-positive-resampling (pass rate >= 0.9).",
+}
+TRAINER_COUNTERS = {
+    "trained_tokens": "Completion tokens trained on (loss tokens).",
+    "zero_variance_groups": "Prompt groups dropped because all rewards were equal.",
+    "stale_groups": "Prompt groups dropped for being more than k policy versions old.",
+    "skipped_steps": "Optimizer steps skipped for a non-finite loss or gradient.",
+}
+TRAINER_GAUGES = {
+    "entropy": "Mean token entropy (nats) of the last training batch.",
+    "pass_rate": "Train pass rate of the last batch.",
+    "eval_pass_rate": "Held-out pass rate (mean@k) of the last evaluation.",
+    "policy_version": "Policy version of the trainer.",
+    "policy_lag_steps": "Mean policy versions between generation and training, last batch.",
+    "compute_hours": "Compute spent (GPU-hours; process-hours locally).",
+    "step": "Optimizer steps taken.",
+}
+HISTOGRAMS = {
+    "weight_sync_seconds": "Seconds to broadcast (trainer) or receive and load (generator) weights.",
+    "step_seconds": "Seconds of one optimizer step (forward, backward, update).",
+}
+PREDICTION_GAUGES = {
+    "predicted_asymptote": "Fitted asymptotic pass rate A of the scaling curve.",
+    "predicted_cmid": "Fitted compute midpoint C_mid (GPU-hours; process-hours locally).",
+}
+
+
+def all_metric_names() -> set[str]:
+    """Every series name as Prometheus stores it (counters with `_total`, histogram parts)."""
+    names = {f"{PREFIX}{n}_total" for n in {**GENERATOR_COUNTERS, **TRAINER_COUNTERS}}
+    names |= {f"{PREFIX}{n}" for n in {**GENERATOR_GAUGES, **TRAINER_GAUGES, **PREDICTION_GAUGES}}
+    for n in HISTOGRAMS:
+        names |= {f"{PREFIX}{n}_{part}" for part in ("bucket", "sum", "count")}
+    return names
+
+
+class _Metrics:
+    """A registry of labelled series; attribute access returns the child for this run."""
+
+    def __init__(
+        self,
+        run: str,
+        counters: dict[str, str],
+        gauges: dict[str, str],
+        histograms: dict[str, str],
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self._series: dict[str, Any] = {}
+        for name, doc in counters.items():
+            self._add(name, Counter(PREFIX + name, doc, LABELS, registry=self.registry), run)
+        for name, doc in gauges.items():
+            self._add(name, Gauge(PREFIX + name, doc, LABELS, registry=self.registry), run)
+        for name, doc in histograms.items():
+            metric = Histogram(
+                PREFIX + name, doc, LABELS, registry=self.registry, buckets=_SECONDS_BUCKETS
+            )
+            self._add(name, metric, run)
+
+    def _add(self, name: str, metric: Counter | Gauge | Histogram, run: str) -> None:
+        self._series[name] = metric.labels(run=run)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_series"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve `/metrics` on a background thread (port 0: do not serve)."""
+        if port:
+            start_http_server(port, addr=addr, registry=self.registry)
+
+
+class GeneratorMetrics(_Metrics):
+    def __init__(self, run: str) -> None:
+        sync = {"weight_sync_seconds": HISTOGRAMS["weight_sync_seconds"]}
+        super().__init__(run, GENERATOR_COUNTERS, GENERATOR_GAUGES, sync)
+
+
+class TrainerMetrics(_Metrics):
+    def __init__(self, run: str) -> None:
+        super().__init__(run, TRAINER_COUNTERS, TRAINER_GAUGES, HISTOGRAMS)
+
+
+class RunnerMetrics(_Metrics):
+    """The local runner's own endpoint: the prediction it refits as evaluations arrive."""
+
+    def __init__(self, run: str) -> None:
+        super().__init__(run, {}, PREDICTION_GAUGES, {})

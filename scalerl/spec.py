@@ -1,0 +1,328 @@
+"""The ScaleRLRun resource as typed Python: the one source of defaults (= the ScaleRL recipe) and
+validation.
+
+A spec is parsed once, at the edge (`load_run`, `parse_run`), into frozen models; every process then
+reads only its own slice. Field names are the YAML's camelCase; Python attributes are snake_case.
+Defaults and numbers come from "The Art of Scaling RL Compute for LLMs" (arXiv 2510.13786) unless a
+comment says otherwise. This module must stay light: no torch, no vLLM, no kopf.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from scalerl.errors import InputError, SpecError
+
+API_VERSION = "scalerl.dev/v1alpha1"
+KIND = "ScaleRLRun"
+INTERRUPTION_PHRASE = (
+    "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+)
+_REWARD = re.compile(r"^(math|exact|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class _Model(BaseModel):
+    """Frozen, camelCase in YAML, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+# --- model and data -----------------------------------------------------------------------------
+
+
+class ModelSpec(_Model):
+    path: str = Field(description="Local directory of a Hugging Face format model (the base).")
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="Dtype of the model body on trainers and generators."
+    )
+    fp32_lm_head: bool = Field(
+        True,
+        alias="fp32LMHead",
+        description="Compute the LM head (logits) in float32 on both sides; paper: A 0.52 -> 0.61.",
+    )
+
+
+class ValidationSpec(_Model):
+    path: str | None = Field(
+        None, description="Held-out prompts (JSONL); when unset, held out from the train file."
+    )
+    prompts: int = Field(1000, ge=1, description="Number of held-out prompts; paper: 1,000.")
+
+
+class DataSpec(_Model):
+    train: str = Field(description='JSONL of {"prompt": ..., "answer": ...} per line.')
+    validation: ValidationSpec = ValidationSpec()
+    reward: str = Field(
+        "math", description="math (math-verify) | exact | module:function returning +1/-1."
+    )
+
+    @field_validator("reward")
+    @classmethod
+    def _reward_name(cls, value: str) -> str:
+        if not _REWARD.match(value):
+            raise ValueError(f"{value!r} is not one of math, exact, or module:function")
+        return value
+
+
+# --- recipe --------------------------------------------------------------------------------------
+
+
+class CispoLoss(_Model):
+    """Truncated importance sampling with a plain policy gradient (ScaleRL's loss)."""
+
+    type: Literal["cispo"] = "cispo"
+    epsilon_max: float = Field(4.0, gt=0, description="Upper cap on the token ratio; 4, 5, 8 alike.")
+
+
+class DapoLoss(_Model):
+    type: Literal["dapo"]
+    epsilon_low: float = Field(0.2, ge=0, lt=1, description="Lower clip; DAPO paper 0.2.")
+    epsilon_high: float = Field(0.28, gt=0, description="Upper clip; DAPO paper 0.28.")
+
+
+class GrpoLoss(_Model):
+    type: Literal["grpo"]
+    epsilon_low: float = Field(0.2, ge=0, lt=1, description="Symmetric clip; GRPO 0.2.")
+    epsilon_high: float = Field(0.2, gt=0, description="Symmetric clip; GRPO 0.2.")
+
+
+class GspoLoss(_Model):
+    """Sequence-level ratio; clips on the 1e-3 scale worked in the paper."""
+
+    type: Literal["gspo"]
+    epsilon_low: float = Field(3e-3, ge=0, lt=1, description="Paper: 3e-3.")
+    epsilon_high: float = Field(4e-3, gt=0, description="Paper: 4e-3 to 5e-3.")
+
+
+LossSpec = Annotated[CispoLoss | DapoLoss | GrpoLoss | GspoLoss, Field(discriminator="type")]
+LOSS_TYPES = ("cispo", "dapo", "gspo", "grpo")
+
+
+class NoPositiveResamplingSpec(_Model):
+    enabled: bool = True
+    pass_rate_threshold: float = Field(
+        0.9, gt=0, le=1, description="Prompts at or above this pass rate leave later epochs."
+    )
+
+
+class InterruptionSpec(_Model):
+    enabled: bool = True
+    window: tuple[int, int] = Field(
+        (10240, 12288), description="Thinking tokens where the phrase is injected (uniform)."
+    )
+    phrase: str = INTERRUPTION_PHRASE
+
+
+class LengthSpec(_Model):
+    max_prompt_tokens: int = Field(2048, ge=1)
+    thinking_budget: int = Field(12288, ge=1, description="Thinking tokens before interruption.")
+    answer_budget: int = Field(2048, ge=1, description="Tokens after </think> (or the phrase).")
+    interruption: InterruptionSpec = InterruptionSpec()
+
+    @model_validator(mode="after")
+    def _window_inside_budget(self) -> LengthSpec:
+        lo, hi = self.interruption.window
+        if not 0 < lo <= hi <= self.thinking_budget:
+            raise ValueError(
+                f"interruption.window [{lo}, {hi}] must satisfy 0 < start <= end <= "
+                f"thinkingBudget ({self.thinking_budget})"
+            )
+        return self
+
+    @property
+    def max_completion_tokens(self) -> int:
+        return self.thinking_budget + self.answer_budget
+
+
+class BatchSpec(_Model):
+    prompts: int = Field(48, ge=1, description="Prompts per optimizer step; paper: 48.")
+    generations_per_prompt: int = Field(16, ge=2, description="Samples per prompt; paper: 16.")
+
+
+class OptimizerSpec(_Model):
+    lr: float = Field(5e-7, gt=0, description="AdamW lr, constant after warm-up; paper 5e-7.")
+    weight_decay: float = Field(0.01, ge=0)
+    eps: float = Field(1e-15, gt=0, description="AdamW epsilon; paper 1e-15.")
+    warmup_steps: int = Field(100, ge=0, description="Linear warm-up steps; paper 100.")
+    max_grad_norm: float | None = Field(
+        None, gt=0, description="Gradient clipping (not in the paper; off by default)."
+    )
+
+
+class SamplingSpec(_Model):
+    temperature: float = Field(1.0, gt=0, description="Not stated in the paper; 1.0.")
+
+
+class RecipeSpec(_Model):
+    algorithm: Literal["pipelinerl", "ppo-off-policy"] = "pipelinerl"
+    max_off_policy_steps: int = Field(
+        8, ge=0, description="k: PipelineRL-k staleness bound, or PPO-off-policy-k steps/batch."
+    )
+    loss: LossSpec = CispoLoss()
+    aggregation: Literal["prompt", "sample", "token"] = "prompt"
+    advantage_normalization: Literal["batch", "prompt", "none"] = "batch"
+    zero_variance_filtering: bool = True
+    no_positive_resampling: NoPositiveResamplingSpec = NoPositiveResamplingSpec()
+    length: LengthSpec = LengthSpec()
+    batch: BatchSpec = BatchSpec()
+    optimizer: OptimizerSpec = OptimizerSpec()
+    sampling: SamplingSpec = SamplingSpec()
+
+
+# --- schedule, budget, placement -----------------------------------------------------------------
+
+
+class EvaluationSpec(_Model):
+    every_steps: int = Field(100, ge=1, description="Evaluate held-out prompts every N steps.")
+    generations_per_prompt: int = Field(16, ge=1, description="k of mean@k; paper 16.")
+
+
+class FitSpec(_Model):
+    every_evaluations: int = Field(5, ge=1, description="Refit after this many new evaluations.")
+    min_compute: float = Field(
+        1500, ge=0, description="Exclude points below this compute (GPU-hours); paper ~1.5k."
+    )
+
+
+class BudgetSpec(_Model):
+    max_steps: int = Field(10000, ge=1)
+    max_compute_hours: float = Field(16000, gt=0, description="GPU-hours (process-hours locally).")
+
+
+class ReplicaSpec(_Model):
+    replicas: int = Field(1, ge=1)
+    gpus: int = Field(8, ge=0, description="GPUs per replica (0 = CPU).")
+    image: str | None = None
+    resources: dict[str, Any] = Field(default_factory=dict)
+
+
+class GeneratorsSpec(ReplicaSpec):
+    replicas: int = Field(8, ge=1)
+    tensor_parallel: int = Field(1, ge=1)
+
+
+class TrainersSpec(ReplicaSpec):
+    replicas: int = Field(2, ge=1)
+
+
+class CheckpointSpec(_Model):
+    claim_name: str | None = Field(None, description="PVC holding checkpoints in the cluster.")
+    every_steps: int = Field(100, ge=1)
+    keep: int = Field(2, ge=1, description="Newest checkpoints kept.")
+
+
+class RunSpec(_Model):
+    model: ModelSpec
+    data: DataSpec
+    recipe: RecipeSpec = RecipeSpec()
+    evaluation: EvaluationSpec = EvaluationSpec()
+    fit: FitSpec = FitSpec()
+    budget: BudgetSpec = BudgetSpec()
+    generators: GeneratorsSpec = GeneratorsSpec()
+    trainers: TrainersSpec = TrainersSpec()
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    suspend: bool = False
+    seed: int = 0
+
+    @property
+    def compute_units(self) -> int:
+        """GPUs of the whole run (generators + trainers); compute = wall hours x this."""
+        return self.generators.replicas * self.generators.gpus + self.trainers.replicas * (
+            self.trainers.gpus
+        )
+
+
+class Metadata(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str
+    namespace: str | None = None
+
+
+class ScaleRLRun(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    api_version: Literal["scalerl.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["ScaleRLRun"]
+    metadata: Metadata
+    spec: RunSpec
+
+    @model_validator(mode="after")
+    def _name_is_dns_label(self) -> ScaleRLRun:
+        name = self.metadata.name
+        if len(name) > 63 or not _DNS_LABEL.match(name):
+            raise ValueError(f"metadata.name {name!r} must be a DNS-1123 label (a-z, 0-9, '-')")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+# --- parsing at the edge -------------------------------------------------------------------------
+
+
+def parse_run(obj: Any) -> ScaleRLRun:
+    """Validate a ScaleRLRun object (a dict as from YAML); SpecError lists every bad field."""
+    if not isinstance(obj, dict):
+        raise SpecError([f"a ScaleRLRun must be a mapping, got {type(obj).__name__}"])
+    obj = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        return ScaleRLRun.model_validate(obj)
+    except ValidationError as err:
+        raise SpecError([_describe(e) for e in err.errors()]) from None
+
+
+def load_run(path: str | Path) -> ScaleRLRun:
+    """Read and validate a YAML file holding one ScaleRLRun."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InputError(f"{path}: cannot read spec file ({err.strerror})") from None
+    try:
+        obj = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise InputError(f"{path}: not valid YAML ({err})") from None
+    try:
+        return parse_run(obj)
+    except SpecError as err:
+        raise SpecError([f"{path}: {p}" for p in err.problems]) from None
+
+
+def _describe(error: Any) -> str:
+    """One line per problem: the field's YAML path, then what is wrong and what is allowed."""
+    loc = [str(p) for p in error["loc"] if not _is_variant_tag(p, error)]
+    kind, ctx, value = error["type"], error.get("ctx", {}), error.get("input")
+    if kind == "union_tag_invalid":
+        loc.append(ctx["discriminator"].strip("'"))
+        return f"{'.'.join(loc)}: {ctx['tag']!r} is not one of {', '.join(LOSS_TYPES)}"
+    if kind == "literal_error":
+        allowed = ctx["expected"].replace("'", "").replace(" or ", ", ")
+        return f"{'.'.join(loc)}: {value!r} is not one of {allowed}"
+    if kind == "extra_forbidden":
+        return f"{'.'.join(loc)}: unknown field (check spelling; fields are camelCase)"
+    if kind == "missing":
+        return f"{'.'.join(loc)}: required field is missing"
+    message = error["msg"].removeprefix("Value error, ")
+    where = ".".join(loc) or "object"
+    return f"{where}: {message}" + ("" if kind == "value_error" else f", got {value!r}")
+
+
+def _is_variant_tag(part: Any, error: Any) -> bool:
+    # pydantic puts the chosen union member's tag in the location ("loss.cispo.epsilonMax").
+    return isinstance(part, str) and part in LOSS_TYPES and error["type"] != "union_tag_invalid"

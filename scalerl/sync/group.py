@@ -1,0 +1,258 @@
+"""The weight-sync process group: trainer rank 0 plus every generator receiver.
+
+The group is built from a `TCPStore` and a backend object (`ProcessGroupGloo` on CPU,
+`ProcessGroupNCCL` on GPUs) and never through `torch.distributed.init_process_group`: the
+receiver runs inside a vLLM worker that already owns the default group, so everything here talks
+to the backend object directly.
+
+A collective that fails or times out leaves the peers' sockets or communicators in an unknown
+state (gloo closes the pair), so the first failure marks the group broken and every later call
+raises at once instead of pairing up with the wrong message. Reconnect to recover.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from scalerl.errors import InputError, WeightSyncError
+
+_PREFIX = "scalerl/sync/"
+# NCCL work is polled rather than waited on so that a dead peer becomes an error, not a hang.
+_NCCL_POLL_S = 0.001
+
+
+class SyncGroup:
+    """A process group apart from the default one; rank 0 is the trainer and the source."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+
+    def __init__(
+        self,
+        backend: Any,
+        store: dist.Store,
+        *,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        timeout_s: float,
+        address: str,
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+        self.timeout_s = timeout_s
+        self.address = address
+        self._backend: Any = backend
+        self._store: dist.Store | None = store
+        self._broken: str | None = None
+
+    @property
+    def broken(self) -> str | None:
+        """Why the group can no longer be used, or None while it is healthy."""
+        return self._broken
+
+    def broadcast(self, tensor: Tensor, src: int = 0, *, timeout_s: float | None = None) -> None:
+        """Broadcast `tensor` in place from rank `src`; blocks until this rank's part is done.
+
+        `timeout_s` bounds this one collective (default: the group's timeout). Raises
+        WeightSyncError on timeout or a lost peer, after which the group is broken.
+        """
+        self._check_usable()
+        if tensor.device != self.device:
+            raise InputError(
+                f"sync group broadcasts on {self.device}, got a tensor on {tensor.device}"
+            )
+        if not tensor.is_contiguous():
+            raise InputError("sync group broadcasts need contiguous tensors")
+        limit = self.timeout_s if timeout_s is None else max(timeout_s, 0.001)
+        opts = dist.BroadcastOptions()
+        opts.rootRank = src
+        opts.rootTensor = 0
+        opts.timeout = timedelta(seconds=limit)
+        try:
+            work = self._backend.broadcast([tensor], opts)
+            if self.device.type == "cuda":
+                _wait_polling(work, limit)
+            else:
+                work.wait()
+        except Exception as err:  # every backend failure means the same to us
+            self._broken = _first_line(err)
+            if self.device.type == "cuda":
+                _abort(self._backend)
+            raise WeightSyncError(
+                f"broadcast of {tensor.numel() * tensor.element_size()} bytes from rank {src} "
+                f"failed on rank {self.rank} of {self.world_size} ({self.address}): "
+                f"{self._broken}; the sync group is now unusable, reconnect"
+            ) from err
+
+    def mark_broken(self, reason: str) -> None:
+        """Record that the peers lost step (e.g. an unreadable header); later calls raise."""
+        self._broken = self._broken or reason
+
+    def close(self) -> None:
+        """Release the backend and the store; safe to call twice."""
+        if self._backend is not None:
+            shutdown = getattr(self._backend, "shutdown", None)
+            if callable(shutdown):
+                try:
+                    shutdown()
+                except Exception:  # a broken group may not shut down cleanly
+                    pass
+        self._backend = None
+        self._store = None
+        self._broken = self._broken or "closed"
+
+    def __enter__(self) -> SyncGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_usable(self) -> None:
+        if self._backend is None:
+            raise WeightSyncError(f"sync group {self.address} is closed")
+        if self._broken is not None:
+            raise WeightSyncError(
+                f"sync group {self.address} is broken by an earlier failure ({self._broken}); "
+                "reconnect"
+            )
+
+
+def connect(
+    host: str,
+    port: int,
+    world_size: int,
+    rank: int,
+    *,
+    timeout_s: float = 60.0,
+    backend: str | None = None,
+) -> SyncGroup:
+    """Join the weight-sync group; blocks until all `world_size` ranks joined or `timeout_s`.
+
+    Rank 0 creates the TCPStore, listening on all interfaces (in a pod the Service DNS name that
+    the others use is not the pod's hostname); the others connect to `host:port`. `backend` is
+    "gloo", "nccl" or None (NCCL when CUDA is available, else gloo). `timeout_s` is also the
+    default limit of every later collective.
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise InputError(
+            f"sync group needs 0 <= rank < world_size, got rank {rank} of {world_size}"
+        )
+    address = f"{host}:{port}"
+    where = f"sync group at {address}: rank {rank} of world {world_size}"
+    deadline = time.monotonic() + timeout_s
+    store = dist.PrefixStore(_PREFIX, _open_store(host, port, rank, timeout_s, where))
+    _join(store, rank, world_size, deadline, where)
+    use_nccl = _choose_nccl(backend)
+    device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
+    remaining = max(deadline - time.monotonic(), 0.001)
+    try:
+        made = _make_backend(store, rank, world_size, remaining, use_nccl)
+    except Exception as err:  # backend constructors raise plain RuntimeErrors
+        raise WeightSyncError(f"{where}: could not build the backend: {_first_line(err)}") from err
+    group = SyncGroup(
+        made,
+        store,
+        rank=rank,
+        world_size=world_size,
+        device=device,
+        timeout_s=timeout_s,
+        address=address,
+    )
+    # One tiny collective proves every link works; NCCL builds its communicator here.
+    group.broadcast(torch.zeros(1, device=device), src=0, timeout_s=remaining)
+    return group
+
+
+def _open_store(host: str, port: int, rank: int, timeout_s: float, where: str) -> dist.Store:
+    is_master = rank == 0
+    try:
+        return dist.TCPStore(
+            "0.0.0.0" if is_master else host,
+            port,
+            None,
+            is_master,
+            timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+        )
+    except Exception as err:  # DistNetworkError, TimeoutError, RuntimeError
+        action = "could not listen on the store port" if is_master else "could not reach the store"
+        raise WeightSyncError(
+            f"{where}: {action} within {timeout_s:g} s: {_first_line(err)}"
+        ) from err
+
+
+def _join(store: dist.Store, rank: int, world_size: int, deadline: float, where: str) -> None:
+    """Wait until every rank announced itself, naming the missing ones on timeout."""
+    keys = [f"joined/{r}" for r in range(world_size)]
+    started = time.monotonic()
+    try:
+        store.set(keys[rank], "1")
+        store.wait(keys, timedelta(seconds=max(deadline - started, 0.001)))
+    except Exception as err:  # the store raises DistStoreError or RuntimeError
+        missing = _missing_ranks(store, keys)
+        waited = time.monotonic() - started
+        raise WeightSyncError(
+            f"{where}: timed out after {waited:.1f} s waiting for ranks {missing} to join "
+            f"({_first_line(err)})"
+        ) from err
+
+
+def _missing_ranks(store: dist.Store, keys: list[str]) -> list[int] | str:
+    try:
+        return [r for r, key in enumerate(keys) if not store.check([key])]
+    except Exception:  # the store itself may be gone
+        return "unknown (store unreachable)"
+
+
+def _choose_nccl(backend: str | None) -> bool:
+    if backend not in (None, "gloo", "nccl"):
+        raise InputError(f"sync backend must be 'gloo', 'nccl' or None, got {backend!r}")
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise InputError("sync backend 'nccl' needs CUDA; use 'gloo' or leave it unset")
+    return backend != "gloo" and torch.cuda.is_available()
+
+
+def _make_backend(store: dist.Store, rank: int, world: int, timeout_s: float, nccl: bool) -> Any:
+    timeout = timedelta(seconds=timeout_s)
+    if not nccl:
+        return dist.ProcessGroupGloo(store, rank, world, timeout)
+    nccl_class = getattr(dist, "ProcessGroupNCCL", None)
+    if nccl_class is None:
+        raise InputError("this torch build has no NCCL; use backend='gloo'")
+    options = nccl_class.Options()
+    options._timeout = timeout
+    options.is_high_priority_stream = False
+    return nccl_class(store, rank, world, options)
+
+
+def _wait_polling(work: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not work.is_completed():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"collective did not complete within {timeout_s:g} s")
+        time.sleep(_NCCL_POLL_S)
+    work.wait()
+    torch.cuda.current_stream().synchronize()
+
+
+def _abort(backend: Any) -> None:
+    abort = getattr(backend, "abort", None)
+    if callable(abort):
+        try:
+            abort()
+        except Exception:  # best effort on an already failed communicator
+            pass
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__

@@ -1,0 +1,419 @@
+"""Versioned weight broadcast: the trainer's `WeightSender` and each generator's `WeightReceiver`.
+
+Wire format, version 1. One policy version is this sequence of broadcasts from rank 0:
+
+1. header: int64[8] = [MAGIC, FORMAT, policy version, number of tensors, payload bytes,
+   number of buckets, layout bytes, bucket bytes].
+2. layout: uint8[layout bytes] holding msgpack
+   `{"tensors": [[name, dtype, shape, offset, nbytes], ...], "checksums": [[nbytes, s1, s2], ...]}`
+   with one checksum per bucket.
+3. payload: one uint8 broadcast per bucket. The payload is a virtual flat byte string in which
+   every tensor starts at a multiple of ALIGN (512) bytes, the gaps being zero; bucket i is bytes
+   [i * B, min((i + 1) * B, total)) of it, B = bucket bytes. So several small tensors share a
+   bucket and a big tensor spans several.
+
+Checksum of a byte range: read it as rows of 64 int64 words (the last row zero-padded); s1 is the
+sum of all words and s2 the sum of (row index + 1) * row sum, both modulo 2**64. Integer sums wrap
+the same way on every device and in every order, so the sender (on its tensors, piece by piece,
+without packing) and the receiver (on the received bucket) agree bit for bit, and no bucket is
+copied to the host. s2 makes the checksum depend on position, so bytes landing at the wrong offset
+are caught, not only flipped bits. Tensors start on row boundaries so each piece's rows are rows
+of its bucket.
+
+A receiver returns a version only when every bucket arrived and matched; otherwise it raises
+`WeightSyncError` and the caller keeps its previous weights. After a checksum or layout problem it
+still takes part in every remaining broadcast of that version, so the group stays usable.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import torch
+from torch import Tensor
+
+from scalerl.errors import InputError, WeightSyncError
+from scalerl.sync.group import SyncGroup
+
+MAGIC = 0x53524C5753594E43  # "SRLWSYNC"
+FORMAT = 1
+HEADER_LEN = 8
+ALIGN = 512
+_ROW_WORDS = ALIGN // 8
+_MASK = (1 << 64) - 1
+_MAX_LAYOUT_BYTES = 1 << 30
+
+_DTYPES: dict[str, torch.dtype] = {
+    str(dtype).removeprefix("torch."): dtype
+    for dtype in (
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    )
+}
+
+
+@dataclass(frozen=True)
+class SendStats:
+    """What one `WeightSender.send` moved: payload bytes, bucket count, wall seconds."""
+
+    version: int
+    bytes: int
+    buckets: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where one tensor lives in the flat payload."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """The part of tensor `slot` that falls into one bucket."""
+
+    slot: int
+    start: int  # first byte within the tensor
+    length: int
+    at: int  # first byte within the bucket
+
+
+@dataclass(frozen=True)
+class _Layout:
+    slots: list[_Slot]
+    total: int
+    bucket_bytes: int
+
+    @property
+    def buckets(self) -> int:
+        return math.ceil(self.total / self.bucket_bytes)
+
+    def bucket_range(self, index: int) -> tuple[int, int]:
+        low = index * self.bucket_bytes
+        return low, min(low + self.bucket_bytes, self.total)
+
+    def pieces(self, index: int) -> list[_Piece]:
+        low, high = self.bucket_range(index)
+        starts = [slot.offset for slot in self.slots]
+        i = max(bisect_right(starts, low) - 1, 0)
+        found: list[_Piece] = []
+        while i < len(self.slots) and self.slots[i].offset < high:
+            slot = self.slots[i]
+            first, last = max(slot.offset, low), min(slot.end, high)
+            if last > first:
+                found.append(_Piece(i, first - slot.offset, last - first, first - low))
+            i += 1
+        return found
+
+
+@dataclass(frozen=True)
+class _Header:
+    version: int
+    tensors: int
+    total: int
+    buckets: int
+    layout_bytes: int
+    bucket_bytes: int
+
+    def encode(self) -> list[int]:
+        return [
+            MAGIC,
+            FORMAT,
+            self.version,
+            self.tensors,
+            self.total,
+            self.buckets,
+            self.layout_bytes,
+            self.bucket_bytes,
+        ]
+
+    @staticmethod
+    def decode(values: list[int]) -> _Header:
+        magic, fmt, version, tensors, total, buckets, layout_bytes, bucket_bytes = values
+        if magic != MAGIC or fmt != FORMAT:
+            raise WeightSyncError(
+                f"weight header has magic {magic:#x} format {fmt}, expected {MAGIC:#x} format "
+                f"{FORMAT}: sender and receiver run different scalerl versions"
+            )
+        header = _Header(version, tensors, total, buckets, layout_bytes, bucket_bytes)
+        sane = (
+            tensors >= 0
+            and total >= 0
+            and bucket_bytes > 0
+            and bucket_bytes % ALIGN == 0
+            and buckets == math.ceil(total / bucket_bytes)
+            and 0 < layout_bytes <= _MAX_LAYOUT_BYTES
+        )
+        if not sane:
+            raise WeightSyncError(f"weight header is inconsistent: {header}")
+        return header
+
+
+class WeightSender:
+    """Rank 0 of the sync group: broadcasts named tensors as one version (see module doc)."""
+
+    def __init__(self, group: SyncGroup, bucket_bytes: int = 256 << 20) -> None:
+        if group.rank != 0:
+            raise InputError(f"the weight sender must be rank 0, this is rank {group.rank}")
+        if bucket_bytes < ALIGN:
+            raise InputError(f"bucket_bytes must be at least {ALIGN}, got {bucket_bytes}")
+        self.group = group
+        # Buckets start on checksum rows; rounding down keeps every bucket <= what was asked.
+        self.bucket_bytes = bucket_bytes // ALIGN * ALIGN
+
+    def send(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> SendStats:
+        """Broadcast one version; returns when every bucket left this rank."""
+        started = time.perf_counter()
+        layout, sources = _plan(named_tensors, self.bucket_bytes)
+        checksums = _source_checksums(layout, sources, self.group.device)
+        blob = msgpack.packb(
+            {
+                "tensors": [
+                    [s.name, s.dtype, list(s.shape), s.offset, s.nbytes] for s in layout.slots
+                ],
+                "checksums": checksums,
+            }
+        )
+        header = _Header(
+            version, len(layout.slots), layout.total, layout.buckets, len(blob), self.bucket_bytes
+        )
+        device = self.group.device
+        self.group.broadcast(torch.tensor(header.encode(), dtype=torch.int64, device=device))
+        self.group.broadcast(torch.frombuffer(bytearray(blob), dtype=torch.uint8).to(device))
+        scratch = torch.empty(0, dtype=torch.uint8, device=device)
+        if layout.buckets > 1 or not _is_direct(layout, sources, 0, device):
+            scratch = torch.empty(
+                min(self.bucket_bytes, layout.total), dtype=torch.uint8, device=device
+            )
+        for index in range(layout.buckets):
+            self._broadcast_bucket(index, _bucket_bytes(layout, sources, index, scratch))
+        return SendStats(version, layout.total, layout.buckets, time.perf_counter() - started)
+
+    def _broadcast_bucket(self, index: int, data: Tensor) -> None:
+        """Send bucket `index`. Tests override this to damage or interrupt a transfer; `data`
+        may be a view of the caller's tensor, so an override must not write into it."""
+        self.group.broadcast(data)
+
+
+class WeightReceiver:
+    """A generator's end: receives whole versions, or raises and returns nothing."""
+
+    def __init__(self, group: SyncGroup) -> None:
+        if group.rank == 0:
+            raise InputError("rank 0 of the sync group is the sender; receivers have rank >= 1")
+        self.group = group
+
+    def receive(self, timeout_s: float | None = None) -> tuple[int, list[tuple[str, Tensor]]]:
+        """Receive the next version: `(version, [(name, tensor), ...])` on the group's device.
+
+        The tensors are views of one buffer holding exactly the payload. `timeout_s` bounds the
+        whole call (default: each broadcast is bounded by the group's timeout). Raises
+        WeightSyncError when anything is missing or damaged; the caller then keeps its weights.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        header = self._receive_header(deadline)
+        raw = torch.empty(header.layout_bytes, dtype=torch.uint8, device=self.group.device)
+        self.group.broadcast(raw, timeout_s=_remaining(deadline))
+        problems: list[str] = []
+        layout: _Layout | None = None
+        checksums: list[tuple[int, int, int]] = []
+        try:
+            layout, checksums = _decode_layout(raw.cpu().numpy().tobytes(), header)
+        except WeightSyncError as err:
+            problems.append(str(err))
+        flat = torch.empty(header.total, dtype=torch.uint8, device=self.group.device)
+        for index in range(header.buckets):
+            low = index * header.bucket_bytes
+            bucket = flat[low : min(low + header.bucket_bytes, header.total)]
+            # Every bucket is received even after a problem, so the sender's broadcasts pair up.
+            self.group.broadcast(bucket, timeout_s=_remaining(deadline))
+            if layout is not None:
+                whole = [_Piece(0, 0, bucket.numel(), 0)]
+                got = _checksum(whole, [bucket], bucket.numel(), self.group.device)
+                if got != checksums[index]:
+                    problems.append(
+                        f"bucket {index} (of {header.buckets}) of version {header.version}: "
+                        f"checksum mismatch, expected {checksums[index]}, got {got}"
+                    )
+        if problems or layout is None:
+            raise WeightSyncError("; ".join(problems) + "; keeping the previous weights")
+        return header.version, _views(flat, layout.slots)
+
+    def _receive_header(self, deadline: float | None) -> _Header:
+        header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.group.device)
+        self.group.broadcast(header, timeout_s=_remaining(deadline))
+        try:
+            return _Header.decode(header.tolist())
+        except WeightSyncError as err:
+            # Without a trusted header we cannot tell how many broadcasts follow.
+            self.group.mark_broken(str(err))
+            raise
+
+
+def _plan(named: Iterable[tuple[str, Tensor]], bucket_bytes: int) -> tuple[_Layout, list[Tensor]]:
+    """Place every tensor in the payload; checks everything before a single byte is sent."""
+    slots: list[_Slot] = []
+    sources: list[Tensor] = []
+    seen: set[str] = set()
+    cursor = 0
+    for name, tensor in named:
+        if name in seen:
+            raise InputError(f"tensor {name!r} appears twice in one weight version")
+        seen.add(name)
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if dtype not in _DTYPES:
+            raise InputError(f"tensor {name!r} has dtype {dtype}; supported: {sorted(_DTYPES)}")
+        data = _as_bytes(tensor)
+        slots.append(_Slot(name, dtype, tuple(tensor.shape), cursor, data.numel()))
+        sources.append(data)
+        cursor = _aligned(cursor + data.numel())
+    total = slots[-1].end if slots else 0
+    return _Layout(slots, total, bucket_bytes), sources
+
+
+def _as_bytes(tensor: Tensor) -> Tensor:
+    """A flat uint8 view of `tensor`; copies only a non-contiguous or oddly offset tensor."""
+    data = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+    if data.storage_offset() % 8:
+        data = data.clone()  # checksum rows are read as int64 words
+    return data
+
+
+def _aligned(offset: int) -> int:
+    return (offset + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _is_direct(layout: _Layout, sources: list[Tensor], index: int, device: torch.device) -> bool:
+    """Whether bucket `index` is one slice of one tensor already on `device` (sent uncopied)."""
+    pieces = layout.pieces(index)
+    low, high = layout.bucket_range(index)
+    return (
+        len(pieces) == 1
+        and pieces[0].length == high - low
+        and sources[pieces[0].slot].device == device
+    )
+
+
+def _bucket_bytes(layout: _Layout, sources: list[Tensor], index: int, scratch: Tensor) -> Tensor:
+    pieces = layout.pieces(index)
+    if _is_direct(layout, sources, index, scratch.device):
+        piece = pieces[0]
+        return sources[piece.slot][piece.start : piece.start + piece.length]
+    low, high = layout.bucket_range(index)
+    bucket = scratch[: high - low]
+    cursor = 0
+    for piece in pieces:
+        if piece.at > cursor:
+            bucket[cursor : piece.at].zero_()
+        src = sources[piece.slot][piece.start : piece.start + piece.length]
+        bucket[piece.at : piece.at + piece.length].copy_(src)
+        cursor = piece.at + piece.length
+    if cursor < bucket.numel():
+        bucket[cursor:].zero_()
+    return bucket
+
+
+def _source_checksums(
+    layout: _Layout, sources: list[Tensor], device: torch.device
+) -> list[tuple[int, int, int]]:
+    """Per-bucket checksums computed from the tensors themselves, before anything is packed."""
+    checksums = []
+    for index in range(layout.buckets):
+        low, high = layout.bucket_range(index)
+        checksums.append(_checksum(layout.pieces(index), sources, high - low, device))
+    return checksums
+
+
+def _checksum(
+    pieces: list[_Piece], sources: list[Tensor], nbytes: int, device: torch.device
+) -> tuple[int, int, int]:
+    """(bytes, s1, s2) of a bucket made of `pieces` of `sources` (module doc: the checksum)."""
+    if not pieces:
+        return (nbytes, 0, 0)
+    sums = [_row_sums(sources[p.slot][p.start : p.start + p.length]) for p in pieces]
+    values = torch.stack([s.to(device) for s in sums]).tolist()  # the only host transfer
+    s1 = s2 = 0
+    for piece, (p1, p2) in zip(pieces, values, strict=True):
+        s1 += p1
+        s2 += p2 + (piece.at // ALIGN) * p1  # the piece's rows are shifted within the bucket
+    return (nbytes, s1 & _MASK, s2 & _MASK)
+
+
+def _row_sums(data: Tensor) -> Tensor:
+    """int64[2]: sum of the int64 words of `data` and the row-weighted sum, modulo 2**64."""
+    full = data.numel() // ALIGN
+    rows = data[: full * ALIGN].view(torch.int64).view(full, _ROW_WORDS).sum(dim=1)
+    tail = data.numel() - full * ALIGN
+    if tail:
+        last = torch.zeros(ALIGN, dtype=torch.uint8, device=data.device)
+        last[:tail] = data[full * ALIGN :]
+        rows = torch.cat([rows, last.view(torch.int64).sum().reshape(1)])
+    weights = torch.arange(1, rows.numel() + 1, dtype=torch.int64, device=data.device)
+    return torch.stack([rows.sum(), (rows * weights).sum()])
+
+
+def _decode_layout(blob: bytes, header: _Header) -> tuple[_Layout, list[tuple[int, int, int]]]:
+    try:
+        body: Any = msgpack.unpackb(blob)
+        slots = [_Slot(n, d, tuple(shape), o, b) for n, d, shape, o, b in body["tensors"]]
+        checksums = [(int(n), int(s1), int(s2)) for n, s1, s2 in body["checksums"]]
+    except Exception as err:  # any malformed blob: msgpack, key, unpacking or type errors
+        raise WeightSyncError(f"layout of version {header.version} is unreadable: {err}") from err
+    if len(slots) != header.tensors or len(checksums) != header.buckets:
+        raise WeightSyncError(
+            f"layout of version {header.version} lists {len(slots)} tensors and "
+            f"{len(checksums)} checksums, header says {header.tensors} and {header.buckets}"
+        )
+    for slot in slots:
+        _check_slot(slot, header)
+    return _Layout(slots, header.total, header.bucket_bytes), checksums
+
+
+def _check_slot(slot: _Slot, header: _Header) -> None:
+    dtype = _DTYPES.get(slot.dtype)
+    ok = (
+        dtype is not None
+        and isinstance(slot.name, str)
+        and slot.offset % ALIGN == 0
+        and 0 <= slot.offset
+        and slot.end <= header.total
+        and all(d >= 0 for d in slot.shape)
+        and slot.nbytes == math.prod(slot.shape) * dtype.itemsize
+    )
+    if not ok:
+        raise WeightSyncError(f"layout of version {header.version} has a bad entry: {slot}")
+
+
+def _views(flat: Tensor, slots: list[_Slot]) -> list[tuple[str, Tensor]]:
+    return [(s.name, flat[s.offset : s.end].view(_DTYPES[s.dtype]).view(s.shape)) for s in slots]
+
+
+def _remaining(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return max(deadline - time.monotonic(), 0.001)

@@ -1,0 +1,284 @@
+"""The policy being trained: an HF causal LM, its tokenizer, and the FP32 LM head (paper: FP32 head).
+
+With ``fp32_lm_head`` the final projection runs in float32 whatever the body dtype: the head's
+parameter is kept in float32 (it is the master copy the optimizer updates), the body's last hidden
+states are upcast and projected with ``F.linear``. The paper's ablation: asymptote 0.52 -> 0.61.
+Generators get the head back in the checkpoint's dtype (`Policy.named_weights`) and apply their own
+FP32 projection.
+
+Supported: models whose logits are ``lm_head(final hidden state)`` (Llama, Mistral, Qwen2/3, ...).
+Models that post-process logits (soft-capping, logit scale) are refused, since the trainer computes
+the logits itself and would silently disagree with the generator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import Tensor, nn
+
+from scalerl.errors import DataError, InputError
+from scalerl.recipe import token_entropy
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from scalerl.trainer.batch import Batch
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+# Config fields of models whose logits are not plain lm_head(hidden); see the module docstring.
+LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, SafetensorError)
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+
+class Policy:
+    """A loaded model plus what the trainer needs around it. Build it with `load_policy`."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        dtype: torch.dtype,
+        fp32_lm_head: bool,
+        temperature: float,
+        path: Path,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.dtype = dtype  # the body's (and the checkpoint's) dtype
+        self.fp32_lm_head = fp32_lm_head
+        self.temperature = temperature
+        self.path = path
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def head(self) -> nn.Linear:
+        head = self.model.get_output_embeddings()
+        assert isinstance(head, nn.Linear)
+        return head
+
+    @property
+    def pad_id(self) -> int:
+        """Token id used to pad batches (never trained on, so any valid id does)."""
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = self.tokenizer.eos_token_id
+        return int(pad) if pad is not None else 0
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        return self.model.parameters()
+
+    def completion_logprobs(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """``(logprobs, entropy)``, both float32 ``[samples, tokens]``, of the batch's completions.
+
+        One forward over prompt + completion. Logits are divided by the sampling temperature
+        before the softmax so they match the generator's processed log-probs; entropy is of the
+        same distribution and carries no gradient (a metric, not a loss term).
+        """
+        batch = batch.to(self.device)
+        hidden = self.model.base_model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+        ).last_hidden_state
+        # The token at position p is predicted by the hidden state at p - 1; project only those.
+        source = (batch.completion_positions - 1).clamp(min=0)
+        index = source.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+        logits = self._project(hidden.gather(1, index)) / self.temperature
+        targets = batch.input_ids.gather(1, batch.completion_positions)
+        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        logprobs = picked - torch.logsumexp(logits, dim=-1)
+        with torch.no_grad():
+            entropy = token_entropy(logits.detach())
+        return logprobs, entropy
+
+    def _project(self, hidden: Tensor) -> Tensor:
+        head = self.head
+        if self.fp32_lm_head:
+            return F.linear(hidden.float(), head.weight, head.bias)
+        return head(hidden).float()
+
+    def named_weights(self) -> Iterator[tuple[str, Tensor]]:
+        """HF-format ``(name, tensor)`` pairs to broadcast, detached, in the checkpoint's dtype.
+
+        Names are those of the safetensors checkpoint: tied weights appear once, under the name
+        HF saves them by, and non-persistent buffers (rotary tables) are left out.
+        """
+        seen: set[int] = set()
+        for name, tensor in self.model.state_dict(keep_vars=True).items():
+            if id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            out = tensor.detach()
+            if out.is_floating_point() and out.dtype != self.dtype:
+                out = out.to(self.dtype)  # the FP32 head goes out in the checkpoint's format
+            yield name, out
+
+    def save_pretrained(self, directory: Path) -> None:
+        """Write the model (safetensors) and tokenizer to ``directory`` in HF format.
+
+        The FP32 head is saved in float32 so a resumed run keeps its exact master copy;
+        `load_policy` reads it back at full precision, and HF loaders simply cast it.
+        """
+        self.model.save_pretrained(str(directory), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(directory))
+
+    def load_weights(self, directory: Path) -> None:
+        """Copy the weights saved in ``directory`` (safetensors) into this policy, in place."""
+        state = read_safetensors(directory)
+        result = self.model.load_state_dict(state, strict=False)
+        tied = set(_tied_names(self.model))
+        missing = [key for key in result.missing_keys if key not in tied]
+        if missing or result.unexpected_keys:
+            raise DataError(
+                f"checkpoint {directory} does not match the model: missing {missing[:5]}, "
+                f"unexpected {result.unexpected_keys[:5]}"
+            )
+        self._restore_fp32_head(directory, state)
+
+    def _restore_fp32_head(self, directory: Path, state: dict[str, Tensor] | None = None) -> None:
+        """Overwrite the FP32 head with the stored tensor when that one is float32 (exact resume)."""
+        if not self.fp32_lm_head:
+            return
+        state = state if state is not None else read_safetensors(directory)
+        name = head_parameter_name(self.model)
+        stored = state.get(name)
+        if stored is not None and stored.dtype == torch.float32:
+            with torch.no_grad():
+                self.head.weight.copy_(stored)
+
+
+def load_policy(
+    path: str | Path,
+    *,
+    dtype: str = "float32",
+    fp32_lm_head: bool,
+    device: str | torch.device = "cpu",
+    temperature: float = 1.0,
+) -> Policy:
+    """Load an HF-format causal LM and its tokenizer from the local directory ``path``.
+
+    ``dtype`` is the body's parameter dtype (float32 | bfloat16 | float16); ``temperature`` is the
+    generators' sampling temperature (paper: not stated, 1.0). Raises DataError naming the path
+    and what is missing or unreadable; InputError for a bad dtype or temperature.
+    """
+    torch_dtype = DTYPES.get(dtype)
+    if torch_dtype is None:
+        raise InputError(f"unknown model dtype {dtype!r}; choose one of {sorted(DTYPES)}")
+    if not temperature > 0:
+        raise InputError(f"sampling temperature must be > 0; got {temperature}")
+    root = check_model_dir(path)
+    model, tokenizer = _load_pretrained(root, torch_dtype)
+    model.to(device)
+    model.eval()  # dropout off: trainer and generator must compute the same function
+    policy = Policy(
+        model,
+        tokenizer,
+        dtype=torch_dtype,
+        fp32_lm_head=fp32_lm_head,
+        temperature=temperature,
+        path=root,
+    )
+    if fp32_lm_head:
+        _upcast_head(policy)
+        policy._restore_fp32_head(root)
+    return policy
+
+
+def check_model_dir(path: str | Path) -> Path:
+    """The model directory as a Path, or DataError saying what is missing."""
+    root = Path(path)
+    if not root.exists():
+        raise DataError(f"model path {root} does not exist")
+    if not root.is_dir():
+        raise DataError(f"model path {root} is not a directory (expected an HF model directory)")
+    if not (root / "config.json").is_file():
+        raise DataError(f"model directory {root} has no config.json (not an HF-format model)")
+    weights = list(root.glob("*.safetensors")) + list(root.glob("pytorch_model*.bin"))
+    if not weights:
+        raise DataError(f"model directory {root} has no weights (*.safetensors)")
+    return root
+
+
+def _load_pretrained(root: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, Any]:
+    # Late import: transformers is heavy, and only the trainer process needs it.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(root), dtype=dtype, local_files_only=True)
+    except LOAD_ERRORS as err:
+        raise DataError(f"cannot load the model in {root}: {err}") from err
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(root), local_files_only=True)
+    except LOAD_ERRORS as err:
+        raise DataError(f"cannot load the tokenizer in {root}: {err}") from err
+    for field in LOGIT_POSTPROCESSING:
+        if getattr(model.config, field, None) not in (None, 1, 1.0):
+            raise DataError(
+                f"model in {root} post-processes its logits ({field}); the trainer supports "
+                f"only models whose logits are lm_head(hidden)"
+            )
+    if not isinstance(model.get_output_embeddings(), nn.Linear):
+        raise DataError(f"model in {root} has no linear LM head")
+    return model, tokenizer
+
+
+def _upcast_head(policy: Policy) -> None:
+    """Keep the head's parameter in float32; a tied embedding keeps feeding the body its dtype."""
+    head = policy.head
+    head.float()
+    embeddings = policy.model.get_input_embeddings()
+    if embeddings.weight is head.weight and policy.dtype != torch.float32:
+        # Tied weights: the shared parameter is now float32, so cast the embedding lookup back.
+        body_dtype = policy.dtype
+        embeddings.register_forward_hook(lambda _m, _i, out: out.to(body_dtype))
+
+
+def head_parameter_name(model: nn.Module) -> str:
+    """The state-dict name of the LM head weight as saved (the embedding's name when tied)."""
+    head = model.get_output_embeddings()
+    for name, param in model.named_parameters():  # deduplicated: the first (saved) name wins
+        if param is head.weight:
+            return name
+    raise DataError("the model's LM head weight is not among its parameters")
+
+
+def _tied_names(model: nn.Module) -> list[str]:
+    """State-dict names that alias an earlier tensor (absent from safetensors checkpoints)."""
+    seen: set[int] = set()
+    aliases = []
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            aliases.append(name)
+        seen.add(id(tensor))
+    return aliases
+
+
+def read_safetensors(directory: Path) -> dict[str, Tensor]:
+    """All tensors of an HF safetensors checkpoint (single file or sharded with an index)."""
+    index = directory / SAFETENSORS_INDEX
+    try:
+        if index.is_file():
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        else:
+            shards = ["model.safetensors"]
+        state: dict[str, Tensor] = {}
+        for shard in shards:
+            state.update(load_file(str(directory / shard)))
+    except (*LOAD_ERRORS, json.JSONDecodeError) as err:
+        raise DataError(f"cannot read the safetensors weights in {directory}: {err}") from err
+    return state

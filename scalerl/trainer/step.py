@@ -1,0 +1,247 @@
+"""One optimizer step: forward, recipe loss, backward (optionally in micro-batches), clip, step.
+
+**Micro-batches give the full-batch gradient exactly.** Each micro-batch is aggregated by the
+recipe with the run's mode, and its loss is weighted by its share of the mode's units, so the sum
+equals the full-batch loss: ``token`` — its trained tokens over all; ``sample`` — its samples that
+have trained tokens over all such; ``prompt`` — its prompts' share over all prompts with trained
+tokens. For ``prompt`` a micro-batch holds either whole groups or a piece of a single group (a group
+larger than ``micro_batch_samples`` is split alone); a piece counts as the fraction of its group's
+tokens it holds, which is exact because the group's loss is a token-weighted sum.
+
+**NaN guard.** If a loss or the gradient norm is not finite, the gradients are dropped and neither
+the optimizer nor the scheduler steps: parameters, optimizer state and lr are unchanged and the
+caller gets ``StepResult(skipped=True, reason=...)`` to count and log.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from scalerl.errors import InputError
+from scalerl.recipe import AggregationMode, LossName, compute_policy_loss
+from scalerl.recipe.aggregation import dense_groups, group_sums
+from scalerl.trainer.batch import Batch
+from scalerl.trainer.policy import Policy
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one call of `train_step` did; ``skipped`` steps changed nothing."""
+
+    loss: float
+    entropy: float  # mean token entropy over trained tokens (nats)
+    grad_norm: float  # total norm before clipping
+    lr: float  # learning rate this step used (or would have used, if skipped)
+    tokens: int  # trained tokens
+    samples: int
+    seconds: float
+    stats: dict[str, float] = field(default_factory=dict)  # the recipe's ratio/clip statistics
+    skipped: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The recipe choices `compute_policy_loss` takes, gathered once per step."""
+
+    loss: LossName
+    aggregation: AggregationMode
+    epsilon_max: float
+    epsilon_low: float
+    epsilon_high: float
+
+
+def train_step(
+    policy: Policy,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    batch: Batch,
+    *,
+    loss: LossName,
+    aggregation: AggregationMode,
+    epsilon_max: float,
+    epsilon_low: float,
+    epsilon_high: float,
+    max_grad_norm: float | None = None,
+    micro_batch_samples: int | None = None,
+) -> StepResult:
+    """Take one optimizer step on ``batch`` (or skip it, see the NaN guard)."""
+    started = time.perf_counter()
+    settings = LossSettings(loss, aggregation, epsilon_max, epsilon_low, epsilon_high)
+    lr = float(optimizer.param_groups[0]["lr"])
+    optimizer.zero_grad(set_to_none=True)
+    batch = batch.to(policy.device)
+    parts = plan_micro_batches(batch, micro_batch_samples, aggregation)
+    weights = micro_batch_weights(batch, parts, aggregation)
+    totals = _Totals()
+    for rows, weight in zip(parts, weights, strict=True):
+        part_loss = _backward(policy, batch.select(rows), settings, weight, totals)
+        if not math.isfinite(part_loss):
+            return _skip(optimizer, batch, lr, started, f"non-finite loss ({part_loss})", totals)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+    grad_norm = float(norm)
+    if not math.isfinite(grad_norm):
+        return _skip(optimizer, batch, lr, started, f"non-finite gradient norm ({grad_norm})", totals)
+    if max_grad_norm is not None and grads:
+        torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepResult(
+        loss=totals.loss,
+        entropy=totals.entropy(),
+        grad_norm=grad_norm,
+        lr=lr,
+        tokens=batch.tokens,
+        samples=batch.samples,
+        seconds=time.perf_counter() - started,
+        stats=totals.merged_stats(),
+    )
+
+
+def _backward(
+    policy: Policy, part: Batch, settings: LossSettings, weight: float, totals: _Totals
+) -> float:
+    """Forward and backward one micro-batch; returns its (unweighted) loss."""
+    logprobs, entropy = policy.completion_logprobs(part)
+    part_loss, stats = compute_policy_loss(
+        logprobs,
+        part.old_logprobs,
+        part.advantages,
+        part.loss_mask,
+        part.group_index,
+        loss=settings.loss,
+        aggregation=settings.aggregation,
+        epsilon_max=settings.epsilon_max,
+        epsilon_low=settings.epsilon_low,
+        epsilon_high=settings.epsilon_high,
+    )
+    value = float(part_loss.detach())
+    if not math.isfinite(value):
+        return value  # no backward: the guard discards this step anyway
+    (part_loss * weight).backward()
+    totals.add(value * weight, entropy, part.loss_mask, stats)
+    return value
+
+
+def _skip(
+    optimizer: Optimizer, batch: Batch, lr: float, started: float, reason: str, totals: _Totals
+) -> StepResult:
+    optimizer.zero_grad(set_to_none=True)
+    return StepResult(
+        loss=math.nan,
+        entropy=totals.entropy(),
+        grad_norm=math.nan,
+        lr=lr,
+        tokens=batch.tokens,
+        samples=batch.samples,
+        seconds=time.perf_counter() - started,
+        stats=totals.merged_stats(),
+        skipped=True,
+        reason=reason,
+    )
+
+
+def plan_micro_batches(
+    batch: Batch, micro_batch_samples: int | None, aggregation: AggregationMode
+) -> list[Tensor]:
+    """Sample-index chunks of at most ``micro_batch_samples``; see the module docstring."""
+    total = batch.samples
+    device = batch.input_ids.device
+    if micro_batch_samples is None or micro_batch_samples >= total:
+        return [torch.arange(total, device=device)]
+    if micro_batch_samples < 1:
+        raise InputError(f"micro_batch_samples must be >= 1; got {micro_batch_samples}")
+    if aggregation != "prompt":
+        return list(torch.arange(total, device=device).split(micro_batch_samples))
+    _, counts = torch.unique_consecutive(batch.group_index, return_counts=True)
+    return [torch.arange(a, b, device=device) for a, b in _pack_groups(counts.tolist(), micro_batch_samples)]
+
+
+def _pack_groups(sizes: list[int], limit: int) -> list[tuple[int, int]]:
+    """(start, stop) ranges: whole consecutive groups up to ``limit``, or pieces of one big group."""
+    chunks: list[tuple[int, int]] = []
+    open_chunk = False  # whether the last chunk holds whole groups and may take more
+    start = 0
+    for size in sizes:
+        if size > limit:
+            chunks += [(s, min(s + limit, start + size)) for s in range(start, start + size, limit)]
+            open_chunk = False
+        elif open_chunk and start + size - chunks[-1][0] <= limit:
+            chunks[-1] = (chunks[-1][0], start + size)
+        else:
+            chunks.append((start, start + size))
+            open_chunk = True
+        start += size
+    return chunks
+
+
+def micro_batch_weights(
+    batch: Batch, parts: list[Tensor], aggregation: AggregationMode
+) -> list[float]:
+    """Weight of each micro-batch's aggregated loss so that the weighted sum is the full loss."""
+    tokens = batch.loss_mask.sum(dim=-1).float()  # trained tokens per sample
+    if aggregation == "token":
+        shares = [tokens[rows].sum() for rows in parts]
+        return _normalised(shares, tokens.sum())
+    if aggregation == "sample":
+        present = (tokens > 0).float()
+        return _normalised([present[rows].sum() for rows in parts], present.sum())
+    inverse, groups = dense_groups(batch.group_index)
+    group_tokens = group_sums(tokens, inverse, groups)
+    prompts = (group_tokens > 0).sum()
+    shares = []
+    for rows in parts:
+        in_part = group_sums(tokens[rows], inverse[rows], groups)
+        shares.append((in_part / group_tokens.clamp(min=1)).sum())
+    return _normalised(shares, prompts)
+
+
+def _normalised(shares: list[Tensor], total: Tensor) -> list[float]:
+    denominator = float(total)
+    return [float(share) / denominator if denominator > 0 else 0.0 for share in shares]
+
+
+class _Totals:
+    """Running sums over micro-batches: loss, entropy over trained tokens, recipe statistics."""
+
+    def __init__(self) -> None:
+        self.loss = 0.0
+        self.entropy_sum = 0.0
+        self.tokens = 0.0
+        self.parts: list[tuple[float, dict[str, float]]] = []
+
+    def add(self, loss: float, entropy: Tensor, mask: Tensor, stats: dict[str, float]) -> None:
+        self.loss += loss
+        self.entropy_sum += float(torch.where(mask, entropy, 0.0).sum())
+        self.tokens += float(mask.sum())
+        self.parts.append((float(mask.sum()), stats))
+
+    def entropy(self) -> float:
+        return self.entropy_sum / self.tokens if self.tokens else 0.0
+
+    def merged_stats(self) -> dict[str, float]:
+        """Token-weighted means, except ``*_max``/``*_min`` (extremes) and ``tokens`` (a sum)."""
+        merged: dict[str, float] = {}
+        present = [(n, s) for n, s in self.parts if n > 0] or self.parts
+        total = sum(n for n, _ in present)
+        for key in self.parts[0][1] if self.parts else {}:
+            values = [s[key] for _, s in present]
+            if key == "tokens":
+                merged[key] = sum(s[key] for _, s in self.parts)
+            elif key.endswith("_max"):
+                merged[key] = max(values)
+            elif key.endswith("_min"):
+                merged[key] = min(values)
+            else:
+                merged[key] = sum(n * s[key] for n, s in present) / total if total else 0.0
+        return merged
