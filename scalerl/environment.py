@@ -27,6 +27,7 @@ class ProcessEnv:
     metrics_port: int  # this process's /metrics (0 = not served)
     compute_units: int  # GPUs of the whole run (processes locally): compute = wall hours x this
     generator_index: int = -1  # this generator's index; -1 in the trainer
+    peer_timeout_s: float = 300.0  # how long to wait for a silent peer before failing
 
     def to_environ(self) -> dict[str, str]:
         return {
@@ -38,6 +39,7 @@ class ProcessEnv:
             _PREFIX + "METRICS_PORT": str(self.metrics_port),
             _PREFIX + "COMPUTE_UNITS": str(self.compute_units),
             _PREFIX + "GENERATOR_INDEX": str(self.generator_index),
+            _PREFIX + "PEER_TIMEOUT": str(self.peer_timeout_s),
         }
 
     @classmethod
@@ -66,4 +68,5 @@ class ProcessEnv:
             metrics_port=integer("METRICS_PORT", "0"),
             compute_units=integer("COMPUTE_UNITS", "1"),
             generator_index=integer("GENERATOR_INDEX", "-1"),
+            peer_timeout_s=float(get("PEER_TIMEOUT", "300")),
         )

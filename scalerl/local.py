@@ -216,7 +216,8 @@ class LocalRun:
         return self.refit(read_history(self.out / HISTORY_FILE))
 
 
-def run_local(path: Path, out: Path, *, display: bool = True) -> dict[str, Any] | None:
+def run_local(path: Path, out: Path | None, *, display: bool = True) -> dict[str, Any] | None:
+    """Run the ScaleRLRun in `path` to its end (or resume it) in `out` (default runs/<name>)."""
     run = resolve_paths(load_run(path), cache_dir=Path(".cache/scalerl").resolve())
     check_inputs(run)
-    return LocalRun(run, out, display=display).execute()
+    return LocalRun(run, out or Path("runs") / run.name, display=display).execute()

@@ -26,7 +26,10 @@ The procedure (paper, Sec. "fitting"; our additions marked):
    is refitted from the full-data solution, all replicates at once, without a grid. Resampling
    residuals rather than points keeps every replicate's compute range — the points at the largest
    compute decide the asymptote, and resampling points would drop them from some replicates.
-   R0 stays as in the fit (fixed, or refitted when `r0="fit"`). Intervals are percentiles.
+   A measured R0 (`r0="fixed"`) is one noisy evaluation too, so each replicate also perturbs it by
+   a resampled residual; `r0="fit"` refits it; a given float stays. Intervals are percentiles
+   (nominal 95 %; on Table 1's curves with noise 0.006 they cover the truth about 90 % of the time:
+   percentile intervals of a nonlinear fit from ~50 points run a little narrow).
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ def fit_curve(
     best = _refine(c[used], y[used], start, free)
     problem = _Problem(c[used], y[used][None, :], best[None, :], free)
     resid = problem(best[free][None, :], np.zeros(1, dtype=np.intp))[0][0]
-    draws = _bootstrap(problem, best, resid, bootstrap, seed)
+    draws = _bootstrap(problem, best, resid, bootstrap, seed, jitter_r0=r0 == "fixed")
     return FitResult.build(
         params=best,
         draws=draws,
@@ -136,10 +139,9 @@ def _check_options(
 ) -> None:
     if min_compute is not None and not (math.isfinite(min_compute) and min_compute >= 0):
         raise InputError(f"min_compute must be a finite number >= 0, got {min_compute}")
-    if isinstance(r0, str) and r0 not in ("fixed", "fit"):
+    given = isinstance(r0, (int, float)) and not isinstance(r0, bool) and 0.0 <= r0 <= 1.0
+    if r0 not in ("fixed", "fit") and not given:
         raise InputError(f"r0 must be 'fixed', 'fit' or a number in [0, 1], got {r0!r}")
-    if not isinstance(r0, str) and not 0.0 <= float(r0) <= 1.0:  # type: ignore[arg-type]
-        raise InputError(f"r0 must be 'fixed', 'fit' or a number in [0, 1], got {r0}")
     if bootstrap < 0:
         raise InputError(f"bootstrap must be >= 0 replicates, got {bootstrap}")
     if not 0.0 < level < 1.0:
@@ -168,12 +170,14 @@ def _a_grid(a_grid: ArrayLike | None, r0: float, y: FloatArray) -> FloatArray:
     # A = R0 makes the curve flat and B meaningless: only asymptotes above R0 are candidates.
     grid = grid[(grid > r0) & (grid <= 1.0)]
     if grid.size == 0:
-        raise FitError(f"R0 = {r0:g} leaves no room below 1.0 (or the A grid) for the curve to rise")
+        raise FitError(
+            f"R0 = {r0:g} leaves no room below 1.0 (or the A grid) for the curve to rise"
+        )
     return grid
 
 
 def _c_mid_grid(c_mid_grid: ArrayLike | None, c: FloatArray) -> FloatArray:
-    """Candidate midpoints, linearly spaced over [h/100, h], h = twice the largest fitted compute."""
+    """Candidate midpoints, linearly spaced over [h/100, h]; h = 2 x the largest fitted compute."""
     if c_mid_grid is not None:
         grid = np.asarray(c_mid_grid, dtype=float).ravel()
         if grid.size == 0 or not np.all(grid > 0):
@@ -240,20 +244,34 @@ def _refine(c: FloatArray, y: FloatArray, start: FloatArray, free: NDArray[np.bo
 
 
 def _bootstrap(
-    problem: _Problem, best: FloatArray, resid: FloatArray, replicates: int, seed: int
+    problem: _Problem,
+    best: FloatArray,
+    resid: FloatArray,
+    replicates: int,
+    seed: int,
+    *,
+    jitter_r0: bool,
 ) -> FloatArray:
-    """Parameters (A, B, C_mid, R0) refitted on `replicates` residual-bootstrap samples."""
+    """Parameters (A, B, C_mid, R0) refitted on `replicates` residual-bootstrap samples.
+
+    With `jitter_r0`, R0 — one measured pass rate, as noisy as any other — also gets a resampled
+    residual per replicate; holding it still would understate the spread of A and C_mid.
+    """
     if replicates == 0:
         return np.empty((0, 4))
     n, p = resid.size, int(problem.free.sum())
     fitted = problem.targets[0] + resid
     centred = (resid - resid.mean()) * math.sqrt(n / max(n - p, 1))
     rng = np.random.default_rng(seed)
-    targets = fitted[None, :] - centred[rng.integers(0, n, size=(replicates, n))]
-    batch = _Problem(problem.compute, targets, best[None, :], problem.free)
+    noise = centred[rng.integers(0, n, size=(replicates, n + 1))]
+    targets = fitted[None, :] - noise[:, :n]
+    base = np.tile(best, (replicates, 1))
+    if jitter_r0:
+        base[:, 3] = np.clip(best[3] - noise[:, n], 0.0, 1.0)
+    batch = _Problem(problem.compute, targets, base, problem.free)
     theta0 = np.tile(best[problem.free], (replicates, 1))
     theta = solve_batched(batch, theta0, LOWER[problem.free], UPPER[problem.free])
-    draws = np.tile(best, (replicates, 1))
+    draws = base
     draws[:, problem.free] = theta
     draws[:, 2] = np.exp(draws[:, 2])
     return draws[np.isfinite(draws).all(axis=1)]

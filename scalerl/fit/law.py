@@ -5,7 +5,10 @@
 A is the asymptotic pass rate, B > 0 the scaling exponent, C_mid the compute at which half of the
 gain A - R0 is reached and R0 the pass rate before any RL compute (R(0) = R0).
 
-We evaluate the law as a logistic function of log C, R = R0 + (A - R0) * expit(B * (ln C - ln C_mid)),
+We evaluate the law as a logistic function of log C,
+
+    R = R0 + (A - R0) * expit(B * (ln C - ln C_mid)),
+
 because (C_mid / C) ** B overflows for small C and large B, while expit saturates cleanly and
 gives R(0) = R0 exactly (ln 0 = -inf). Every function broadcasts over its arguments, so the fitter
 can evaluate a whole grid or a whole bootstrap at once.
@@ -27,7 +30,7 @@ def log_compute(compute: ArrayLike) -> FloatArray:
 
 
 def progress(compute: ArrayLike, B: ArrayLike, C_mid: ArrayLike) -> FloatArray:
-    """The fraction of the gain A - R0 reached at `compute`: 0 at C = 0, 1/2 at C_mid, 1 at C = inf."""
+    """Fraction of the gain A - R0 reached at `compute`: 0 at C = 0, 1/2 at C_mid, 1 at C = inf."""
     z = np.asarray(B, dtype=float) * (log_compute(compute) - np.log(np.asarray(C_mid, dtype=float)))
     return expit(z)
 

@@ -50,19 +50,24 @@ def check_points(
     r = np.array(pass_rate, dtype=float)
     if c.ndim != 1 or r.ndim != 1 or c.size != r.size:
         raise DataError(
-            f"compute and pass_rate must be 1-D and of equal length, got shapes {c.shape} and {r.shape}"
+            "compute and pass_rate must be 1-D and of equal length, "
+            f"got shapes {c.shape} and {r.shape}"
         )
     if c.size == 0:
         raise DataError("no points")
     for name, values in (("compute", c), ("pass_rate", r)):
         bad = np.flatnonzero(~np.isfinite(values))
         if bad.size:
-            raise DataError(f"{where(int(bad[0]))}: {name} is {values[bad[0]]}, not a finite number")
+            raise DataError(
+                f"{where(int(bad[0]))}: {name} is {values[bad[0]]}, not a finite number"
+            )
     _check_ranges(c, r, where)
     return c, r
 
 
-def _check_ranges(c: NDArray[np.float64], r: NDArray[np.float64], where: Callable[[int], str]) -> None:
+def _check_ranges(
+    c: NDArray[np.float64], r: NDArray[np.float64], where: Callable[[int], str]
+) -> None:
     negative = np.flatnonzero(c < 0)
     if negative.size:
         i = int(negative[0])
@@ -167,7 +172,9 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
 
 def _row_values(path: Path, line: int, row: dict[str, Any]) -> tuple[float, float, float]:
     compute, pass_rate = (_number(path, line, name, row[name]) for name in REQUIRED)
-    step = _number(path, line, "step", row["step"]) if row.get("step") not in (None, "") else math.nan
+    step = (
+        _number(path, line, "step", row["step"]) if row.get("step") not in (None, "") else math.nan
+    )
     return compute, pass_rate, step
 
 

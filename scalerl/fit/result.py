@@ -43,7 +43,9 @@ class FitResult:
     )
 
     @classmethod
-    def build(cls, *, params: NDArray[np.float64], draws: NDArray[np.float64], level: float, **kw: Any) -> FitResult:
+    def build(
+        cls, *, params: NDArray[np.float64], draws: NDArray[np.float64], level: float, **kw: Any
+    ) -> FitResult:
         """From the fitter's parameter vector (A, B, ln C_mid, R0) and its bootstrap draws."""
         draws = np.array(draws, dtype=float)
         draws.setflags(write=False)
@@ -57,9 +59,16 @@ class FitResult:
 
         A, B, log_c_mid, R0 = (float(v) for v in params)
         return cls(
-            A=A, B=B, C_mid=math.exp(log_c_mid), R0=R0,
-            A_interval=interval(0), B_interval=interval(1), C_mid_interval=interval(2),
-            level=level, draws=draws, **kw,
+            A=A,
+            B=B,
+            C_mid=math.exp(log_c_mid),
+            R0=R0,
+            A_interval=interval(0),
+            B_interval=interval(1),
+            C_mid_interval=interval(2),
+            level=level,
+            draws=draws,
+            **kw,
         )
 
     def predict(self, compute: ArrayLike) -> Any:
@@ -73,7 +82,9 @@ class FitResult:
             return None
         A, B, C_mid, R0 = (self.draws[:, i] for i in range(4))
         c = np.asarray(compute, dtype=float)
-        curves = sigmoid(c[None, ...], *(p.reshape((-1,) + (1,) * c.ndim) for p in (A, B, C_mid, R0)))
+        curves = sigmoid(
+            c[None, ...], *(p.reshape((-1,) + (1,) * c.ndim) for p in (A, B, C_mid, R0))
+        )
         tail = 100.0 * (1.0 - self.level) / 2.0
         lo, hi = np.percentile(curves, [tail, 100.0 - tail], axis=0)
         if c.ndim == 0:

@@ -53,11 +53,16 @@ def solve_batched(
         better = t_sse < sse[active]
         moved = np.abs(trial - theta[active]).max(axis=1)
         scale = np.abs(theta[active]).max(axis=1) + xtol
-        done = (better & (sse[active] - t_sse <= ftol * sse[active] + 1e-300)) | (moved <= xtol * scale)
+        done = (better & (sse[active] - t_sse <= ftol * sse[active] + 1e-300)) | (
+            moved <= xtol * scale
+        )
         done |= damping[active] > 1e12
         keep = active[better]
         theta[keep], resid[keep], jac[keep], sse[keep] = (
-            trial[better], t_resid[better], t_jac[better], t_sse[better]
+            trial[better],
+            t_resid[better],
+            t_jac[better],
+            t_sse[better],
         )
         damping[active] = np.where(better, damping[active] / 10.0, damping[active] * 10.0)
         active = active[~done]
@@ -70,5 +75,7 @@ def _lm_step(resid: FloatArray, jac: FloatArray, damping: FloatArray) -> FloatAr
     hess = np.einsum("knp,knq->kpq", jac, jac)
     diag = np.einsum("kpp->kp", hess)
     # A floor on the diagonal keeps the system solvable when a parameter has no effect (flat curve).
-    damped = hess + np.einsum("kp,pq->kpq", damping[:, None] * np.maximum(diag, 1e-12), np.eye(grad.shape[1]))
+    damped = hess + np.einsum(
+        "kp,pq->kpq", damping[:, None] * np.maximum(diag, 1e-12), np.eye(grad.shape[1])
+    )
     return -np.linalg.solve(damped, grad[..., None])[..., 0]

@@ -40,8 +40,6 @@ from scalerl.spec import RunSpec, ScaleRLRun, load_run
 
 log = logging.getLogger("scalerl.generator")
 T = TypeVar("T")
-SYNC_TIMEOUT_S = 300.0
-START_TIMEOUT_S = 600.0
 
 
 def engine_config(spec: RunSpec, env: ProcessEnv) -> EngineConfig:
@@ -159,7 +157,7 @@ class Generator:
 
     async def update(self, command: UpdateWeights) -> None:
         try:
-            seconds = await self.engine.update_weights(command.version, timeout_s=SYNC_TIMEOUT_S)
+            seconds = await self.engine.update_weights(command.version, timeout_s=self.env.peer_timeout_s)
         except WeightSyncError as err:
             # The engine resumed on the previous weights; the trainer sees the broken broadcast
             # on its side too and restarts the gang from its checkpoint.
@@ -229,19 +227,21 @@ class Generator:
     # --- life cycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Hello, wait for Start, join the weight-sync group, load any resumed weights."""
+        """Hello, wait for Start, start the engine, join the weight-sync group, load any resumed
+        weights. The trainer is contacted first so an unreachable one is reported at once."""
         self.channel.hello()
-        start = await self.wait_for(Start, START_TIMEOUT_S)
+        start = await self.wait_for(Start, self.env.peer_timeout_s)
         self.curriculum.load_state_dict(start.curriculum)
+        await self.engine.start()
         await self.engine.init_weight_sync(
             self.env.trainer_host,
             self.env.sync_port,
             self.spec.generators.replicas + 1,
             self.index + 1,
-            SYNC_TIMEOUT_S,
+            self.env.peer_timeout_s,
         )
         if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
-            first = await self.wait_for(UpdateWeights, SYNC_TIMEOUT_S)
+            first = await self.wait_for(UpdateWeights, self.env.peer_timeout_s)
             await self.update(first)
             if self.engine.version != start.version:
                 raise WeightSyncError(f"could not load the resumed weights of version {start.version}")
@@ -277,7 +277,6 @@ async def serve(env: ProcessEnv) -> None:
     count = spec.generators.replicas
     tokenizer = AutoTokenizer.from_pretrained(spec.model.path)
     engine = GenerationEngine(engine_config(spec, env))
-    await engine.start()
     channel = GeneratorChannel(f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index)
     generator = Generator(
         run=run,

@@ -32,6 +32,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import msgpack
@@ -117,10 +118,13 @@ class _Layout:
         low = index * self.bucket_bytes
         return low, min(low + self.bucket_bytes, self.total)
 
+    @cached_property
+    def starts(self) -> list[int]:
+        return [slot.offset for slot in self.slots]
+
     def pieces(self, index: int) -> list[_Piece]:
         low, high = self.bucket_range(index)
-        starts = [slot.offset for slot in self.slots]
-        i = max(bisect_right(starts, low) - 1, 0)
+        i = max(bisect_right(self.starts, low) - 1, 0)
         found: list[_Piece] = []
         while i < len(self.slots) and self.slots[i].offset < high:
             slot = self.slots[i]
@@ -185,6 +189,7 @@ class WeightSender:
         self.group = group
         # Buckets start on checksum rows; rounding down keeps every bucket <= what was asked.
         self.bucket_bytes = bucket_bytes // ALIGN * ALIGN
+        self._scratch = torch.empty(0, dtype=torch.uint8, device=group.device)
 
     def send(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> SendStats:
         """Broadcast one version; returns when every bucket left this rank."""
@@ -205,14 +210,19 @@ class WeightSender:
         device = self.group.device
         self.group.broadcast(torch.tensor(header.encode(), dtype=torch.int64, device=device))
         self.group.broadcast(torch.frombuffer(bytearray(blob), dtype=torch.uint8).to(device))
-        scratch = torch.empty(0, dtype=torch.uint8, device=device)
-        if layout.buckets > 1 or not _is_direct(layout, sources, 0, device):
-            scratch = torch.empty(
-                min(self.bucket_bytes, layout.total), dtype=torch.uint8, device=device
-            )
+        packed = [i for i in range(layout.buckets) if not _is_direct(layout, sources, i, device)]
+        scratch = self._scratch_for(min(self.bucket_bytes, layout.total) if packed else 0)
         for index in range(layout.buckets):
             self._broadcast_bucket(index, _bucket_bytes(layout, sources, index, scratch))
         return SendStats(version, layout.total, layout.buckets, time.perf_counter() - started)
+
+    def _scratch_for(self, nbytes: int) -> Tensor:
+        """The packing buffer, at most one bucket, kept between versions (packing into freshly
+        allocated host memory costs more than the copy itself)."""
+        if self._scratch.numel() < nbytes:
+            self._scratch = torch.empty(0, dtype=torch.uint8, device=self.group.device)
+            self._scratch = torch.empty(nbytes, dtype=torch.uint8, device=self.group.device)
+        return self._scratch
 
     def _broadcast_bucket(self, index: int, data: Tensor) -> None:
         """Send bucket `index`. Tests override this to damage or interrupt a transfer; `data`
@@ -221,12 +231,20 @@ class WeightSender:
 
 
 class WeightReceiver:
-    """A generator's end: receives whole versions, or raises and returns nothing."""
+    """A generator's end: receives whole versions, or raises and returns nothing.
 
-    def __init__(self, group: SyncGroup) -> None:
+    `keep_buffer=True` keeps the payload buffer after a version and reuses it for the next one
+    once every tensor of the previous version has been dropped (checked, never assumed). That
+    saves allocating and first-touching a whole model per version on CPU, at the price of one
+    payload of memory held between versions; GPUs get the same from the caching allocator.
+    """
+
+    def __init__(self, group: SyncGroup, *, keep_buffer: bool = False) -> None:
         if group.rank == 0:
             raise InputError("rank 0 of the sync group is the sender; receivers have rank >= 1")
         self.group = group
+        self.keep_buffer = keep_buffer
+        self._spare: Tensor | None = None
 
     def receive(self, timeout_s: float | None = None) -> tuple[int, list[tuple[str, Tensor]]]:
         """Receive the next version: `(version, [(name, tensor), ...])` on the group's device.
@@ -246,23 +264,45 @@ class WeightReceiver:
             layout, checksums = _decode_layout(raw.cpu().numpy().tobytes(), header)
         except WeightSyncError as err:
             problems.append(str(err))
-        flat = torch.empty(header.total, dtype=torch.uint8, device=self.group.device)
+        flat = self._buffer(header.total)
+        problems += self._receive_buckets(flat, header, checksums, deadline)
+        if self.keep_buffer:
+            self._spare = flat if flat._base is None else flat._base
+        if problems or layout is None:
+            raise WeightSyncError("; ".join(problems) + "; keeping the previous weights")
+        return header.version, _views(flat, layout.slots)
+
+    def _receive_buckets(
+        self,
+        flat: Tensor,
+        header: _Header,
+        checksums: list[tuple[int, int, int]],
+        deadline: float | None,
+    ) -> list[str]:
+        """Fill `flat` bucket by bucket; checks each against `checksums` (none: unchecked)."""
+        problems = []
         for index in range(header.buckets):
             low = index * header.bucket_bytes
             bucket = flat[low : min(low + header.bucket_bytes, header.total)]
             # Every bucket is received even after a problem, so the sender's broadcasts pair up.
             self.group.broadcast(bucket, timeout_s=_remaining(deadline))
-            if layout is not None:
-                whole = [_Piece(0, 0, bucket.numel(), 0)]
-                got = _checksum(whole, [bucket], bucket.numel(), self.group.device)
-                if got != checksums[index]:
-                    problems.append(
-                        f"bucket {index} (of {header.buckets}) of version {header.version}: "
-                        f"checksum mismatch, expected {checksums[index]}, got {got}"
-                    )
-        if problems or layout is None:
-            raise WeightSyncError("; ".join(problems) + "; keeping the previous weights")
-        return header.version, _views(flat, layout.slots)
+            if not checksums:
+                continue
+            whole = [_Piece(0, 0, bucket.numel(), 0)]
+            got = _checksum(whole, [bucket], bucket.numel(), self.group.device)
+            if got != checksums[index]:
+                problems.append(
+                    f"bucket {index} (of {header.buckets}) of version {header.version}: "
+                    f"checksum mismatch, expected {checksums[index]}, got {got}"
+                )
+        return problems
+
+    def _buffer(self, nbytes: int) -> Tensor:
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.numel() >= nbytes and _sole_owner(spare):
+            return spare[:nbytes]
+        del spare  # freed before the new one is allocated: never two payloads at once
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.group.device)
 
     def _receive_header(self, deadline: float | None) -> _Header:
         header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.group.device)
@@ -373,8 +413,19 @@ def _row_sums(data: Tensor) -> Tensor:
         last = torch.zeros(ALIGN, dtype=torch.uint8, device=data.device)
         last[:tail] = data[full * ALIGN :]
         rows = torch.cat([rows, last.view(torch.int64).sum().reshape(1)])
-    weights = torch.arange(1, rows.numel() + 1, dtype=torch.int64, device=data.device)
-    return torch.stack([rows.sum(), (rows * weights).sum()])
+    return torch.stack([rows.sum(), (rows * _row_weights(rows.numel(), data.device)).sum()])
+
+
+_ROW_WEIGHTS: dict[torch.device, Tensor] = {}
+
+
+def _row_weights(count: int, device: torch.device) -> Tensor:
+    """1, 2, ..., count; cached because allocating it per bucket costs more than the sum."""
+    cached = _ROW_WEIGHTS.get(device)
+    if cached is None or cached.numel() < count:
+        cached = torch.arange(1, max(count, 4096) + 1, dtype=torch.int64, device=device)
+        _ROW_WEIGHTS[device] = cached
+    return cached[:count]
 
 
 def _decode_layout(blob: bytes, header: _Header) -> tuple[_Layout, list[tuple[int, int, int]]]:
@@ -411,6 +462,17 @@ def _check_slot(slot: _Slot, header: _Header) -> None:
 
 def _views(flat: Tensor, slots: list[_Slot]) -> list[tuple[str, Tensor]]:
     return [(s.name, flat[s.offset : s.end].view(_DTYPES[s.dtype]).view(s.shape)) for s in slots]
+
+
+def _sole_owner(tensor: Tensor) -> bool:
+    """Whether nothing but `tensor` itself references its storage (no view of it survives)."""
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    if use_count is None:
+        return False
+    fresh = torch.empty(1, dtype=tensor.dtype, device=tensor.device)
+    return bool(
+        use_count(tensor.untyped_storage()._cdata) <= use_count(fresh.untyped_storage()._cdata)
+    )
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -39,7 +39,7 @@ class BatchStats:
     tokens: int = 0  # trained (loss-mask) tokens of kept samples
     pass_rate: float = 0.0  # over all received samples; truncated = failed
     truncation_rate: float = 0.0  # truncated / all received samples
-    policy_lag: float = 0.0  # current_version − mean version of all received tokens
+    mean_lag: float = 0.0  # policy lag: current_version − mean version of received tokens
     stale_groups: int = 0
     truncated_samples: int = 0  # truncated samples of non-stale groups (dropped by rule 2)
     zero_variance_groups: int = 0
@@ -77,8 +77,23 @@ class Batch:
         return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
     def select(self, rows: Tensor) -> Batch:
-        """The sub-batch of sample indices ``rows`` (used for micro-batches)."""
-        return Batch(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+        """The sub-batch of sample indices ``rows`` (micro-batches), cut to its own padding.
+
+        Columns past the rows' longest sequence and past their last trained token carry nothing,
+        so dropping them saves compute when lengths vary.
+        """
+        part = Batch(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+        width = max(1, int(part.attention_mask.sum(dim=-1).max()))
+        trained = part.loss_mask.any(dim=0).nonzero()
+        tokens = int(trained.max()) + 1 if trained.numel() else 1
+        return replace(
+            part,
+            input_ids=part.input_ids[:, :width],
+            attention_mask=part.attention_mask[:, :width],
+            completion_positions=part.completion_positions[:, :tokens].clamp(max=width - 1),
+            old_logprobs=part.old_logprobs[:, :tokens],
+            loss_mask=part.loss_mask[:, :tokens],
+        )
 
 
 def build_batch(
@@ -93,13 +108,15 @@ def build_batch(
     """The effective batch of ``groups`` (None when nothing is left) and its statistics."""
     stats = _received_stats(groups, current_version)
     oldest = None if max_off_policy is None else current_version - max_off_policy
-    fresh = [g for g in groups if oldest is None or not g.samples or g.min_version >= oldest]
+    fresh = [g for g in groups if not _is_stale(g, oldest)]
     samples = [s for g in fresh for s in g.samples]
     owners = [i for i, g in enumerate(fresh) for _ in g.samples]
     truncated = torch.tensor([s.truncated for s in samples], dtype=torch.bool)
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     group_ids = torch.tensor(owners, dtype=torch.long)
-    keep = effective_sample_mask(truncated, rewards, group_ids, drop_zero_variance=drop_zero_variance)
+    keep = effective_sample_mask(
+        truncated, rewards, group_ids, drop_zero_variance=drop_zero_variance
+    )
     survivors = torch.unique(group_ids[~truncated])
     kept_groups = torch.unique(group_ids[keep])
     stats = replace(
@@ -120,6 +137,12 @@ def build_batch(
     )
 
 
+def _is_stale(group: RolloutGroup, oldest: int | None) -> bool:
+    """Whether any token of ``group`` comes from a policy older than ``oldest`` (None: no limit)."""
+    firsts = [min(s.versions) for s in group.samples if s.versions]
+    return oldest is not None and bool(firsts) and min(firsts) < oldest
+
+
 def _received_stats(groups: list[RolloutGroup], current_version: int) -> BatchStats:
     samples = [s for g in groups for s in g.samples]
     if not samples:
@@ -133,7 +156,7 @@ def _received_stats(groups: list[RolloutGroup], current_version: int) -> BatchSt
         received_samples=len(samples),
         pass_rate=passed / len(samples),
         truncation_rate=truncated / len(samples),
-        policy_lag=float(lag),
+        mean_lag=float(lag),
     )
 
 
@@ -158,7 +181,10 @@ def _pad(
 ) -> Batch:
     for sample, prompt in zip(samples, prompts, strict=True):
         _check(sample, prompt)
-    sequences = [torch.tensor(p + s.completion_ids, dtype=torch.long) for s, p in zip(samples, prompts)]
+    sequences = [
+        torch.tensor(p + s.completion_ids, dtype=torch.long)
+        for s, p in zip(samples, prompts, strict=True)
+    ]
     input_ids = pad_sequence(sequences, batch_first=True, padding_value=pad_id)
     lengths = torch.tensor([len(q) for q in sequences])
     attention_mask = (torch.arange(input_ids.shape[1])[None, :] < lengths[:, None]).long()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import uuid
@@ -106,7 +107,7 @@ def load_checkpoint(
             path / OPTIMIZER_FILE, map_location=policy.device, weights_only=True
         )
         scheduler_state = torch.load(path / SCHEDULER_FILE, weights_only=True)
-    except (OSError, RuntimeError, ValueError) as err:  # JSONDecodeError is a ValueError
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as err:
         raise DataError(f"cannot read checkpoint {path}: {err}") from err
     policy.load_weights(path)
     optimizer.load_state_dict(optimizer_state)

@@ -10,7 +10,6 @@ one broadcast.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -42,8 +41,6 @@ from scalerl.trainer.policy import Policy, load_policy
 from scalerl.trainer.step import StepResult, train_step
 
 log = logging.getLogger("scalerl.trainer")
-PEER_TIMEOUT_S = float(os.environ.get("SCALERL_PEER_TIMEOUT", "300"))
-SYNC_TIMEOUT_S = 300.0
 
 
 @dataclass
@@ -74,7 +71,7 @@ class Trainer:
     def start_generators(self) -> None:
         """Wait for every generator, tell each where the run stands, form the weight-sync group."""
         count = self.spec.generators.replicas
-        self.channel.wait_for_generators(count, PEER_TIMEOUT_S)
+        self.channel.wait_for_generators(count, self.env.peer_timeout_s)
         threshold = self.spec.recipe.no_positive_resampling.pass_rate_threshold
         for g in range(count):
             curriculum = NoPositiveResampling(threshold)
@@ -82,7 +79,7 @@ class Trainer:
             self.curricula[g] = curriculum
             self.channel.send(g, Start(version=self.state.version, step=self.state.step,
                                        curriculum=curriculum.state_dict()))
-        self.group = connect("0.0.0.0", self.env.sync_port, count + 1, 0, timeout_s=SYNC_TIMEOUT_S)
+        self.group = connect("0.0.0.0", self.env.sync_port, count + 1, 0, timeout_s=self.env.peer_timeout_s)
         self.sender = WeightSender(self.group)
         if self.state.version > 0:  # resumed: generators start from the base weights
             self.broadcast_weights()
@@ -104,14 +101,14 @@ class Trainer:
             raise PeerError(f"generator {generator} restarted mid-run; restarting the gang")
 
     def collect(self, groups: int) -> list[RolloutGroup]:
-        deadline = time.monotonic() + PEER_TIMEOUT_S
+        deadline = time.monotonic() + self.env.peer_timeout_s
         while len(self.backlog) < groups:
             if time.monotonic() > deadline:
-                raise PeerError(f"no rollouts from the generators for {PEER_TIMEOUT_S:.0f} s")
+                raise PeerError(f"no rollouts from the generators for {self.env.peer_timeout_s:.0f} s")
             before = len(self.backlog)
             self.receive(1.0)
             if len(self.backlog) > before:
-                deadline = time.monotonic() + PEER_TIMEOUT_S
+                deadline = time.monotonic() + self.env.peer_timeout_s
         taken, self.backlog = self.backlog[:groups], self.backlog[groups:]
         return taken
 
@@ -199,7 +196,7 @@ class Trainer:
     def evaluate(self) -> dict[str, Any]:
         step, count = self.state.step, self.spec.generators.replicas
         self.channel.broadcast(Evaluate(step=step, version=self.state.version))
-        deadline = time.monotonic() + PEER_TIMEOUT_S
+        deadline = time.monotonic() + self.env.peer_timeout_s
         while len([r for r in self.results if r.step == step]) < count:
             if time.monotonic() > deadline:
                 raise PeerError(f"evaluation at step {step}: not every generator answered")
@@ -287,4 +284,3 @@ def main() -> None:
             trainer.group.close()
 
 
-__all__ = ["Trainer", "build_trainer", "main", "math"]

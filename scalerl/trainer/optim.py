@@ -44,7 +44,7 @@ def build_optimizer(
     eps: float,
     warmup_steps: int,
 ) -> tuple[torch.optim.AdamW, LRScheduler]:
-    """AdamW over ``params`` and its warm-up scheduler; call ``scheduler.step()`` after each step."""
+    """AdamW over ``params`` and its warm-up scheduler; step the scheduler after each step."""
     if not lr > 0:
         raise InputError(f"learning rate must be > 0; got {lr}")
     if weight_decay < 0 or eps <= 0 or warmup_steps < 0:

@@ -1,4 +1,4 @@
-"""The policy being trained: an HF causal LM, its tokenizer, and the FP32 LM head (paper: FP32 head).
+"""The policy being trained: an HF causal LM, its tokenizer and the FP32 LM head (paper: FP32 head).
 
 With ``fp32_lm_head`` the final projection runs in float32 whatever the body dtype: the head's
 parameter is kept in float32 (it is the master copy the optimizer updates), the body's last hidden
@@ -98,7 +98,9 @@ class Policy:
         # The token at position p is predicted by the hidden state at p - 1; project only those.
         source = (batch.completion_positions - 1).clamp(min=0)
         index = source.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-        logits = self._project(hidden.gather(1, index)) / self.temperature
+        logits = self._project(hidden.gather(1, index))
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
         targets = batch.input_ids.gather(1, batch.completion_positions)
         picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         logprobs = picked - torch.logsumexp(logits, dim=-1)
@@ -148,13 +150,14 @@ class Policy:
                 f"checkpoint {directory} does not match the model: missing {missing[:5]}, "
                 f"unexpected {result.unexpected_keys[:5]}"
             )
-        self._restore_fp32_head(directory, state)
+        # load_state_dict copies into the parameters as they are: an FP32 head stays FP32.
 
-    def _restore_fp32_head(self, directory: Path, state: dict[str, Tensor] | None = None) -> None:
-        """Overwrite the FP32 head with the stored tensor when that one is float32 (exact resume)."""
+    def _restore_fp32_head(self, directory: Path) -> None:
+        """Overwrite the FP32 head with the stored tensor when that one is float32 (exact resume);
+        HF's loader would have rounded it to the body dtype."""
         if not self.fp32_lm_head:
             return
-        state = state if state is not None else read_safetensors(directory)
+        state = read_safetensors(directory)
         name = head_parameter_name(self.model)
         stored = state.get(name)
         if stored is not None and stored.dtype == torch.float32:

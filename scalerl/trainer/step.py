@@ -10,7 +10,8 @@ tokens it holds, which is exact because the group's loss is a token-weighted sum
 
 **NaN guard.** If a loss or the gradient norm is not finite, the gradients are dropped and neither
 the optimizer nor the scheduler steps: parameters, optimizer state and lr are unchanged and the
-caller gets ``StepResult(skipped=True, reason=...)`` to count and log.
+caller gets ``StepResult(skipped=True, reason=...)`` to count and log. A batch without a single
+trained token is skipped the same way (an AdamW step would still apply weight decay).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def train_step(
     lr = float(optimizer.param_groups[0]["lr"])
     optimizer.zero_grad(set_to_none=True)
     batch = batch.to(policy.device)
+    if batch.tokens == 0:  # AdamW would still decay the weights: nothing to learn, no step
+        return _skip(optimizer, batch, lr, started, "no trained tokens in the batch", _Totals())
     parts = plan_micro_batches(batch, micro_batch_samples, aggregation)
     weights = micro_batch_weights(batch, parts, aggregation)
     totals = _Totals()
@@ -90,7 +93,9 @@ def train_step(
     norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
     grad_norm = float(norm)
     if not math.isfinite(grad_norm):
-        return _skip(optimizer, batch, lr, started, f"non-finite gradient norm ({grad_norm})", totals)
+        return _skip(
+            optimizer, batch, lr, started, f"non-finite gradient norm ({grad_norm})", totals
+        )
     if max_grad_norm is not None and grads:
         torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, norm)
     optimizer.step()
@@ -164,11 +169,14 @@ def plan_micro_batches(
     if aggregation != "prompt":
         return list(torch.arange(total, device=device).split(micro_batch_samples))
     _, counts = torch.unique_consecutive(batch.group_index, return_counts=True)
-    return [torch.arange(a, b, device=device) for a, b in _pack_groups(counts.tolist(), micro_batch_samples)]
+    return [
+        torch.arange(a, b, device=device)
+        for a, b in _pack_groups(counts.tolist(), micro_batch_samples)
+    ]
 
 
 def _pack_groups(sizes: list[int], limit: int) -> list[tuple[int, int]]:
-    """(start, stop) ranges: whole consecutive groups up to ``limit``, or pieces of one big group."""
+    """(start, stop) ranges: consecutive whole groups up to ``limit``, or pieces of one group."""
     chunks: list[tuple[int, int]] = []
     open_chunk = False  # whether the last chunk holds whole groups and may take more
     start = 0

@@ -1,0 +1,354 @@
+"""The `scalerl` command line.
+
+Each command is a pair: `add_<name>_parser(subparsers)` declares its arguments and points
+`handler` at `cmd_<name>(args) -> int`. Handlers import what they need when they run, so
+`scalerl --help` and unrelated commands stay fast. `main` is the one top-level error handler: a
+ScaleRLError becomes `error: <message>` on stderr and its exit code; anything else is a bug and
+keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from scalerl.errors import FitError, ScaleRLError
+
+if TYPE_CHECKING:
+    from scalerl.fit import Curve, FitResult
+
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit status (0 ok, 2 bad input, 1 other failures)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse reports usage errors (2) and --help (0) by exiting
+        return 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 2
+    try:
+        return int(args.handler(args))
+    except ScaleRLError as err:
+        for problem in getattr(err, "problems", None) or [str(err)]:
+            print(f"error: {problem}", file=sys.stderr)
+        return err.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scalerl",
+        description="ScaleRL post-training runs and their scaling-curve predictions.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_parser in COMMANDS:
+        add_parser(subparsers)
+    return parser
+
+
+# --- scalerl fit -----------------------------------------------------------------------------
+
+
+def add_fit_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "fit",
+        help="fit the sigmoidal scaling law to a run's evaluations",
+        description="Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to a curve file: CSV with a "
+        "header row or JSONL, columns compute and pass_rate (step optional, others ignored), "
+        "sorted by compute.",
+    )
+    p.add_argument("file", help="curve file (.csv or .jsonl)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", metavar="PNG", help="write a plot of the fit to this PNG file")
+    p.add_argument(
+        "--predict-at",
+        metavar="C",
+        type=_compute_value,
+        nargs="+",
+        action="extend",
+        default=[],
+        help="predict the pass rate at these compute values",
+    )
+    _add_fit_options(p)
+    p.set_defaults(handler=cmd_fit)
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from scalerl.fit import plot_fit
+
+    curve, result = _fit_file(args.file, args)
+    predicted = [_prediction(result, c) for c in args.predict_at]
+    if args.plot:
+        horizon = max(args.predict_at) if args.predict_at else None
+        plot_fit(result, curve.compute, curve.pass_rate, args.plot, predict_to=horizon)
+    if args.json:
+        out = {"file": args.file, **result.to_dict(), "predicted": predicted}
+        if args.plot:
+            out["plot"] = args.plot
+        print(json.dumps(out))
+    else:
+        print(_fit_summary(args.file, result, predicted))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+# --- scalerl compare -------------------------------------------------------------------------
+
+
+def add_compare_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="which of two runs scales better (the paper's rule)",
+        description="Fit both curves. If their asymptotes A differ by more than 0.02 the higher A "
+        "wins; otherwise both are refitted with A fixed at their mean and the higher B wins.",
+    )
+    p.add_argument("file_a", metavar="FILE_A", help="curve file of run a")
+    p.add_argument("file_b", metavar="FILE_B", help="curve file of run b")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_fit_options(p)
+    p.set_defaults(handler=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from scalerl.fit import compare
+
+    curve_a, fit_a = _fit_file(args.file_a, args)
+    curve_b, fit_b = _fit_file(args.file_b, args)
+    result = compare(
+        fit_a, fit_b, (curve_a.compute, curve_a.pass_rate), (curve_b.compute, curve_b.pass_rate)
+    )
+    verdict = result.verdict(args.file_a, args.file_b)
+    if args.json:
+        files = {"a": args.file_a, "b": args.file_b}
+        print(
+            json.dumps(
+                {
+                    "a": {"file": args.file_a, **fit_a.to_dict()},
+                    "b": {"file": args.file_b, **fit_b.to_dict()},
+                    **result.to_dict(),
+                    "winner_file": files.get(result.winner),
+                    "verdict": verdict,
+                }
+            )
+        )
+    else:
+        width = max(len(args.file_a), len(args.file_b))
+        for label, path, fit in (("a", args.file_a, fit_a), ("b", args.file_b, fit_b)):
+            print(f"{label}  {path:<{width}}  {_one_line(fit)}")
+        print(f"verdict: {verdict}")
+    return 0
+
+
+# --- shared pieces ---------------------------------------------------------------------------
+
+
+def _add_fit_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--min-compute",
+        metavar="X",
+        type=_compute_value,
+        default=None,
+        help="exclude points below this compute from the fit (default: 3%% of the largest "
+        "compute; the paper excludes ~1.5k of 50k GPU-hours)",
+    )
+    p.add_argument(
+        "--r0",
+        choices=("fixed", "fit"),
+        default="fixed",
+        help="fixed: R0 is the pass rate at the smallest compute (default); fit: a free parameter",
+    )
+    p.add_argument(
+        "--bootstrap",
+        metavar="N",
+        type=_count,
+        default=200,
+        help="bootstrap replicates for the intervals (default 200; 0 skips them)",
+    )
+    p.add_argument("--seed", metavar="S", type=int, default=0, help="bootstrap seed (default 0)")
+
+
+def _fit_file(path: str, args: argparse.Namespace) -> tuple[Curve, FitResult]:
+    from scalerl.fit import fit_curve, load_curve
+
+    curve = load_curve(path)
+    try:
+        result = fit_curve(
+            curve.compute,
+            curve.pass_rate,
+            min_compute=args.min_compute,
+            r0=args.r0,
+            bootstrap=args.bootstrap,
+            seed=args.seed,
+        )
+    except FitError as err:
+        raise FitError(f"{path}: {err}") from None
+    return curve, result
+
+
+def _prediction(result: FitResult, compute: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"compute": compute, "pass_rate": result.predict(compute)}
+    band = result.predict_interval(compute)
+    if band is not None:
+        out["interval"] = list(band)
+    return out
+
+
+def _fit_summary(path: str, result: FitResult, predicted: list[dict[str, Any]]) -> str:
+    level = f"{round(100 * result.level)}% interval"
+
+    def row(name: str, value: str, interval: tuple[float, float] | None, fmt: str) -> str:
+        tail = f"   {level} [{interval[0]:{fmt}}, {interval[1]:{fmt}}]" if interval else ""
+        return f"  {name:<6} {value:>8}{tail}"
+
+    lines = [
+        f"{path}: fitted {result.points} points, {result.excluded} below min_compute "
+        f"{result.min_compute:.4g} excluded, R0 {_R0_MODES[result.r0_mode]}",
+        row("A", f"{result.A:.4f}", result.A_interval, ".4f"),
+        row("B", f"{result.B:.3f}", result.B_interval, ".3f"),
+        row("C_mid", f"{result.C_mid:.4g}", result.C_mid_interval, ".4g"),
+        row("R0", f"{result.R0:.4f}", None, ""),
+    ]
+    for p in predicted:
+        band = f"   [{p['interval'][0]:.4f}, {p['interval'][1]:.4f}]" if "interval" in p else ""
+        lines.append(
+            f"  predicted pass rate at compute {p['compute']:.6g}: {p['pass_rate']:.4f}{band}"
+        )
+    return "\n".join(lines)
+
+
+_R0_MODES = {"fixed": "fixed", "fit": "fitted"}
+
+
+def _one_line(fit: FitResult) -> str:
+    interval = f" [{fit.A_interval[0]:.3f}, {fit.A_interval[1]:.3f}]" if fit.A_interval else ""
+    return f"A {fit.A:.3f}{interval}  B {fit.B:.3f}  C_mid {fit.C_mid:.4g}  ({fit.points} points)"
+
+
+def _compute_value(text: str) -> float:
+    """argparse type: a finite compute value >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def _count(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+# --- scalerl validate / run / trainer / generator ----------------------------------------------
+
+
+def add_validate_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate",
+        help="check a ScaleRLRun file",
+        description="Exit 0 when the ScaleRLRun is valid; otherwise print one line per bad field "
+        "(with its path, e.g. spec.recipe.loss.type) and exit 2.",
+    )
+    p.add_argument("file", help="ScaleRLRun YAML")
+    p.set_defaults(handler=cmd_validate)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from scalerl.spec import load_run
+
+    run = load_run(args.file)
+    print(f"{args.file}: ScaleRLRun {run.name} is valid")
+    return 0
+
+
+def add_run_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run a ScaleRLRun on this machine",
+        description="Start one trainer and spec.generators.replicas generators as local "
+        "processes; show progress; write DIR/history.jsonl, DIR/fit.json, DIR/curve.png and "
+        "checkpoints. Ctrl-C stops every process; the same command again resumes.",
+    )
+    p.add_argument("file", help="ScaleRLRun YAML")
+    p.add_argument("--out", default=None, help="run directory (default: runs/<name>)")
+    p.add_argument("--no-progress", action="store_true", help="no live progress display")
+    p.set_defaults(handler=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from scalerl.local import run_local
+
+    out = Path(args.out) if args.out else None
+    report = run_local(Path(args.file), out, display=not args.no_progress)
+    if report is None:
+        print("run finished; too few evaluations for a prediction")
+        return 0
+    print(
+        f"prediction: A = {report['A']:.3f} (interval {report['A_interval']}), "
+        f"C_mid = {report['C_mid']:.4g}, B = {report['B']:.2f}, "
+        f"pass rate at budget {report['budget']:.4g}: {report['predictedAtBudget']:.3f}"
+    )
+    return 0
+
+
+def add_trainer_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "trainer",
+        help="the trainer process (reads the SCALERL_* environment)",
+        description="Trainer rank 0 of a run; configured by the environment contract in "
+        "scalerl/environment.py (SCALERL_SPEC, SCALERL_RUN_DIR, ports).",
+    )
+    p.set_defaults(handler=cmd_trainer)
+
+
+def cmd_trainer(args: argparse.Namespace) -> int:
+    from scalerl.trainer.main import main as trainer_main
+
+    trainer_main()
+    return 0
+
+
+def add_generator_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "generator",
+        help="a generator process (reads the SCALERL_* environment)",
+        description="One vLLM generator of a run; configured by the environment contract in "
+        "scalerl/environment.py (SCALERL_GENERATOR_INDEX among others).",
+    )
+    p.set_defaults(handler=cmd_generator)
+
+
+def cmd_generator(args: argparse.Namespace) -> int:
+    from scalerl.generator.main import main as generator_main
+
+    generator_main()
+    return 0
+
+
+# Each entry declares one subcommand; add new commands here.
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
+    add_run_parser,
+    add_validate_parser,
+    add_fit_parser,
+    add_compare_parser,
+    add_trainer_parser,
+    add_generator_parser,
+)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""The fit of a run in progress: `fit.json` and `curve.png` next to its `history.jsonl`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scalerl.fit.fitter import fit_curve
+from scalerl.fit.plot import plot_fit
+
+FIT_FILE = "fit.json"
+PLOT_FILE = "curve.png"
+
+
+def write_fit(
+    history: list[dict[str, Any]], out: Path, *, min_compute: float | None, budget: float
+) -> dict[str, Any]:
+    """Fit the evaluations so far; write fit.json and curve.png in `out`; return fit.json's data.
+
+    `predictedAtBudget` is the curve at the run's compute budget: where the run will end.
+    """
+    compute = np.array([e["compute"] for e in history], dtype=float)
+    pass_rate = np.array([e["pass_rate"] for e in history], dtype=float)
+    result = fit_curve(compute, pass_rate, min_compute=min_compute)
+    report = {
+        **result.to_dict(),
+        "predictedAtBudget": result.predict(budget),
+        "budget": budget,
+        "evaluations": len(history),
+        "lastStep": history[-1].get("step"),
+    }
+    tmp = out / (FIT_FILE + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, out / FIT_FILE)
+    plot_fit(result, compute, pass_rate, out / PLOT_FILE, predict_to=budget)
+    return report

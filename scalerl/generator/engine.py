@@ -1,0 +1,337 @@
+"""The generation engine: vLLM's `AsyncLLM` driven for RL rollouts with in-flight weight updates.
+
+One engine per generator process. It samples completions under the ScaleRL length rules
+(`scalerl.generator.length`), records the generator's per-token log-probs (after temperature)
+and the policy version of every token, and swaps weights between decode steps (PipelineRL):
+generation pauses with its requests and KV cache kept, the worker extension
+(`scalerl.generator.worker`) receives a whole version over the sync group and reloads it in place,
+and the same requests continue on the new weights.
+
+Version stamping. vLLM labels every engine step's output with the engine's current "weight
+version" and reports, per completion, the spans of output tokens each label produced. The label is
+changed only while the scheduler is paused, right after the reload succeeded, so each token
+carries exactly the version of the weights whose forward pass sampled it: no token sampled before
+the swap can carry the new version and none after it the old one, whatever the timing of output
+processing. Tokens the engine did not sample (the interruption phrase) carry `engine.version` at
+the moment they are injected. Sampling therefore uses FINAL_ONLY outputs: streaming deltas would
+add per-token work on the event loop and nothing to the stamps' accuracy.
+
+vLLM is imported only inside methods, after `prepare_vllm_environment` set what it reads at import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import tempfile
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from scalerl.errors import InputError, PeerError, WeightSyncError
+from scalerl.generator.length import LengthControl, Segment
+from scalerl.recipe.interruption import InterruptionPlan
+from scalerl.rollout.records import Sample
+
+if TYPE_CHECKING:
+    from vllm.outputs import CompletionOutput
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+T = TypeVar("T")
+Dtype = Literal["float32", "bfloat16", "float16"]
+WORKER_EXTENSION = "scalerl.generator.worker.WeightSyncExtension"
+DEFAULT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+# Pause, resume and version labels are quick engine-core calls; this only catches a wedged engine.
+CONTROL_TIMEOUT_S = 30.0
+# Beyond the worker's own receive timeout: RPC round trip plus the in-place reload.
+RPC_GRACE_S = 30.0
+SHUTDOWN_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What a generator's engine needs, sliced from the run spec by the generator process.
+
+    `fp32_lm_head`: compute the logits in FP32 (paper: raises the asymptote 0.52 -> 0.61); vLLM
+    does it natively with `hf_overrides={"head_dtype": "float32"}`. `temperature`: sampling
+    temperature; recorded log-probs are of the tempered distribution. `seed`: seeds vLLM and the
+    cutoff draws. `kv_cache_gib`: KV cache size on CPU (ignored on GPUs, which size it from
+    free memory). `run_dir`: where vLLM's IPC sockets go (a fresh temporary directory if None).
+    """
+
+    model_path: str
+    dtype: Dtype
+    fp32_lm_head: bool
+    max_model_len: int
+    temperature: float
+    seed: int
+    phrase: str
+    plan: InterruptionPlan
+    think_end: str = "</think>"
+    kv_cache_gib: int = 1
+    run_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise InputError(f"dtype must be float32, bfloat16 or float16; got {self.dtype!r}")
+        if self.max_model_len <= 0:
+            raise InputError(f"max_model_len must be > 0 tokens; got {self.max_model_len}")
+        if self.temperature < 0:
+            raise InputError(f"temperature must be >= 0; got {self.temperature}")
+        if self.kv_cache_gib <= 0:
+            raise InputError(f"kv_cache_gib must be > 0; got {self.kv_cache_gib}")
+
+
+def prepare_vllm_environment(config: EngineConfig) -> None:
+    """Set the environment vLLM reads at import and start-up; call before importing vllm.
+
+    Idempotent. On CPU: a fixed KV cache (the default sizing fails on small VMs), no TorchDynamo
+    (the first log-prob request would stall compiling a kernel), a single engine-core process.
+    """
+    rpc_dir = Path(config.run_dir) / "vllm-rpc" if config.run_dir else None
+    if rpc_dir is None:
+        rpc_dir = Path(os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.mkdtemp(prefix="vllm-"))
+    rpc_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["VLLM_RPC_BASE_PATH"] = str(rpc_dir)  # else sockets pile up in $TMPDIR
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_gib)
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+class GenerationEngine:
+    """Drives one `AsyncLLM`; `version` is the policy version of the weights it holds."""
+
+    def __init__(self, config: EngineConfig, *, version: int = 0) -> None:
+        self.config = config
+        self.version = version
+        self._llm: AsyncLLM | None = None
+        self._length: LengthControl | None = None
+        self._rng = random.Random(config.seed)
+        self._request_ids = itertools.count()
+        self._update_lock = asyncio.Lock()
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    async def start(self) -> float:
+        """Start vLLM (seconds: ~3-20 on CPU, longer for big models); returns the time taken."""
+        prepare_vllm_environment(self.config)
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        started = time.monotonic()
+        self._llm = AsyncLLM.from_engine_args(self._engine_args())
+        await self._control(self._llm.update_weight_version(str(self.version)), "labelling weights")
+        self._length = self._length_control(self._llm.get_tokenizer())
+        return time.monotonic() - started
+
+    def _engine_args(self) -> Any:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        config = self.config
+        return AsyncEngineArgs(
+            model=str(config.model_path),
+            dtype=config.dtype,
+            seed=config.seed,
+            max_model_len=config.max_model_len,
+            enforce_eager=True,
+            worker_extension_cls=WORKER_EXTENSION,
+            # Log-probs of the distribution actually sampled from (after temperature), which is
+            # what the importance ratio's denominator must be.
+            logprobs_mode="processed_logprobs",
+            hf_overrides={"head_dtype": "float32"} if config.fp32_lm_head else {},
+            disable_log_stats=True,
+        )
+
+    def _length_control(self, tokenizer: Any) -> LengthControl:
+        think_end = tokenizer.encode(self.config.think_end, add_special_tokens=False)
+        if len(think_end) != 1:
+            raise InputError(
+                f"think_end {self.config.think_end!r} is {len(think_end)} tokens for the model at "
+                f"{self.config.model_path}; it must be a single token to stop the thinking on it"
+            )
+        phrase = tokenizer.encode(self.config.phrase, add_special_tokens=False)
+        return LengthControl(
+            self.config.plan, think_end[0], tuple(phrase), self.config.max_model_len
+        )
+
+    async def shutdown(self) -> None:
+        """Leave the sync group and stop vLLM; safe to call twice."""
+        llm, self._llm = self._llm, None
+        if llm is None:
+            return
+        try:
+            await self._control(llm.collective_rpc("close_weight_sync"), "closing the sync group")
+        except PeerError:
+            pass  # the engine is going away regardless
+        llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+
+    # --- sampling ------------------------------------------------------------------------------
+
+    async def generate(
+        self, prompt_ids: list[int], n: int, *, max_tokens: int | None = None
+    ) -> list[Sample]:
+        """Sample `n` completions of `prompt_ids` (reward left 0.0 for the caller to score).
+
+        With `max_tokens` None the ScaleRL length rules apply (thinking budget, forced
+        interruption, answer budget; see `scalerl.generator.length`). With an int, each sample
+        is one plain request of at most `max_tokens` tokens.
+        """
+        length = self._ready()[1]
+        if n < 1:
+            raise InputError(f"n must be >= 1 samples; got {n}")
+        prompt = list(prompt_ids)
+        if max_tokens is None:
+            cutoffs = [self.config.plan.cutoff(self._rng) for _ in range(n)]
+            jobs = [length.sample(self.sample_segment, prompt, c, self._current) for c in cutoffs]
+        else:
+            jobs = [length.sample_plain(self.sample_segment, prompt, max_tokens) for _ in range(n)]
+        return await _all(jobs)
+
+    async def evaluate(self, prompts: list[list[int]], n: int) -> list[list[Sample]]:
+        """`n` samples of every prompt under the same length rules, all prompts concurrently."""
+        return await _all([self.generate(prompt, n) for prompt in prompts])
+
+    async def sample_segment(
+        self, prompt_ids: list[int], max_tokens: int, stop_token_ids: Sequence[int] = ()
+    ) -> Segment:
+        """One request with one completion: the primitive the length rules are built from."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        llm = self._ready()[0]
+        params = SamplingParams(
+            n=1,
+            temperature=self.config.temperature,
+            max_tokens=max_tokens,
+            stop_token_ids=list(stop_token_ids),
+            logprobs=0,  # the sampled token's log-prob only
+            flat_logprobs=True,  # a few lists per request instead of a dict per token
+            detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        request_id = f"scalerl-{next(self._request_ids)}"
+        final = None
+        async for output in llm.generate(
+            TokensPrompt(prompt_token_ids=prompt_ids), params, request_id
+        ):
+            final = output
+        if final is None or not final.outputs or final.outputs[0].finish_reason == "abort":
+            raise PeerError(f"vLLM aborted request {request_id} (engine shutting down?)")
+        return _segment(final.outputs[0], request_id)
+
+    def _current(self) -> int:
+        return self.version
+
+    # --- weights -------------------------------------------------------------------------------
+
+    async def init_weight_sync(
+        self, host: str, port: int, world_size: int, rank: int, timeout_s: float
+    ) -> None:
+        """Join the trainer's weight-sync group as receiver `rank` (call again to rejoin)."""
+        llm = self._ready()[0]
+        rpc = llm.collective_rpc("init_weight_sync", args=(host, port, world_size, rank, timeout_s))
+        where = f"the weight-sync group at {host}:{port} as rank {rank} of {world_size}"
+        try:
+            await asyncio.wait_for(rpc, timeout_s + RPC_GRACE_S)
+        except TimeoutError:
+            raise WeightSyncError(f"joining {where} took over {timeout_s:g} s") from None
+        except Exception as err:  # vLLM re-raises a worker error as a plain Exception
+            raise WeightSyncError(f"joining {where} failed: {_worker_message(err)}") from err
+
+    async def update_weights(self, version: int, timeout_s: float) -> float:
+        """Swap to policy `version` in flight; returns the seconds generation was paused.
+
+        In-flight requests are frozen with their KV cache, the worker receives the whole version
+        and reloads it in place, then they continue on the new weights. `version` is bumped only
+        if the swap succeeded. On failure generation resumes on the old weights and this raises
+        WeightSyncError (the sync group may then need `init_weight_sync` again).
+        """
+        llm = self._ready()[0]
+        async with self._update_lock:
+            started = time.monotonic()
+            try:
+                await self._control(llm.pause_generation(mode="keep", clear_cache=False), "pausing")
+                await self._swap(llm, version, timeout_s)
+            finally:
+                # If the worker is still inside a timed-out receive, the engine core answers the
+                # resume only when it returns; the receive is bounded by `timeout_s` itself.
+                await self._control(llm.resume_generation(), "resuming", timeout_s + RPC_GRACE_S)
+            return time.monotonic() - started
+
+    async def _swap(self, llm: AsyncLLM, version: int, timeout_s: float) -> None:
+        keep = f"generation continues on version {self.version}"
+        rpc = llm.collective_rpc("receive_weights", args=(timeout_s, version))
+        try:
+            applied = await asyncio.wait_for(rpc, timeout_s + RPC_GRACE_S)
+        except TimeoutError:
+            raise WeightSyncError(
+                f"weights of version {version} did not arrive within {timeout_s:g} s; {keep}"
+            ) from None
+        except Exception as err:  # vLLM re-raises a worker error as a plain Exception
+            raise WeightSyncError(
+                f"receiving weights of version {version} failed: {_worker_message(err)}; {keep}"
+            ) from err
+        if list(applied) != [version] * len(applied):
+            raise WeightSyncError(f"workers applied versions {applied}, expected {version}")
+        # Still paused: every token sampled from here on carries the new label (module doc).
+        await self._control(llm.update_weight_version(str(version)), "labelling weights")
+        self.version = version
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _ready(self) -> tuple[AsyncLLM, LengthControl]:
+        if self._llm is None or self._length is None:
+            raise PeerError("the generation engine is not running: call start() first")
+        return self._llm, self._length
+
+    async def _control(
+        self, call: Awaitable[T], what: str, timeout_s: float = CONTROL_TIMEOUT_S
+    ) -> T:
+        try:
+            return await asyncio.wait_for(call, timeout_s)
+        except TimeoutError:
+            raise WeightSyncError(
+                f"vLLM engine did not finish {what} within {timeout_s:g} s"
+            ) from None
+        except Exception as err:
+            raise PeerError(f"vLLM engine failed {what}: {_worker_message(err)}") from err
+
+
+def _segment(completion: CompletionOutput, request_id: str) -> Segment:
+    """Per-token ids, log-probs and versions of one finished completion."""
+    ids = list(completion.token_ids)
+    flat = completion.logprobs
+    # With logprobs=0 each position holds exactly the sampled token.
+    if flat is not None and len(getattr(flat, "logprobs", ())) == len(ids):
+        logprobs = list(flat.logprobs)
+    elif flat is not None:
+        logprobs = [flat[i][token].logprob for i, token in enumerate(ids)]
+    else:
+        raise PeerError(f"vLLM returned no log-probs for request {request_id}")
+    versions: list[int] = []
+    for span in completion.weight_versions or ():
+        versions += [int(span.version)] * (span.end - span.start)
+    if len(versions) != len(ids):
+        raise PeerError(f"vLLM labelled {len(versions)} of {len(ids)} tokens of {request_id}")
+    return Segment(ids, logprobs, versions, str(completion.finish_reason))
+
+
+def _worker_message(err: BaseException) -> str:
+    text = str(err).removeprefix("Call to collective_rpc method failed: ").strip()
+    return text or type(err).__name__
+
+
+async def _all(jobs: Sequence[Awaitable[T]]) -> list[T]:
+    """Await all; if one fails, cancel the rest (aborting their vLLM requests) and re-raise."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -1,0 +1,141 @@
+"""Length control of one sample: thinking budget, ScaleRL's forced interruption, answer budget.
+
+Each sample is at most two engine requests, each with one completion (n = 1):
+
+1. Thinking: `max_tokens` = the sample's cutoff (`InterruptionPlan.cutoff`, uniform in the
+   window), stopping on the `</think>` token. vLLM ends it in one of three ways:
+   - EOS before `</think>`: the sample is complete (no answer phase);
+   - `</think>` in time: go on to the answer;
+   - the cutoff: with interruption enabled, append the phrase (loss mask 0, log-prob 0.0, the
+     current policy version) and go on to the answer; with it disabled the cutoff is the
+     thinking budget and the sample is truncated there.
+2. Answer: a continuation request whose prompt is the prompt plus everything so far, with
+   `max_tokens` = answer budget and no stop token but EOS. Hitting the budget means truncated.
+
+Why two requests rather than one long request checked afterwards: one request of
+`thinking + answer` tokens cannot enforce the answer budget after an early `</think>`, wastes
+every token past the cutoff, and cannot inject the phrase. The continuation re-reads the
+prefix, which vLLM's prefix cache mostly serves from blocks it already holds; its cost is one
+prefill per sample that reaches the answer phase. One request per sample (rather than one with
+`n` samples) lets every sample have its own cutoff; vLLM fans an `n` request out into `n`
+requests internally anyway, so nothing is lost.
+
+`max_model_len` caps both phases: a sample that runs into it is truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from scalerl.errors import InputError
+from scalerl.recipe.interruption import InterruptionPlan, splice
+from scalerl.rollout.records import Sample
+
+
+@dataclass(frozen=True)
+class Segment:
+    """What one engine request (n = 1) produced: tokens, their log-probs and policy versions."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    finish_reason: str  # vLLM's: "stop" (EOS or a stop token) or "length"
+
+
+# (prompt ids, max new tokens, stop token ids) -> the request's output.
+Sampler = Callable[[list[int], int, Sequence[int]], Awaitable[Segment]]
+
+
+@dataclass
+class _Completion:
+    """A completion being assembled from segments and injected text."""
+
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+
+    def add(self, segment: Segment) -> None:
+        self.ids += segment.token_ids
+        self.logprobs += segment.logprobs
+        self.versions += segment.versions
+        self.loss_mask += [1] * len(segment.token_ids)
+
+    def inject(self, phrase_ids: Sequence[int], version: int) -> None:
+        """Append text the policy did not sample, so it has no log-prob and is not trained on."""
+        before = len(self.ids)
+        self.ids, mask = splice(self.ids, phrase_ids)
+        self.loss_mask += mask[before:]  # the recipe's rule: 0 on the phrase
+        self.logprobs += [0.0] * len(phrase_ids)
+        self.versions += [version] * len(phrase_ids)
+
+    def finish(self, reason: str, *, truncated: bool, interrupted: bool) -> Sample:
+        return Sample(
+            completion_ids=self.ids,
+            logprobs=self.logprobs,
+            versions=self.versions,
+            loss_mask=self.loss_mask,
+            reward=0.0,
+            truncated=truncated,
+            interrupted=interrupted,
+            finish_reason=reason,
+        )
+
+
+@dataclass(frozen=True)
+class LengthControl:
+    """The token budgets of one engine and the ids its tokenizer gives the marker strings."""
+
+    plan: InterruptionPlan
+    think_end_id: int
+    phrase_ids: tuple[int, ...]
+    max_model_len: int
+
+    async def sample(
+        self, sampler: Sampler, prompt_ids: list[int], cutoff: int, version: Callable[[], int]
+    ) -> Sample:
+        """One sample under the two-phase scheme of the module doc; `version()` stamps the
+        injected phrase with the policy version current when it is injected."""
+        out = _Completion()
+        thinking = await sampler(
+            prompt_ids, self._room(prompt_ids, out, cutoff), [self.think_end_id]
+        )
+        out.add(thinking)
+        closed = bool(thinking.token_ids) and thinking.token_ids[-1] == self.think_end_id
+        if thinking.finish_reason == "stop" and not closed:
+            return out.finish("stop", truncated=False, interrupted=False)  # EOS while thinking
+        interrupted = False
+        if not closed:
+            cut_at_plan = len(thinking.token_ids) >= cutoff
+            if not (self.plan.enabled and cut_at_plan):
+                return out.finish("length", truncated=True, interrupted=False)
+            out.inject(self.phrase_ids, version())
+            interrupted = True
+        room = self._room(prompt_ids, out, self.plan.answer_budget)
+        if room <= 0:
+            return out.finish("length", truncated=True, interrupted=interrupted)
+        answer = await sampler(prompt_ids + out.ids, room, [])
+        out.add(answer)
+        truncated = answer.finish_reason == "length"
+        return out.finish(answer.finish_reason, truncated=truncated, interrupted=interrupted)
+
+    async def sample_plain(
+        self, sampler: Sampler, prompt_ids: list[int], max_tokens: int
+    ) -> Sample:
+        """One sample of at most `max_tokens` tokens with no thinking/answer structure."""
+        out = _Completion()
+        segment = await sampler(prompt_ids, self._room(prompt_ids, out, max_tokens), [])
+        out.add(segment)
+        truncated = segment.finish_reason == "length"
+        return out.finish(segment.finish_reason, truncated=truncated, interrupted=False)
+
+    def _room(self, prompt_ids: list[int], out: _Completion, wanted: int) -> int:
+        """New tokens allowed: `wanted`, capped by what is left of `max_model_len`."""
+        left = self.max_model_len - len(prompt_ids) - len(out.ids)
+        if not out.ids and left <= 0:
+            raise InputError(
+                f"prompt of {len(prompt_ids)} tokens leaves no room for a completion within "
+                f"max_model_len {self.max_model_len}"
+            )
+        return min(wanted, left)

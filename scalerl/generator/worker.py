@@ -1,0 +1,62 @@
+"""The vLLM worker extension: joins the weight-sync group and reloads received weights in place.
+
+vLLM mixes this class into its worker (`worker_extension_cls`), so its methods run in the process
+that holds the model and are reached from the driver with `AsyncLLM.collective_rpc(name, ...)`.
+Arguments and results cross a process boundary as plain data, which is why tensors travel over the
+sync group and only scalars go through the RPC.
+
+The worker already owns vLLM's default torch.distributed group (a world of one), so the sync
+group is a separate process-group object built by `scalerl.sync.connect`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from scalerl.errors import WeightSyncError
+from scalerl.sync import SyncGroup, WeightReceiver, connect
+
+log = logging.getLogger("scalerl.generator.worker")
+
+
+class WeightSyncExtension:
+    """Methods added to vLLM's worker; `self` is the worker (it has `reload_weights`)."""
+
+    # Prefixed so they cannot collide with the worker's own attributes.
+    _scalerl_group: SyncGroup | None = None
+
+    def init_weight_sync(
+        self, host: str, port: int, world_size: int, rank: int, timeout_s: float
+    ) -> None:
+        """Join (or rejoin, after a broken transfer) the sync group as receiver `rank`."""
+        self.close_weight_sync()
+        self._scalerl_group = connect(host, port, world_size, rank, timeout_s=timeout_s)
+        log.info("joined weight-sync group %s:%d as rank %d of %d", host, port, rank, world_size)
+
+    def receive_weights(self, timeout_s: float, expected_version: int | None = None) -> int:
+        """Receive one whole policy version and load it into the model; return its version.
+
+        Nothing is loaded unless the version arrived intact (the receiver checks every bucket)
+        and is the one the driver expects, so on any WeightSyncError the old weights stay.
+        """
+        group = self._scalerl_group
+        if group is None:
+            raise WeightSyncError("receive_weights called before init_weight_sync")
+        version, named = WeightReceiver(group).receive(timeout_s=timeout_s)
+        if expected_version is not None and version != expected_version:
+            raise WeightSyncError(
+                f"the trainer sent version {version} but version {expected_version} was "
+                "announced; keeping the previous weights"
+            )
+        # HF checkpoint names; vLLM fuses q/k/v and gate/up itself. `reload_weights` is the
+        # worker's wrapper that sets the vLLM config context (plain `load_weights` fails on CPU).
+        worker: Any = self
+        worker.reload_weights(weights_iterator=iter(named), is_checkpoint_format=True)
+        return version
+
+    def close_weight_sync(self) -> None:
+        """Leave the sync group, if joined; safe to call twice."""
+        if self._scalerl_group is not None:
+            self._scalerl_group.close()
+            self._scalerl_group = None

@@ -1,0 +1,360 @@
+"""Messages between generators and the trainer, and their one wire format.
+
+Every message is a dataclass with `to_msg()` / `from_msg()` converting to and from plain
+msgpack-able dicts tagged with a "type" field; `encode` / `decode` are the only entry points the
+transport uses, so the sender and receiver of each message live here together.
+
+Per-token data is kept compact: token ids are lists of ints (msgpack spends 1-5 bytes each),
+log-probs travel as packed little-endian float32 bytes (they are float32 in the engine anyway),
+and the per-token policy versions and loss mask are run-length encoded as flat
+`[value, count, value, count, ...]` lists (they change a few times per sequence at most).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, ClassVar, Self
+
+import msgpack
+import numpy as np
+
+from scalerl.errors import InputError
+
+
+def _run_lengths(values: list[int]) -> list[int]:
+    """[7, 7, 7, 8] -> [7, 3, 8, 1]."""
+    runs: list[int] = []
+    for value in values:
+        if runs and runs[-2] == value:
+            runs[-1] += 1
+        else:
+            runs += [value, 1]
+    return runs
+
+
+def _expand(runs: Any, what: str) -> list[int]:
+    if not isinstance(runs, list) or len(runs) % 2:
+        raise InputError(f"{what}: expected a flat [value, count, ...] list")
+    values: list[int] = []
+    for value, count in zip(runs[::2], runs[1::2], strict=True):
+        if not _is_int(value) or not _is_int(count) or count < 1:
+            raise InputError(f"{what}: bad run ({value!r}, {count!r})")
+        values += [value] * count
+    return values
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _field(msg: dict[str, Any], name: str, kind: str) -> Any:
+    if name not in msg:
+        raise InputError(f"{kind} message lacks the field {name!r}")
+    return msg[name]
+
+
+def _check(value: Any, hint: Any, where: str) -> Any:
+    """Checks a scalar field against its annotation; ints are accepted where floats are due."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        if option is type(None) and value is None:
+            return None
+        if option is float and (isinstance(value, float) or _is_int(value)):
+            return float(value)
+        if option is int and _is_int(value):
+            return value
+        if option in (str, bool) and isinstance(value, option):
+            return value
+        if typing.get_origin(option) is dict and isinstance(value, dict):
+            return value
+    raise InputError(f"{where}: expected {hint}, got {value!r}")
+
+
+class _Plain:
+    """to_msg/from_msg for messages made only of scalar fields."""
+
+    TYPE: ClassVar[str]
+
+    def to_msg(self) -> dict[str, Any]:
+        return {"type": self.TYPE, **{f.name: getattr(self, f.name) for f in _fields_of(self)}}
+
+    @classmethod
+    def from_msg(cls, msg: dict[str, Any]) -> Self:
+        hints = typing.get_type_hints(cls)
+        values = {
+            f.name: _check(_field(msg, f.name, cls.TYPE), hints[f.name], f"{cls.TYPE}.{f.name}")
+            for f in _fields_of(cls)
+        }
+        return cls(**values)
+
+
+def _fields_of(obj: Any) -> tuple[Field[Any], ...]:
+    return fields(obj)
+
+
+@dataclass
+class Sample:
+    """One completion of a prompt, with what the trainer needs per token."""
+
+    completion_ids: list[int]
+    logprobs: list[float]  # the generator's log-probs of the sampled tokens, after temperature
+    versions: list[int]  # the policy version that produced each token
+    loss_mask: list[int]  # 0 for tokens we injected (the length-interruption phrase)
+    reward: float
+    truncated: bool  # hit the length limit without finishing
+    interrupted: bool  # the thinking budget ran out and the interruption phrase was forced
+    finish_reason: str
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)
+
+    def _check_lengths(self) -> None:
+        lengths = {len(self.logprobs), len(self.versions), len(self.loss_mask)}
+        if lengths != {len(self.completion_ids)}:
+            raise InputError(
+                f"sample has {len(self.completion_ids)} tokens but {len(self.logprobs)} logprobs, "
+                f"{len(self.versions)} versions and {len(self.loss_mask)} loss-mask entries"
+            )
+
+    def to_msg(self) -> dict[str, Any]:
+        self._check_lengths()
+        return {
+            "completion_ids": list(self.completion_ids),
+            "logprobs": np.asarray(self.logprobs, dtype="<f4").tobytes(),
+            "versions": _run_lengths(self.versions),
+            "loss_mask": _run_lengths(self.loss_mask),
+            "reward": float(self.reward),
+            "truncated": bool(self.truncated),
+            "interrupted": bool(self.interrupted),
+            "finish_reason": str(self.finish_reason),
+        }
+
+    @classmethod
+    def from_msg(cls, msg: dict[str, Any]) -> Sample:
+        ids = _field(msg, "completion_ids", "sample")
+        packed = _field(msg, "logprobs", "sample")
+        if not isinstance(ids, list) or not all(_is_int(i) for i in ids):
+            raise InputError("sample.completion_ids: expected a list of ints")
+        if not isinstance(packed, bytes) or len(packed) % 4:
+            raise InputError("sample.logprobs: expected packed float32 bytes")
+        sample = cls(
+            completion_ids=ids,
+            logprobs=np.frombuffer(packed, dtype="<f4").tolist(),
+            versions=_expand(_field(msg, "versions", "sample"), "sample.versions"),
+            loss_mask=_expand(_field(msg, "loss_mask", "sample"), "sample.loss_mask"),
+            reward=_check(_field(msg, "reward", "sample"), float, "sample.reward"),
+            truncated=_check(_field(msg, "truncated", "sample"), bool, "sample.truncated"),
+            interrupted=_check(_field(msg, "interrupted", "sample"), bool, "sample.interrupted"),
+            finish_reason=_check(_field(msg, "finish_reason", "sample"), str, "sample.finish"),
+        )
+        sample._check_lengths()
+        return sample
+
+
+@dataclass
+class RolloutGroup:
+    """All samples of one prompt, from one generator (generator -> trainer)."""
+
+    TYPE: ClassVar[str] = "rollout_group"
+    prompt_id: str
+    prompt_ids: list[int]
+    samples: list[Sample]
+    generator: int
+
+    @property
+    def min_version(self) -> int:
+        """Oldest policy version behind any token of the group (its off-policyness)."""
+        return min(min(s.versions) for s in self._with_tokens())
+
+    @property
+    def max_version(self) -> int:
+        return max(max(s.versions) for s in self._with_tokens())
+
+    @property
+    def pass_rate(self) -> float:
+        """Fraction of samples with a positive reward (0.0 for no samples)."""
+        if not self.samples:
+            return 0.0
+        return sum(s.reward > 0 for s in self.samples) / len(self.samples)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(len(s) for s in self.samples)
+
+    def _with_tokens(self) -> list[Sample]:
+        found = [s for s in self.samples if s.versions]
+        if not found:
+            raise InputError(f"rollout group {self.prompt_id!r} has no generated tokens")
+        return found
+
+    def to_msg(self) -> dict[str, Any]:
+        return {
+            "type": self.TYPE,
+            "prompt_id": self.prompt_id,
+            "prompt_ids": list(self.prompt_ids),
+            "samples": [s.to_msg() for s in self.samples],
+            "generator": self.generator,
+        }
+
+    @classmethod
+    def from_msg(cls, msg: dict[str, Any]) -> RolloutGroup:
+        kind = cls.TYPE
+        prompt_ids = _field(msg, "prompt_ids", kind)
+        samples = _field(msg, "samples", kind)
+        if not isinstance(prompt_ids, list) or not all(_is_int(i) for i in prompt_ids):
+            raise InputError(f"{kind}.prompt_ids: expected a list of ints")
+        if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
+            raise InputError(f"{kind}.samples: expected a list of samples")
+        return cls(
+            prompt_id=_check(_field(msg, "prompt_id", kind), str, f"{kind}.prompt_id"),
+            prompt_ids=prompt_ids,
+            samples=[Sample.from_msg(s) for s in samples],
+            generator=_check(_field(msg, "generator", kind), int, f"{kind}.generator"),
+        )
+
+
+@dataclass
+class EvalResult(_Plain):
+    """One generator's share of an evaluation on held-out prompts (generator -> trainer)."""
+
+    TYPE: ClassVar[str] = "eval_result"
+    step: int
+    version: int
+    generator: int
+    prompts: int
+    samples: int
+    pass_sum: float  # sum of per-sample pass indicators; mean@k = pass_sum / samples
+    truncated: int
+    tokens: int
+    mean_entropy: float | None = None  # mean per-token entropy, None when the engine gave none
+
+    @property
+    def pass_rate(self) -> float:
+        return self.pass_sum / self.samples if self.samples else 0.0
+
+
+@dataclass
+class GeneratorStats(_Plain):
+    """Counters since the generator started (generator -> trainer, now and then)."""
+
+    TYPE: ClassVar[str] = "generator_stats"
+    generator: int
+    version: int
+    generated_tokens: int
+    generated_sequences: int
+    truncated_sequences: int
+    idle_seconds: float  # waiting for weights or for the trainer to take rollouts
+    weight_sync_seconds: float
+
+
+@dataclass
+class Hello(_Plain):
+    """First message of a generator; the trainer learns its index (generator -> trainer)."""
+
+    TYPE: ClassVar[str] = "hello"
+    generator: int
+    pid: int
+
+
+@dataclass
+class Ready(_Plain):
+    """Generation is paused and this generator waits in the broadcast of `version`."""
+
+    TYPE: ClassVar[str] = "ready"
+    generator: int
+    version: int
+
+
+@dataclass
+class Ack(_Plain):
+    """The generator now runs `version`; applying it took `seconds` (generator -> trainer)."""
+
+    TYPE: ClassVar[str] = "ack"
+    generator: int
+    version: int
+    seconds: float
+
+
+@dataclass
+class Failure(_Plain):
+    """The generator hit an error it cannot recover from (generator -> trainer)."""
+
+    TYPE: ClassVar[str] = "failure"
+    generator: int
+    message: str
+
+
+@dataclass
+class Start(_Plain):
+    """Where the run stands, sent to each generator after its Hello (trainer -> one generator):
+    the policy version and step to resume from and that generator's curriculum state."""
+
+    TYPE: ClassVar[str] = "start"
+    version: int
+    step: int
+    curriculum: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class UpdateWeights(_Plain):
+    """Pause, answer Ready, receive `version` from the sync group, answer Ack (trainer -> all)."""
+
+    TYPE: ClassVar[str] = "update_weights"
+    version: int
+
+
+@dataclass
+class Evaluate(_Plain):
+    """Run the held-out prompts with the current weights and answer EvalResult."""
+
+    TYPE: ClassVar[str] = "evaluate"
+    step: int
+    version: int
+
+
+@dataclass
+class Stop(_Plain):
+    """Finish up and exit (trainer -> all)."""
+
+    TYPE: ClassVar[str] = "stop"
+    reason: str
+
+
+Message = (
+    RolloutGroup
+    | EvalResult
+    | GeneratorStats
+    | Hello
+    | Ready
+    | Ack
+    | Failure
+    | Start
+    | UpdateWeights
+    | Evaluate
+    | Stop
+)
+MESSAGE_TYPES: dict[str, Any] = {cls.TYPE: cls for cls in typing.get_args(Message)}
+
+
+def encode(msg: Message) -> bytes:
+    """The bytes of one message on the wire."""
+    if type(msg) not in MESSAGE_TYPES.values():
+        raise InputError(f"cannot encode {type(msg).__name__}: not a message type")
+    return msgpack.packb(msg.to_msg(), use_bin_type=True)
+
+
+def decode(data: bytes) -> Message:
+    """The message in `data`; InputError when it is not one of ours."""
+    try:
+        msg = msgpack.unpackb(data, raw=False)
+    except Exception as err:  # msgpack raises several unrelated types for bad bytes
+        raise InputError(f"undecodable message ({len(data)} bytes): {err}") from err
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        raise InputError("message is not a map with a 'type' field")
+    cls = MESSAGE_TYPES.get(msg["type"])
+    if cls is None:
+        raise InputError(f"unknown message type {msg['type']!r}; known: {sorted(MESSAGE_TYPES)}")
+    result: Message = cls.from_msg(msg)
+    return result

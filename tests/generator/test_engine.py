@@ -1,0 +1,243 @@
+"""The generation engine on the real vLLM (CPU): log-probs, version stamps, ScaleRL length rules
+and in-flight weight updates over a real gloo sync group, checked against Hugging Face models.
+
+One engine serves the whole module. It runs a random Llama that closes its thinking with ~7 %
+probability per token, so within an 8-16 token window some samples close in time and the
+others are interrupted. The harness tracks which HF model holds the engine's current weights, so
+tests do not depend on their order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
+import torch
+from transformers import PreTrainedModel
+
+from scalerl.demo.model import build_random_model
+from scalerl.demo.tokenizer import THINK_END, build_tokenizer
+from scalerl.errors import InputError, WeightSyncError
+from scalerl.generator.engine import DEFAULT_PHRASE, EngineConfig, GenerationEngine
+from scalerl.recipe.interruption import InterruptionPlan
+from scalerl.rollout.records import Sample
+from scalerl.sync import WeightSender
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TOKENIZER = build_tokenizer()
+EOS = TOKENIZER.eos_token_id
+THINK = TOKENIZER.convert_tokens_to_ids(THINK_END)
+PHRASE = TOKENIZER.encode(DEFAULT_PHRASE, add_special_tokens=False)
+PLAN = InterruptionPlan(thinking_budget=16, answer_budget=12, window=(8, 16))
+PROMPTS = [
+    [TOKENIZER.bos_token_id, *TOKENIZER.encode(text, add_special_tokens=False)]
+    for text in ("What is 2+3?", "Name a prime.", "Spell cat.", "Count to 4.")
+]
+PROMPT = PROMPTS[0]
+FIRST_VERSION = 3
+
+
+@dataclass
+class Harness:
+    engine: GenerationEngine
+    reference: PreTrainedModel  # an HF model holding the weights the engine holds now
+    kit: object
+
+    def assert_matches_reference(self, samples: list[Sample], prompt: list[int]) -> None:
+        """Every sampled token's log-prob is the reference model's (injected ones are skipped)."""
+        for sample in samples:
+            expected = self.kit.hf_logprobs(self.reference, prompt, sample.completion_ids)
+            got = torch.tensor(sample.logprobs)
+            sampled = torch.tensor(sample.loss_mask, dtype=torch.bool)
+            torch.testing.assert_close(got[sampled], expected[sampled], atol=1e-4, rtol=0)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def harness(kit) -> AsyncIterator[Harness]:
+    path = kit.make_thinking_model(kit.root / "thinking")
+    config = EngineConfig(
+        model_path=str(path),
+        dtype="float32",
+        fp32_lm_head=False,
+        max_model_len=512,
+        temperature=1.0,
+        seed=0,
+        phrase=DEFAULT_PHRASE,
+        plan=PLAN,
+        run_dir=str(kit.root / "engine-run"),
+    )
+    engine = GenerationEngine(config, version=FIRST_VERSION)
+    seconds = await engine.start()
+    print(f"\nengine start: {seconds:.1f} s")
+    await engine.generate(PROMPT, 2, max_tokens=4)  # first-request warm-up
+    yield Harness(engine, kit.load_hf(path), kit)
+    await engine.shutdown()
+
+
+async def test_samples_carry_vllm_logprobs_equal_to_hf_and_the_engine_version(harness) -> None:
+    engine = harness.engine
+    samples = await engine.generate(PROMPT, 6, max_tokens=24)
+    assert len(samples) == 6
+    assert len({tuple(s.completion_ids) for s in samples}) > 1
+    for s in samples:
+        assert 1 <= len(s.completion_ids) <= 24
+        assert len(s.logprobs) == len(s.versions) == len(s.loss_mask) == len(s.completion_ids)
+        assert s.versions == [engine.version] * len(s.completion_ids)
+        assert s.loss_mask == [1] * len(s.completion_ids)
+        assert s.reward == 0.0 and not s.interrupted
+        assert s.truncated == (s.completion_ids[-1] != EOS) == (s.finish_reason == "length")
+    harness.assert_matches_reference(samples, PROMPT)
+
+
+async def test_thinking_is_cut_in_the_window_and_the_answer_keeps_its_budget(harness) -> None:
+    samples = await harness.engine.generate(PROMPT, 32)
+    kinds = [_check_length_rules(s) for s in samples]
+    cuts = {s.loss_mask.index(0) for s in samples if s.interrupted}
+    print(f"\nthinking ended: { {k: kinds.count(k) for k in set(kinds)} }, cuts at {sorted(cuts)}")
+    assert kinds.count("interrupted") >= 3 and kinds.count("closed") >= 3, kinds
+    assert len(cuts) > 1, "cutoffs are drawn from the window, not fixed"
+    for s in samples:
+        assert set(s.versions) == {harness.engine.version}
+    harness.assert_matches_reference(samples, PROMPT)
+
+
+def _check_length_rules(s: Sample) -> str:
+    """Which way the thinking ended; asserts the rules that way implies."""
+    ids, budget = s.completion_ids, PLAN.answer_budget
+    assert len(s.logprobs) == len(s.versions) == len(s.loss_mask) == len(ids)
+    if s.interrupted:
+        cut = s.loss_mask.index(0)
+        answer = ids[cut + len(PHRASE) :]
+        assert PLAN.window[0] <= cut <= PLAN.window[1]
+        assert ids[cut : cut + len(PHRASE)] == PHRASE
+        assert s.loss_mask == [1] * cut + [0] * len(PHRASE) + [1] * len(answer)
+        assert s.logprobs[cut : cut + len(PHRASE)] == [0.0] * len(PHRASE)
+        assert THINK not in ids[:cut] and EOS not in ids[:cut]
+        kind = "interrupted"
+    elif THINK in ids:
+        closed = ids.index(THINK) + 1
+        answer = ids[closed:]
+        assert closed <= PLAN.window[1] and EOS not in ids[:closed]
+        assert s.loss_mask == [1] * len(ids)
+        kind = "closed"
+    else:  # EOS before the thinking closed or was cut: a complete (if odd) sample
+        assert ids[-1] == EOS and len(ids) <= PLAN.window[1] and not s.truncated
+        return "eos"
+    assert 1 <= len(answer) <= budget
+    assert s.truncated == (answer[-1] != EOS) == (s.finish_reason == "length")
+    assert s.truncated == (len(answer) == budget and answer[-1] != EOS)
+    return kind
+
+
+async def test_evaluate_returns_one_group_per_prompt(harness) -> None:
+    started = time.monotonic()
+    groups = await harness.engine.evaluate(PROMPTS * 4, 8)
+    seconds = time.monotonic() - started
+    tokens = sum(len(s.completion_ids) for g in groups for s in g)
+    print(f"\nevaluate: 16 prompts x 8 samples, {tokens} tokens in {seconds:.2f} s")
+    assert [len(g) for g in groups] == [8] * 16
+    assert all(_check_length_rules(s) for g in groups for s in g)
+
+
+async def test_a_prompt_longer_than_the_model_length_is_an_input_error(harness) -> None:
+    with pytest.raises(InputError, match="max_model_len 512"):
+        await harness.engine.generate([5] * 600, 1)
+
+
+async def test_in_flight_update_continues_requests_on_new_weights(harness) -> None:
+    engine, kit = harness.engine, harness.kit
+    old_model, old = harness.reference, engine.version
+    new_model = kit.load_hf(build_random_model(kit.root / "policy-seed-1", seed=1))
+    group = await kit.join_as_trainer(engine)
+    try:
+        running = [asyncio.ensure_future(engine.generate(p, 4, max_tokens=160)) for p in PROMPTS]
+        await asyncio.sleep(0.2)  # lets them reach the engine
+        # The scheduler serves requests in arrival order, so once a later request has produced
+        # 4 tokens every earlier one has too.
+        await engine.generate(PROMPT, 1, max_tokens=4)
+        seconds = await kit.push_weights(engine, group, new_model, old + 1)
+        groups = await asyncio.gather(*running)
+    finally:
+        group.close()
+    print(f"\nupdate_weights (pause to resume): {seconds:.2f} s")
+    assert engine.version == old + 1
+    harness.reference = new_model
+    switched = 0
+    for prompt, samples in zip(PROMPTS, groups, strict=True):
+        for s in samples:
+            switched += _check_swap(kit, s, prompt, old_model, new_model, old)
+    print(f"{switched} of 16 requests saw the swap")
+    assert switched >= 8, "most requests were still running when the weights changed"
+    after = await engine.generate(PROMPT, 4, max_tokens=24)
+    assert all(s.versions == [old + 1] * len(s.versions) for s in after)
+    harness.assert_matches_reference(after, PROMPT)
+
+
+def _check_swap(kit, s: Sample, prompt: list[int], old_model, new_model, old: int) -> bool:
+    """Tokens before the swap are the old model's; after it, the new model's continuing on the
+    old KV cache. Returns whether this sample saw the swap."""
+    ids, versions = s.completion_ids, s.versions
+    assert versions == sorted(versions) and set(versions) <= {old, old + 1}
+    assert versions[0] == old, "every request had sampled before the update"
+    if old + 1 not in versions:
+        torch.testing.assert_close(
+            torch.tensor(s.logprobs), kit.hf_logprobs(old_model, prompt, ids), atol=1e-4, rtol=0
+        )
+        return False
+    k = versions.index(old + 1)  # first token the new weights sampled
+    with torch.no_grad():
+        # The step that sampled token k fed token k-1 through the new weights: KV up to k-2 is old.
+        before = old_model(torch.tensor([prompt + ids[: k - 1]]), use_cache=True)
+        logits_old = before.logits[0, len(prompt) - 1 :]
+        after = new_model(torch.tensor([ids[k - 1 : -1]]), past_key_values=before.past_key_values)
+        logits = torch.cat([logits_old, after.logits[0]]).float().log_softmax(-1)
+    expected = logits.gather(-1, torch.tensor(ids)[:, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=0)
+    return True
+
+
+class DamagingSender(WeightSender):
+    """A sender whose first bucket arrives with one byte flipped."""
+
+    def _broadcast_bucket(self, index: int, data: torch.Tensor) -> None:
+        if index == 0:
+            data = data.clone()
+            data[0] ^= 0xFF
+        self.group.broadcast(data)
+
+
+async def test_failed_updates_keep_the_old_weights_and_version(harness) -> None:
+    engine, kit = harness.engine, harness.kit
+    before = engine.version
+    other = kit.load_hf(build_random_model(kit.root / "policy-seed-2", seed=2))
+    group = await kit.join_as_trainer(engine)
+    try:
+        damaged = asyncio.to_thread(
+            DamagingSender(group).send, other.state_dict().items(), before + 1
+        )
+        update = engine.update_weights(before + 1, timeout_s=30.0)
+        error, _ = await asyncio.gather(update, damaged, return_exceptions=True)
+        assert isinstance(error, WeightSyncError) and "checksum mismatch" in str(error), error
+        # The trainer never sends: the receive times out.
+        with pytest.raises(WeightSyncError, match=f"continues on version {before}"):
+            await engine.update_weights(before + 1, timeout_s=2.0)
+    finally:
+        group.close()
+    assert engine.version == before
+    samples = await engine.generate(PROMPT, 4, max_tokens=24)
+    assert all(s.versions == [before] * len(s.versions) for s in samples)
+    harness.assert_matches_reference(samples, PROMPT)
+    # A timed-out group is broken; rejoining it makes updates work again.
+    group = await kit.join_as_trainer(engine)
+    try:
+        await kit.push_weights(engine, group, other, before + 1)
+    finally:
+        group.close()
+    harness.reference = other
+    assert engine.version == before + 1
+    harness.assert_matches_reference(await engine.generate(PROMPT, 4, max_tokens=24), PROMPT)
