@@ -1,7 +1,7 @@
-"""Runs a whole ScaleRLRun on this machine: one trainer and `generators.replicas` generator processes
-with the same entry points and environment contract as the pods, a live progress display, refits of
-the scaling curve as evaluations arrive, and gang restarts from the last checkpoint when a process
-dies (bounded, like the operator's).
+"""Runs a whole ScaleRLRun on this machine: one trainer and `generators.replicas` generator
+processes with the same entry points and environment contract as the pods, a live progress display,
+refits of the scaling curve as evaluations arrive, and gang restarts from the last checkpoint when a
+process dies (bounded, like the operator's).
 """
 
 from __future__ import annotations
@@ -39,11 +39,15 @@ def resolve_paths(run: ScaleRLRun, cache_dir: Path) -> ScaleRLRun:
         from scalerl.demo.assets import prepare_demo
 
         demo = prepare_demo(cache_dir)
-    builtins = {} if demo is None else {
-        "builtin:demo": demo.model_path,
-        "builtin:demo/train": demo.train_path,
-        "builtin:demo/validation": demo.validation_path,
-    }
+    builtins = (
+        {}
+        if demo is None
+        else {
+            "builtin:demo": demo.model_path,
+            "builtin:demo/train": demo.train_path,
+            "builtin:demo/validation": demo.validation_path,
+        }
+    )
 
     def resolve(value: str) -> str:
         if _is_builtin(value):
@@ -72,9 +76,13 @@ def check_inputs(run: ScaleRLRun) -> None:
     model = Path(run.spec.model.path)
     if not (model / "config.json").is_file():
         what = "does not exist" if not model.exists() else "has no config.json"
-        raise DataError(f"spec.model.path: {model} {what}; it must be a Hugging Face model directory")
-    for field_name, value in (("spec.data.train", run.spec.data.train),
-                              ("spec.data.validation.path", run.spec.data.validation.path)):
+        raise DataError(
+            f"spec.model.path: {model} {what}; it must be a Hugging Face model directory"
+        )
+    for field_name, value in (
+        ("spec.data.train", run.spec.data.train),
+        ("spec.data.validation.path", run.spec.data.validation.path),
+    ):
         if value is not None and not Path(value).is_file():
             raise DataError(f"{field_name}: {value} does not exist")
 
@@ -98,9 +106,16 @@ class Gang:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             self.processes[role] = subprocess.Popen(
-                [sys.executable, "-m", "scalerl.cli", "trainer" if role == "trainer" else "generator"],
+                [
+                    sys.executable,
+                    "-m",
+                    "scalerl.cli",
+                    "trainer" if role == "trainer" else "generator",
+                ],
                 env={**os.environ, **env.to_environ()},
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         self.logs[role] = log_path
 
@@ -140,9 +155,14 @@ class LocalRun:
     def launch(self) -> Gang:
         spec = self.run.spec
         count = spec.generators.replicas
-        base = dict(spec=self.spec_path.resolve(), run_dir=self.out.resolve(),
-                    trainer_host="127.0.0.1", channel_port=free_port(), sync_port=free_port(),
-                    compute_units=count + 1)
+        base = dict(
+            spec=self.spec_path.resolve(),
+            run_dir=self.out.resolve(),
+            trainer_host="127.0.0.1",
+            channel_port=free_port(),
+            sync_port=free_port(),
+            compute_units=count + 1,
+        )
         gang = Gang()
         logs = self.out / "logs"
         gang.start("trainer", ProcessEnv(**base, metrics_port=0), logs / "trainer.log")
@@ -159,10 +179,13 @@ class LocalRun:
             self.refresh()
             role = gang.failed()
             if role is not None:
-                raise PeerError(f"{role} exited with code {gang.processes[role].returncode}:\n"
-                                f"{gang.tail(role)}")
+                raise PeerError(
+                    f"{role} exited with code {gang.processes[role].returncode}:\n{gang.tail(role)}"
+                )
         if trainer.returncode != 0:
-            raise PeerError(f"trainer exited with code {trainer.returncode}:\n{gang.tail('trainer')}")
+            raise PeerError(
+                f"trainer exited with code {trainer.returncode}:\n{gang.tail('trainer')}"
+            )
 
     def refresh(self) -> None:
         progress_file = self.out / PROGRESS_FILE
@@ -180,15 +203,21 @@ class LocalRun:
 
         self.fitted_at = len(history)
         try:
-            result = write_fit(history, self.out, min_compute=self.run.spec.fit.min_compute,
-                               budget=self.run.spec.budget.max_compute_hours)
+            result = write_fit(
+                history,
+                self.out,
+                min_compute=self.run.spec.fit.min_compute,
+                budget=self.run.spec.budget.max_compute_hours,
+            )
         except ScaleRLError as err:  # too few points yet, or a flat curve: try again later
             self.display.note(f"fit skipped: {err}")
             return None
         self.metrics.predicted_asymptote.set(result["A"])
         self.metrics.predicted_cmid.set(result["C_mid"])
-        self.display.note(f"fit: A={result['A']:.3f} C_mid={result['C_mid']:.3g} "
-                          f"B={result['B']:.2f} ({result['points']} points)")
+        self.display.note(
+            f"fit: A={result['A']:.3f} C_mid={result['C_mid']:.3g} "
+            f"B={result['B']:.2f} ({result['points']} points)"
+        )
         return result
 
     def execute(self) -> dict[str, Any] | None:
@@ -203,10 +232,14 @@ class LocalRun:
                 except PeerError as err:
                     gang.stop()
                     if self.restarts >= MAX_RESTARTS:
-                        raise PeerError(f"giving up after {self.restarts} restarts; last: {err}") from None
+                        raise PeerError(
+                            f"giving up after {self.restarts} restarts; last: {err}"
+                        ) from None
                     self.restarts += 1
-                    self.display.note(f"restarting from the last checkpoint "
-                                      f"({self.restarts}/{MAX_RESTARTS}): {err}")
+                    self.display.note(
+                        f"restarting from the last checkpoint "
+                        f"({self.restarts}/{MAX_RESTARTS}): {err}"
+                    )
                 except KeyboardInterrupt:
                     gang.stop()
                     self.display.note("stopped; run the same command again to resume")

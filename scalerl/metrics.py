@@ -56,7 +56,7 @@ TRAINER_GAUGES = {
     "step": "Optimizer steps taken.",
 }
 HISTOGRAMS = {
-    "weight_sync_seconds": "Seconds to broadcast (trainer) or receive and load (generator) weights.",
+    "weight_sync_seconds": "Seconds to send (trainer) or receive and load (generator) weights.",
     "step_seconds": "Seconds of one optimizer step (forward, backward, update).",
 }
 PREDICTION_GAUGES = {

@@ -67,7 +67,9 @@ class ProgressDisplay:
             self.bar.update(self.task, completed=progress.get("step", 0), info=info)
         elif self.enabled and time.monotonic() - self.last_plain >= PLAIN_EVERY_S:
             self.last_plain = time.monotonic()
-            print(f"step {progress.get('step', 0)}/{self.total}  {info}", file=sys.stderr, flush=True)
+            print(
+                f"step {progress.get('step', 0)}/{self.total}  {info}", file=sys.stderr, flush=True
+            )
 
     def note(self, text: str) -> None:
         if self.live:

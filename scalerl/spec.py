@@ -87,7 +87,9 @@ class CispoLoss(_Model):
     """Truncated importance sampling with a plain policy gradient (ScaleRL's loss)."""
 
     type: Literal["cispo"] = "cispo"
-    epsilon_max: float = Field(4.0, gt=0, description="Upper cap on the token ratio; 4, 5, 8 alike.")
+    epsilon_max: float = Field(
+        4.0, gt=0, description="Upper cap on the token ratio; 4, 5, 8 alike."
+    )
 
 
 class DapoLoss(_Model):

@@ -43,7 +43,10 @@ def test_defaults_are_the_scalerl_recipe() -> None:
     assert (recipe.optimizer.weight_decay, recipe.optimizer.warmup_steps) == (0.01, 100)
     length = recipe.length
     assert (length.max_prompt_tokens, length.thinking_budget, length.answer_budget) == (
-        2048, 12288, 2048)
+        2048,
+        12288,
+        2048,
+    )
     assert length.interruption.window == (10240, 12288)
     assert length.interruption.phrase == INTERRUPTION_PHRASE
     assert recipe.sampling.temperature == 1.0
@@ -63,10 +66,12 @@ def test_unknown_loss_type_is_named_with_its_path() -> None:
 
 
 def test_every_bad_field_is_reported_at_once() -> None:
-    found = problems(with_spec(
-        recipe={"aggregation": "mean", "batch": {"prompts": 0}, "bogus": 1},
-        generators={"replicas": "many"},
-    ))
+    found = problems(
+        with_spec(
+            recipe={"aggregation": "mean", "batch": {"prompts": 0}, "bogus": 1},
+            generators={"replicas": "many"},
+        )
+    )
     assert "spec.recipe.aggregation: 'mean' is not one of prompt, sample, token" in found
     assert any(p.startswith("spec.recipe.batch.prompts:") for p in found)
     assert any(p.startswith("spec.recipe.bogus: unknown field") for p in found)
@@ -122,9 +127,12 @@ def test_unreadable_or_invalid_yaml_is_an_input_error(tmp_path: Path) -> None:
 
 def test_problems_in_a_file_name_the_file(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
-    path.write_text("apiVersion: scalerl.dev/v1alpha1\nkind: ScaleRLRun\nmetadata: {name: a}\n"
-                    "spec: {model: {path: /m}, data: {train: /t}, recipe: {loss: {type: x}}}\n")
+    path.write_text(
+        "apiVersion: scalerl.dev/v1alpha1\nkind: ScaleRLRun\nmetadata: {name: a}\n"
+        "spec: {model: {path: /m}, data: {train: /t}, recipe: {loss: {type: x}}}\n"
+    )
     with pytest.raises(SpecError) as info:
         load_run(path)
-    assert info.value.problems == [f"{path}: spec.recipe.loss.type: 'x' is not one of "
-                                   "cispo, dapo, gspo, grpo"]
+    assert info.value.problems == [
+        f"{path}: spec.recipe.loss.type: 'x' is not one of cispo, dapo, gspo, grpo"
+    ]

@@ -26,8 +26,8 @@ from scalerl.generator.rewards import RewardFn, answer_text, load_reward
 from scalerl.metrics import GeneratorMetrics
 from scalerl.recipe import InterruptionPlan, NoPositiveResampling
 from scalerl.rollout.records import (
-    Evaluate,
     EvalResult,
+    Evaluate,
     Failure,
     RolloutGroup,
     Sample,
@@ -112,7 +112,9 @@ class Generator:
             await self.wait_for_quota()
             example = next(prompts)
             samples = await self.sample_group(example, n)
-            group = RolloutGroup(example.id, self.encode_prompt(example.prompt), samples, self.index)
+            group = RolloutGroup(
+                example.id, self.encode_prompt(example.prompt), samples, self.index
+            )
             self.count(group)
             idle_from = time.monotonic()
             await outbox.put(group)
@@ -157,7 +159,9 @@ class Generator:
 
     async def update(self, command: UpdateWeights) -> None:
         try:
-            seconds = await self.engine.update_weights(command.version, timeout_s=self.env.peer_timeout_s)
+            seconds = await self.engine.update_weights(
+                command.version, timeout_s=self.env.peer_timeout_s
+            )
         except WeightSyncError as err:
             # The engine resumed on the previous weights; the trainer sees the broken broadcast
             # on its side too and restarts the gang from its checkpoint.
@@ -244,7 +248,9 @@ class Generator:
             first = await self.wait_for(UpdateWeights, self.env.peer_timeout_s)
             await self.update(first)
             if self.engine.version != start.version:
-                raise WeightSyncError(f"could not load the resumed weights of version {start.version}")
+                raise WeightSyncError(
+                    f"could not load the resumed weights of version {start.version}"
+                )
         self.reset_quota()
 
     async def run_forever(self) -> None:

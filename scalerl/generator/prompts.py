@@ -1,5 +1,5 @@
-"""Prompts a generator owns: loading the JSONL files, the held-out split, this generator's shard, and
-the epoch order that skips prompts the no-positive-resampling curriculum removed.
+"""Prompts a generator owns: loading the JSONL files, the held-out split, this generator's shard,
+and the epoch order that skips prompts the no-positive-resampling curriculum removed.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ def load_examples(path: str | Path) -> list[Example]:
             raise DataError(
                 f'{path}:{number}: expected a JSON object with "prompt" and "answer" ({err})'
             ) from None
-        examples.append(Example(str(row.get("id", f"{path.stem}-{number}")), str(prompt), str(answer)))
+        examples.append(
+            Example(str(row.get("id", f"{path.stem}-{number}")), str(prompt), str(answer))
+        )
     if not examples:
         raise DataError(f"{path}: no prompts in file")
     return examples
@@ -69,9 +71,12 @@ def shard(examples: list[Example], index: int, count: int) -> list[Example]:
 
 
 class PromptOrder:
-    """Endless epochs over a shard, reshuffled each epoch, skipping prompts the curriculum removed."""
+    """Endless epochs over a shard, reshuffled each epoch, skipping prompts the curriculum
+    removed."""
 
-    def __init__(self, examples: list[Example], curriculum: NoPositiveResampling, seed: int) -> None:
+    def __init__(
+        self, examples: list[Example], curriculum: NoPositiveResampling, seed: int
+    ) -> None:
         if not examples:
             raise DataError("this generator's shard of the train prompts is empty")
         self.examples = examples

@@ -20,8 +20,8 @@ from scalerl.errors import PeerError, ScaleRLError
 from scalerl.metrics import TrainerMetrics
 from scalerl.recipe import NoPositiveResampling
 from scalerl.rollout.records import (
-    Evaluate,
     EvalResult,
+    Evaluate,
     Failure,
     Hello,
     RolloutGroup,
@@ -77,15 +77,23 @@ class Trainer:
             curriculum = NoPositiveResampling(threshold)
             curriculum.load_state_dict(self.state.curricula.get(str(g), curriculum.state_dict()))
             self.curricula[g] = curriculum
-            self.channel.send(g, Start(version=self.state.version, step=self.state.step,
-                                       curriculum=curriculum.state_dict()))
-        self.group = connect("0.0.0.0", self.env.sync_port, count + 1, 0, timeout_s=self.env.peer_timeout_s)
+            self.channel.send(
+                g,
+                Start(
+                    version=self.state.version,
+                    step=self.state.step,
+                    curriculum=curriculum.state_dict(),
+                ),
+            )
+        self.group = connect(
+            "0.0.0.0", self.env.sync_port, count + 1, 0, timeout_s=self.env.peer_timeout_s
+        )
         self.sender = WeightSender(self.group)
         if self.state.version > 0:  # resumed: generators start from the base weights
             self.broadcast_weights()
 
     def receive(self, timeout_s: float) -> None:
-        """Take one message: rollouts to the backlog, evaluations to results; peers' failures raise."""
+        """Take one message: rollouts to the backlog, evaluations to results; failures raise."""
         got = self.channel.recv(timeout_s)
         if got is None:
             return
@@ -104,7 +112,9 @@ class Trainer:
         deadline = time.monotonic() + self.env.peer_timeout_s
         while len(self.backlog) < groups:
             if time.monotonic() > deadline:
-                raise PeerError(f"no rollouts from the generators for {self.env.peer_timeout_s:.0f} s")
+                raise PeerError(
+                    f"no rollouts from the generators for {self.env.peer_timeout_s:.0f} s"
+                )
             before = len(self.backlog)
             self.receive(1.0)
             if len(self.backlog) > before:
@@ -120,19 +130,30 @@ class Trainer:
 
     # --- training --------------------------------------------------------------------------------
 
-    def step_once(self, groups: list[RolloutGroup], max_off_policy: int | None) -> StepResult | None:
+    def step_once(
+        self, groups: list[RolloutGroup], max_off_policy: int | None
+    ) -> StepResult | None:
         recipe = self.spec.recipe
-        batch, stats = build_batch(groups, current_version=self.state.version,
-                                   max_off_policy=max_off_policy,
-                                   pad_id=self.policy.pad_id)
+        batch, stats = build_batch(
+            groups,
+            current_version=self.state.version,
+            max_off_policy=max_off_policy,
+            pad_id=self.policy.pad_id,
+            normalization=recipe.advantage_normalization,
+            drop_zero_variance=recipe.zero_variance_filtering,
+        )
         self.record_batch(stats)
         if batch is None:
             log.warning("step %d: every group was filtered out; no update", self.state.step)
             return None
         loss = recipe.loss
         result = train_step(
-            self.policy, self.optimizer, self.scheduler, batch,
-            loss=loss.type, aggregation=recipe.aggregation,
+            self.policy,
+            self.optimizer,
+            self.scheduler,
+            batch,
+            loss=loss.type,
+            aggregation=recipe.aggregation,
             epsilon_max=getattr(loss, "epsilon_max", 4.0),
             epsilon_low=getattr(loss, "epsilon_low", 0.2),
             epsilon_high=getattr(loss, "epsilon_high", 0.28),
@@ -159,8 +180,11 @@ class Trainer:
         self.metrics.stale_groups.inc(stats.stale_groups)
         self.metrics.pass_rate.set(stats.pass_rate)
         self.metrics.policy_lag_steps.set(stats.mean_lag)
-        self.last.update(pass_rate=stats.pass_rate, truncation_rate=stats.truncation_rate,
-                         policy_lag=stats.mean_lag)
+        self.last.update(
+            pass_rate=stats.pass_rate,
+            truncation_rate=stats.truncation_rate,
+            policy_lag=stats.mean_lag,
+        )
 
     def train_round(self) -> None:
         """PipelineRL: one step then a broadcast. PPO-off-policy-k: k steps on one policy's data."""
@@ -171,7 +195,7 @@ class Trainer:
             k = max(recipe.max_off_policy_steps, 1)
             groups = self.collect(k * recipe.batch.prompts)
             for i in range(k):
-                chunk = groups[i * recipe.batch.prompts:(i + 1) * recipe.batch.prompts]
+                chunk = groups[i * recipe.batch.prompts : (i + 1) * recipe.batch.prompts]
                 self.step_once(chunk, max_off_policy=i)
                 self.after_step()
         self.broadcast_weights()
@@ -186,12 +210,17 @@ class Trainer:
         self.files.write_progress(self.progress())
 
     def progress(self) -> dict[str, Any]:
-        return {"step": self.state.step, "version": self.state.version,
-                "compute": self.state.compute_hours, "max_steps": self.spec.budget.max_steps,
-                "time": time.time(), **self.last,
-                "eval_pass_rate": (self.state.evaluations or [{}])[-1].get("pass_rate")}
+        return {
+            "step": self.state.step,
+            "version": self.state.version,
+            "compute": self.state.compute_hours,
+            "max_steps": self.spec.budget.max_steps,
+            "time": time.time(),
+            **self.last,
+            "eval_pass_rate": (self.state.evaluations or [{}])[-1].get("pass_rate"),
+        }
 
-    # --- evaluation and checkpoints ------------------------------------------------------------------
+    # --- evaluation and checkpoints ---------------------------------------------------------
 
     def evaluate(self) -> dict[str, Any]:
         step, count = self.state.step, self.spec.generators.replicas
@@ -204,10 +233,15 @@ class Trainer:
         mine = [r for r in self.results if r.step == step]
         self.results = [r for r in self.results if r.step != step]
         samples = sum(r.samples for r in mine)
-        entry = {"step": step, "version": self.state.version,
-                 "compute": self.clock.hours(), "pass_rate": sum(r.pass_sum for r in mine) / samples,
-                 "eval_truncation_rate": sum(r.truncated for r in mine) / samples,
-                 "eval_samples": samples, **self.last}
+        entry = {
+            "step": step,
+            "version": self.state.version,
+            "compute": self.clock.hours(),
+            "pass_rate": sum(r.pass_sum for r in mine) / samples,
+            "eval_truncation_rate": sum(r.truncated for r in mine) / samples,
+            "eval_samples": samples,
+            **self.last,
+        }
         self.state.evaluations.append(entry)
         self.files.append_history(entry)
         self.metrics.eval_pass_rate.set(entry["pass_rate"])
@@ -217,9 +251,15 @@ class Trainer:
     def checkpoint(self) -> None:
         self.state.compute_hours = self.clock.hours()
         self.state.curricula = {str(g): c.state_dict() for g, c in self.curricula.items()}
-        save_checkpoint(self.env.run_dir / "checkpoints", self.state.step, policy=self.policy,
-                        optimizer=self.optimizer, scheduler=self.scheduler,
-                        state=self.state.to_dict(), keep=self.spec.checkpoint.keep)
+        save_checkpoint(
+            self.env.run_dir / "checkpoints",
+            self.state.step,
+            policy=self.policy,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            state=self.state.to_dict(),
+            keep=self.spec.checkpoint.keep,
+        )
 
     def done(self) -> bool:
         budget = self.spec.budget
@@ -246,19 +286,27 @@ class Trainer:
 
 def build_trainer(run: ScaleRLRun, env: ProcessEnv) -> Trainer:
     spec = run.spec
-    policy = load_policy(spec.model.path, dtype=spec.model.dtype,
-                         fp32_lm_head=spec.model.fp32_lm_head,
-                         temperature=spec.recipe.sampling.temperature)
+    policy = load_policy(
+        spec.model.path,
+        dtype=spec.model.dtype,
+        fp32_lm_head=spec.model.fp32_lm_head,
+        temperature=spec.recipe.sampling.temperature,
+    )
     opt = spec.recipe.optimizer
-    optimizer, scheduler = build_optimizer(policy.parameters(), lr=opt.lr,
-                                           weight_decay=opt.weight_decay, eps=opt.eps,
-                                           warmup_steps=opt.warmup_steps)
+    optimizer, scheduler = build_optimizer(
+        policy.parameters(),
+        lr=opt.lr,
+        weight_decay=opt.weight_decay,
+        eps=opt.eps,
+        warmup_steps=opt.warmup_steps,
+    )
     files = RunFiles(env.run_dir)
     state = TrainerState()
     newest = latest_checkpoint(env.run_dir / "checkpoints")
     if newest is not None:
-        state = TrainerState.from_dict(load_checkpoint(newest, policy=policy, optimizer=optimizer,
-                                                       scheduler=scheduler))
+        state = TrainerState.from_dict(
+            load_checkpoint(newest, policy=policy, optimizer=optimizer, scheduler=scheduler)
+        )
         log.info("resumed from %s (step %d)", newest, state.step)
     files.rewrite_history(state.evaluations)
     metrics = TrainerMetrics(run.name)
@@ -268,9 +316,19 @@ def build_trainer(run: ScaleRLRun, env: ProcessEnv) -> Trainer:
     return Trainer(run, env, policy, optimizer, scheduler, state, files, metrics, channel, clock)
 
 
+def limit_cpu_threads(processes: int) -> None:
+    """On a CPU-only machine the trainer shares the cores with the generators: oversubscribed
+    torch threads make a step several times slower."""
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // processes))
+
+
 def main() -> None:
     env = ProcessEnv.from_environ()
     logging.basicConfig(level=os.environ.get("SCALERL_LOG", "INFO"))
+    limit_cpu_threads(env.compute_units)
     run = load_run(env.spec)
     trainer = build_trainer(run, env)
     try:
@@ -282,5 +340,3 @@ def main() -> None:
         trainer.channel.close()
         if trainer.group is not None:
             trainer.group.close()
-
-
