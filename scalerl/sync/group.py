@@ -146,12 +146,12 @@ def connect(
         raise InputError(
             f"sync group needs 0 <= rank < world_size, got rank {rank} of {world_size}"
         )
+    use_nccl = _choose_nccl(backend)
     address = f"{host}:{port}"
     where = f"sync group at {address}: rank {rank} of world {world_size}"
     deadline = time.monotonic() + timeout_s
     store = dist.PrefixStore(_PREFIX, _open_store(host, port, rank, timeout_s, where))
     _join(store, rank, world_size, deadline, where)
-    use_nccl = _choose_nccl(backend)
     device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
     remaining = max(deadline - time.monotonic(), 0.001)
     try:

@@ -31,7 +31,7 @@ import math
 import time
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import cached_property
 from typing import Any
 
@@ -51,21 +51,9 @@ _MASK = (1 << 64) - 1
 _MAX_LAYOUT_BYTES = 1 << 30
 
 _DTYPES: dict[str, torch.dtype] = {
-    str(dtype).removeprefix("torch."): dtype
-    for dtype in (
-        torch.float32,
-        torch.float64,
-        torch.float16,
-        torch.bfloat16,
-        torch.int64,
-        torch.int32,
-        torch.int16,
-        torch.int8,
-        torch.uint8,
-        torch.bool,
-        torch.float8_e4m3fn,
-        torch.float8_e5m2,
-    )
+    name: getattr(torch, name)
+    for name in "float32 float64 float16 bfloat16 int64 int32 int16 int8 uint8 bool "
+    "float8_e4m3fn float8_e5m2".split()
 }
 
 
@@ -145,33 +133,24 @@ class _Header:
     bucket_bytes: int
 
     def encode(self) -> list[int]:
-        return [
-            MAGIC,
-            FORMAT,
-            self.version,
-            self.tensors,
-            self.total,
-            self.buckets,
-            self.layout_bytes,
-            self.bucket_bytes,
-        ]
+        return [MAGIC, FORMAT, *astuple(self)]  # the field order is the wire order
 
     @staticmethod
     def decode(values: list[int]) -> _Header:
-        magic, fmt, version, tensors, total, buckets, layout_bytes, bucket_bytes = values
+        magic, fmt, *fields = values
         if magic != MAGIC or fmt != FORMAT:
             raise WeightSyncError(
                 f"weight header has magic {magic:#x} format {fmt}, expected {MAGIC:#x} format "
                 f"{FORMAT}: sender and receiver run different scalerl versions"
             )
-        header = _Header(version, tensors, total, buckets, layout_bytes, bucket_bytes)
+        header = _Header(*fields)
         sane = (
-            tensors >= 0
-            and total >= 0
-            and bucket_bytes > 0
-            and bucket_bytes % ALIGN == 0
-            and buckets == math.ceil(total / bucket_bytes)
-            and 0 < layout_bytes <= _MAX_LAYOUT_BYTES
+            header.tensors >= 0
+            and header.total >= 0
+            and header.bucket_bytes > 0
+            and header.bucket_bytes % ALIGN == 0
+            and header.buckets == math.ceil(header.total / header.bucket_bytes)
+            and 0 < header.layout_bytes <= _MAX_LAYOUT_BYTES
         )
         if not sane:
             raise WeightSyncError(f"weight header is inconsistent: {header}")
@@ -429,35 +408,40 @@ def _row_weights(count: int, device: torch.device) -> Tensor:
 
 
 def _decode_layout(blob: bytes, header: _Header) -> tuple[_Layout, list[tuple[int, int, int]]]:
+    """The layout in `blob`, checked against the header; WeightSyncError for anything odd."""
     try:
         body: Any = msgpack.unpackb(blob)
         slots = [_Slot(n, d, tuple(shape), o, b) for n, d, shape, o, b in body["tensors"]]
         checksums = [(int(n), int(s1), int(s2)) for n, s1, s2 in body["checksums"]]
-    except Exception as err:  # any malformed blob: msgpack, key, unpacking or type errors
-        raise WeightSyncError(f"layout of version {header.version} is unreadable: {err}") from err
-    if len(slots) != header.tensors or len(checksums) != header.buckets:
-        raise WeightSyncError(
-            f"layout of version {header.version} lists {len(slots)} tensors and "
-            f"{len(checksums)} checksums, header says {header.tensors} and {header.buckets}"
-        )
-    for slot in slots:
-        _check_slot(slot, header)
+        problem = _layout_problem(slots, checksums, header)
+    except Exception as err:  # malformed blobs raise msgpack, key, unpacking and type errors
+        problem = f"unreadable ({type(err).__name__}: {err})"
+    if problem:
+        raise WeightSyncError(f"layout of version {header.version} is {problem}")
     return _Layout(slots, header.total, header.bucket_bytes), checksums
 
 
-def _check_slot(slot: _Slot, header: _Header) -> None:
-    dtype = _DTYPES.get(slot.dtype)
-    ok = (
-        dtype is not None
-        and isinstance(slot.name, str)
-        and slot.offset % ALIGN == 0
-        and 0 <= slot.offset
-        and slot.end <= header.total
-        and all(d >= 0 for d in slot.shape)
-        and slot.nbytes == math.prod(slot.shape) * dtype.itemsize
-    )
-    if not ok:
-        raise WeightSyncError(f"layout of version {header.version} has a bad entry: {slot}")
+def _layout_problem(
+    slots: list[_Slot], checksums: list[tuple[int, int, int]], header: _Header
+) -> str | None:
+    if len(slots) != header.tensors or len(checksums) != header.buckets:
+        return (
+            f"inconsistent: {len(slots)} tensors and {len(checksums)} checksums, "
+            f"the header says {header.tensors} and {header.buckets}"
+        )
+    for slot in slots:
+        dtype = _DTYPES.get(slot.dtype)
+        ok = (
+            dtype is not None
+            and isinstance(slot.name, str)
+            and all(isinstance(v, int) and v >= 0 for v in (*slot.shape, slot.offset, slot.nbytes))
+            and slot.offset % ALIGN == 0
+            and slot.end <= header.total
+            and slot.nbytes == math.prod(slot.shape) * dtype.itemsize
+        )
+        if not ok:
+            return f"wrong: bad entry {slot}"
+    return None
 
 
 def _views(flat: Tensor, slots: list[_Slot]) -> list[tuple[str, Tensor]]:

@@ -127,9 +127,23 @@ def test_garbage_header_breaks_the_group() -> None:
     assert broken is not None and "magic" in broken
 
 
-def test_unreadable_layout_is_rejected_but_the_next_version_arrives() -> None:
+BAD_LAYOUTS = {
+    "unreadable": b"\xc1 not msgpack",
+    "wrong: bad entry": msgpack.packb(
+        {"tensors": [["w", "float32", [300], 0, 999]], "checksums": [[0] * 3]}
+    ),
+    "wrong: bad entry ": msgpack.packb(
+        {"tensors": [["w", "float32", [2], "0", 8]], "checksums": [[0] * 3]}
+    ),
+    "unreadable ": msgpack.packb({"tensors": [["w", ["x"], [2], 0, 8]], "checksums": [[0] * 3]}),
+    "inconsistent": msgpack.packb({"tensors": [], "checksums": []}),
+}
+
+
+@pytest.mark.parametrize("problem", BAD_LAYOUTS)
+def test_bad_layout_is_rejected_but_the_next_version_arrives(problem: str) -> None:
     def trainer(group: SyncGroup) -> None:
-        blob = b"\xc1 not msgpack"
+        blob = BAD_LAYOUTS[problem]
         header = _Header(5, 1, 1024, 1, len(blob), 1024).encode()
         group.broadcast(torch.tensor(header, dtype=torch.int64))
         group.broadcast(torch.frombuffer(bytearray(blob), dtype=torch.uint8))
@@ -144,7 +158,7 @@ def test_unreadable_layout_is_rejected_but_the_next_version_arrives() -> None:
         return str(caught.value), version
 
     _, (message, version) = pair(trainer, generator)
-    assert "layout of version 5 is unreadable" in message and version == 6
+    assert f"layout of version 5 is {problem.strip()}" in message and version == 6
 
 
 def test_kept_buffer_is_reused_only_after_the_old_tensors_are_dropped() -> None:
