@@ -7,6 +7,7 @@ process dies (bounded, like the operator's).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from scalerl.spec import ScaleRLRun, load_run
 from scalerl.trainer.history import HISTORY_FILE, PROGRESS_FILE, read_history
 
 BUILTIN = "builtin:"
+PROCESSES_FILE = "processes.json"  # role -> pid of the current attempt
 MAX_RESTARTS = 3
 STOP_GRACE_S = 15.0
 
@@ -101,8 +103,6 @@ class Gang:
     logs: dict[str, Path] = field(default_factory=dict)
 
     def start(self, role: str, env: ProcessEnv, log_path: Path) -> None:
-        import os
-
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             self.processes[role] = subprocess.Popen(
@@ -169,6 +169,8 @@ class LocalRun:
         for g in range(count):
             env = ProcessEnv(**base, metrics_port=0, generator_index=g)
             gang.start(f"generator-{g}", env, logs / f"generator-{g}.log")
+        pids = {role: proc.pid for role, proc in gang.processes.items()}
+        (self.out / PROCESSES_FILE).write_text(json.dumps(pids))
         return gang
 
     def supervise(self, gang: Gang) -> None:
@@ -224,33 +226,43 @@ class LocalRun:
         self.out.mkdir(parents=True, exist_ok=True)
         self.spec_path.write_text(yaml.safe_dump(self.run.model_dump(by_alias=True, mode="json")))
         with self.display:
-            while True:
-                gang = self.launch()
-                try:
-                    self.supervise(gang)
-                    break
-                except PeerError as err:
-                    gang.stop()
-                    if self.restarts >= MAX_RESTARTS:
-                        raise PeerError(
-                            f"giving up after {self.restarts} restarts; last: {err}"
-                        ) from None
-                    self.restarts += 1
-                    self.display.note(
-                        f"restarting from the last checkpoint "
-                        f"({self.restarts}/{MAX_RESTARTS}): {err}"
-                    )
-                except KeyboardInterrupt:
-                    gang.stop()
-                    self.display.note("stopped; run the same command again to resume")
-                    raise
-                finally:
-                    gang.stop()
+            while not self.attempt():
+                pass
         return self.refit(read_history(self.out / HISTORY_FILE))
+
+    def attempt(self) -> bool:
+        """Run one gang to the end (True) or to a failure worth a restart (False)."""
+        started_at = self.trained_steps()
+        gang = self.launch()
+        try:
+            self.supervise(gang)
+            return True
+        except PeerError as err:
+            # Restart only an attempt that made progress: a failure before any step (a bad
+            # model, a port in use) would fail the same way again.
+            if self.trained_steps() <= started_at or self.restarts >= MAX_RESTARTS:
+                raise PeerError(f"run failed after {self.restarts} restarts: {err}") from None
+            self.restarts += 1
+            self.display.note(
+                f"restarting from the last checkpoint ({self.restarts}/{MAX_RESTARTS}): {err}"
+            )
+            return False
+        except KeyboardInterrupt:
+            self.display.note("stopped; run the same command again to resume")
+            raise
+        finally:
+            gang.stop()
+
+    def trained_steps(self) -> int:
+        try:
+            return int(json.loads((self.out / PROGRESS_FILE).read_text())["step"])
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            return 0
 
 
 def run_local(path: Path, out: Path | None, *, display: bool = True) -> dict[str, Any] | None:
     """Run the ScaleRLRun in `path` to its end (or resume it) in `out` (default runs/<name>)."""
-    run = resolve_paths(load_run(path), cache_dir=Path(".cache/scalerl").resolve())
+    cache = Path(os.environ.get("SCALERL_CACHE", Path.home() / ".cache" / "scalerl"))
+    run = resolve_paths(load_run(path), cache_dir=cache)
     check_inputs(run)
     return LocalRun(run, out or Path("runs") / run.name, display=display).execute()

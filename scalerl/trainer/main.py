@@ -100,6 +100,9 @@ class Trainer:
         generator, message = got
         if isinstance(message, RolloutGroup):
             self.curricula[message.generator].observe(message.prompt_id, message.pass_rate)
+            # PipelineRL at work: samples whose tokens came from more than one policy version.
+            mixed = sum(len(set(s.versions)) > 1 for s in message.samples)
+            self.state.bump("mixed_version_samples", mixed)
             self.backlog.append(message)
         elif isinstance(message, EvalResult):
             self.results.append(message)
@@ -241,6 +244,7 @@ class Trainer:
             "eval_truncation_rate": sum(r.truncated for r in mine) / samples,
             "eval_samples": samples,
             **self.last,
+            **self.state.counters,
         }
         self.state.evaluations.append(entry)
         self.files.append_history(entry)
