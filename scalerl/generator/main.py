@@ -29,6 +29,7 @@ from scalerl.rollout.records import (
     EvalResult,
     Evaluate,
     Failure,
+    GeneratorStats,
     RolloutGroup,
     Sample,
     Start,
@@ -63,6 +64,22 @@ def engine_config(spec: RunSpec, env: ProcessEnv) -> EngineConfig:
 
 
 @dataclass
+class Tally:
+    """Totals this generator reports with every evaluation (the bench's idle fraction)."""
+
+    sequences: int = 0
+    truncated: int = 0
+    tokens: int = 0
+    idle_s: float = 0.0
+    sync_s: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+    def idle(self, seconds: float, metrics: GeneratorMetrics) -> None:
+        self.idle_s += seconds
+        metrics.generator_idle_seconds.inc(seconds)
+
+
+@dataclass
 class Generator:
     run: ScaleRLRun
     env: ProcessEnv
@@ -74,6 +91,7 @@ class Generator:
     validation: list[Example]
     metrics: GeneratorMetrics
     curriculum: NoPositiveResampling = field(default_factory=NoPositiveResampling)
+    tally: Tally = field(default_factory=lambda: Tally())
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
     new_version: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -118,12 +136,15 @@ class Generator:
             self.count(group)
             idle_from = time.monotonic()
             await outbox.put(group)
-            self.metrics.generator_idle_seconds.inc(time.monotonic() - idle_from)
+            self.tally.idle(time.monotonic() - idle_from, self.metrics)
 
     def count(self, group: RolloutGroup) -> None:
         self.curriculum.observe(group.prompt_id, group.pass_rate)
         self.metrics.curriculum_dropped_prompts.set(self.curriculum.dropped)
         for s in group.samples:
+            self.tally.sequences += 1
+            self.tally.truncated += int(s.truncated)
+            self.tally.tokens += len(s.completion_ids)
             self.metrics.generated_sequences.inc()
             self.metrics.generated_tokens.inc(len(s.completion_ids))
             self.metrics.truncated_sequences.inc(int(s.truncated))
@@ -139,7 +160,7 @@ class Generator:
             idle_from = time.monotonic()
             self.new_version.clear()
             await self.new_version.wait()
-            self.metrics.generator_idle_seconds.inc(time.monotonic() - idle_from)
+            self.tally.idle(time.monotonic() - idle_from, self.metrics)
         self._quota_left -= 1
 
     def reset_quota(self) -> None:
@@ -169,6 +190,7 @@ class Generator:
             log.error("weight update to version %d failed: %s", command.version, err)
             return
         self.metrics.weight_sync_seconds.observe(seconds)
+        self.tally.sync_s += seconds
         self.metrics.generator_policy_version.set(command.version)
         if self.spec.recipe.algorithm == "ppo-off-policy":
             self.reset_quota()
@@ -187,8 +209,22 @@ class Generator:
             truncated=sum(s.truncated for s in samples),
             tokens=sum(len(s.completion_ids) for s in samples),
         )
-        while not self.channel.try_send(result):
-            await asyncio.sleep(0.005)
+        for message in (self.stats(), result):  # stats first: the trainer records both
+            while not self.channel.try_send(message):
+                await asyncio.sleep(0.005)
+
+    def stats(self) -> GeneratorStats:
+        t = self.tally
+        return GeneratorStats(
+            generator=self.index,
+            version=self.engine.version,
+            generated_tokens=t.tokens,
+            generated_sequences=t.sequences,
+            truncated_sequences=t.truncated,
+            idle_seconds=t.idle_s,
+            weight_sync_seconds=t.sync_s,
+            uptime_seconds=time.monotonic() - t.started,
+        )
 
     async def next_command(self, timeout_s: float) -> object | None:
         """Poll the channel from the loop thread (a ZeroMQ socket must stay on one thread)."""
@@ -252,6 +288,7 @@ class Generator:
                     f"could not load the resumed weights of version {start.version}"
                 )
         self.reset_quota()
+        self.tally = Tally()
 
     async def run_forever(self) -> None:
         await self.start()

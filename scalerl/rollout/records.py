@@ -247,6 +247,7 @@ class GeneratorStats(_Plain):
     truncated_sequences: int
     idle_seconds: float  # waiting for weights or for the trainer to take rollouts
     weight_sync_seconds: float
+    uptime_seconds: float  # since the generator started generating
 
 
 @dataclass

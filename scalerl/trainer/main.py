@@ -23,6 +23,7 @@ from scalerl.rollout.records import (
     EvalResult,
     Evaluate,
     Failure,
+    GeneratorStats,
     Hello,
     RolloutGroup,
     Start,
@@ -61,6 +62,7 @@ class Trainer:
     results: list[EvalResult] = field(default_factory=list)
     curricula: dict[int, NoPositiveResampling] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)  # train metrics of the last step
+    generator_stats: dict[int, GeneratorStats] = field(default_factory=dict)
 
     @property
     def spec(self) -> RunSpec:
@@ -106,6 +108,8 @@ class Trainer:
             self.backlog.append(message)
         elif isinstance(message, EvalResult):
             self.results.append(message)
+        elif isinstance(message, GeneratorStats):
+            self.generator_stats[message.generator] = message
         elif isinstance(message, Failure):
             raise PeerError(f"generator {message.generator} failed: {message.message}")
         elif isinstance(message, Hello):
@@ -245,12 +249,26 @@ class Trainer:
             "eval_samples": samples,
             **self.last,
             **self.state.counters,
+            **self.generation_totals(),
         }
         self.state.evaluations.append(entry)
         self.files.append_history(entry)
         self.metrics.eval_pass_rate.set(entry["pass_rate"])
         log.info("evaluation at step %d: pass rate %.3f", step, entry["pass_rate"])
         return entry
+
+    def generation_totals(self) -> dict[str, float]:
+        """Generators' totals of this attempt, as of their last evaluation."""
+        stats = list(self.generator_stats.values())
+        uptime = sum(s.uptime_seconds for s in stats)
+        if not stats or uptime <= 0:
+            return {}
+        return {
+            "generated_samples": sum(s.generated_sequences for s in stats),
+            "generated_tokens": sum(s.generated_tokens for s in stats),
+            "generation_seconds": uptime / len(stats),
+            "generator_idle_fraction": sum(s.idle_seconds for s in stats) / uptime,
+        }
 
     def checkpoint(self) -> None:
         self.state.compute_hours = self.clock.hours()

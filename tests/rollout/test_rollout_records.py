@@ -73,6 +73,7 @@ EXAMPLES: list[Message] = [
         truncated_sequences=1,
         idle_seconds=0.25,
         weight_sync_seconds=1.5,
+        uptime_seconds=60.0,
     ),
     Hello(generator=4, pid=1234),
     Ready(generator=4, version=8),
