@@ -16,12 +16,20 @@ processing. Tokens the engine did not sample (the interruption phrase) carry `en
 the moment they are injected. Sampling therefore uses FINAL_ONLY outputs: streaming deltas would
 add per-token work on the event loop and nothing to the stamps' accuracy.
 
+Stale KV. As in PipelineRL, a sequence running across a swap keeps the KV its earlier tokens
+got from the old weights. vLLM's prefix cache would also hand old-weight KV to requests started
+after the swap (a prompt or a shared template prefix seen before), for as long as the blocks stay
+cached. Every request is therefore salted with the policy version its sample started on
+(`cache_salt`): both phases of one sample share their blocks, as one long request would, and a
+sample started after a swap never reads KV computed by weights older than its start.
+
 vLLM is imported only inside methods, after `prepare_vllm_environment` set what it reads at import.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import random
@@ -32,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from scalerl.errors import InputError, PeerError, WeightSyncError
+from scalerl.errors import DataError, InputError, PeerError, ScaleRLError, WeightSyncError
 from scalerl.generator.length import LengthControl, Segment
 from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
@@ -92,14 +100,23 @@ def prepare_vllm_environment(config: EngineConfig) -> None:
     Idempotent. On CPU: a fixed KV cache (the default sizing fails on small VMs), no TorchDynamo
     (the first log-prob request would stall compiling a kernel), a single engine-core process.
     """
-    rpc_dir = Path(config.run_dir) / "vllm-rpc" if config.run_dir else None
-    if rpc_dir is None:
-        rpc_dir = Path(os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.mkdtemp(prefix="vllm-"))
-    rpc_dir.mkdir(parents=True, exist_ok=True)
-    os.environ["VLLM_RPC_BASE_PATH"] = str(rpc_dir)  # else sockets pile up in $TMPDIR
+    os.environ["VLLM_RPC_BASE_PATH"] = str(_rpc_dir(config))  # else sockets pile up in $TMPDIR
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_gib)
     os.environ["TORCHDYNAMO_DISABLE"] = "1"
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+def _rpc_dir(config: EngineConfig) -> Path:
+    """Where vLLM puts its IPC sockets: the run directory if its path is short enough."""
+    # vLLM names sockets <dir>/<uuid4>; a Unix socket path holds at most 107 bytes.
+    limit = 107 - 37
+    wanted = Path(config.run_dir) / "vllm-rpc" if config.run_dir else None
+    if wanted is None or len(str(wanted)) > limit:
+        current = os.environ.get("VLLM_RPC_BASE_PATH", "")
+        reuse = "scalerl-vllm-" in current and len(current) <= limit
+        wanted = Path(current) if reuse else Path(tempfile.mkdtemp(prefix="scalerl-vllm-"))
+    wanted.mkdir(parents=True, exist_ok=True)
+    return wanted
 
 
 class GenerationEngine:
@@ -118,13 +135,21 @@ class GenerationEngine:
 
     async def start(self) -> float:
         """Start vLLM (seconds: ~3-20 on CPU, longer for big models); returns the time taken."""
+        if self._llm is not None:
+            return 0.0
+        if not (Path(self.config.model_path) / "config.json").is_file():
+            raise DataError(f"{self.config.model_path}: not a Hugging Face model directory")
         prepare_vllm_environment(self.config)
         from vllm.v1.engine.async_llm import AsyncLLM
 
         started = time.monotonic()
         self._llm = AsyncLLM.from_engine_args(self._engine_args())
-        await self._control(self._llm.update_weight_version(str(self.version)), "labelling weights")
-        self._length = self._length_control(self._llm.get_tokenizer())
+        try:
+            await self._control(self._llm.update_weight_version(str(self.version)), "labelling")
+            self._length = self._length_control(self._llm.get_tokenizer())
+        except BaseException:
+            await self.shutdown()
+            raise
         return time.monotonic() - started
 
     def _engine_args(self) -> Any:
@@ -163,8 +188,9 @@ class GenerationEngine:
         if llm is None:
             return
         try:
-            await self._control(llm.collective_rpc("close_weight_sync"), "closing the sync group")
-        except PeerError:
+            rpc = llm.collective_rpc("close_weight_sync")
+            await self._control(rpc, "closing the sync group", SHUTDOWN_TIMEOUT_S)
+        except ScaleRLError:
             pass  # the engine is going away regardless
         llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
 
@@ -182,12 +208,16 @@ class GenerationEngine:
         length = self._ready()[1]
         if n < 1:
             raise InputError(f"n must be >= 1 samples; got {n}")
+        if max_tokens is not None and max_tokens < 1:
+            raise InputError(f"max_tokens must be >= 1; got {max_tokens}")
         prompt = list(prompt_ids)
+        # Both phases of a sample share the KV cache of the weights it started on (module doc).
+        sampler = functools.partial(self.sample_segment, cache_salt=_cache_salt(self.version))
         if max_tokens is None:
             cutoffs = [self.config.plan.cutoff(self._rng) for _ in range(n)]
-            jobs = [length.sample(self.sample_segment, prompt, c, self._current) for c in cutoffs]
+            jobs = [length.sample(sampler, prompt, c, self._current) for c in cutoffs]
         else:
-            jobs = [length.sample_plain(self.sample_segment, prompt, max_tokens) for _ in range(n)]
+            jobs = [length.sample_plain(sampler, prompt, max_tokens) for _ in range(n)]
         return await _all(jobs)
 
     async def evaluate(self, prompts: list[list[int]], n: int) -> list[list[Sample]]:
@@ -195,9 +225,18 @@ class GenerationEngine:
         return await _all([self.generate(prompt, n) for prompt in prompts])
 
     async def sample_segment(
-        self, prompt_ids: list[int], max_tokens: int, stop_token_ids: Sequence[int] = ()
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        stop_token_ids: Sequence[int] = (),
+        *,
+        cache_salt: str | None = None,
     ) -> Segment:
-        """One request with one completion: the primitive the length rules are built from."""
+        """One request with one completion: the primitive the length rules are built from.
+
+        Requests share cached KV blocks only with requests of the same `cache_salt` (default:
+        the current policy version's), so none reuses KV computed by older weights.
+        """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -215,13 +254,17 @@ class GenerationEngine:
         )
         request_id = f"scalerl-{next(self._request_ids)}"
         final = None
-        async for output in llm.generate(
-            TokensPrompt(prompt_token_ids=prompt_ids), params, request_id
-        ):
+        salt = cache_salt or _cache_salt(self.version)
+        prompt = TokensPrompt(prompt_token_ids=prompt_ids, cache_salt=salt)
+        async for output in llm.generate(prompt, params, request_id):
             final = output
         if final is None or not final.outputs or final.outputs[0].finish_reason == "abort":
             raise PeerError(f"vLLM aborted request {request_id} (engine shutting down?)")
         return _segment(final.outputs[0], request_id)
+
+    def pending_requests(self) -> int:
+        """Engine requests submitted and not finished (one per sample and phase)."""
+        return self._ready()[0].get_num_unfinished_requests()
 
     def _current(self) -> int:
         return self.version
@@ -233,14 +276,16 @@ class GenerationEngine:
     ) -> None:
         """Join the trainer's weight-sync group as receiver `rank` (call again to rejoin)."""
         llm = self._ready()[0]
-        rpc = llm.collective_rpc("init_weight_sync", args=(host, port, world_size, rank, timeout_s))
         where = f"the weight-sync group at {host}:{port} as rank {rank} of {world_size}"
-        try:
-            await asyncio.wait_for(rpc, timeout_s + RPC_GRACE_S)
-        except TimeoutError:
-            raise WeightSyncError(f"joining {where} took over {timeout_s:g} s") from None
-        except Exception as err:  # vLLM re-raises a worker error as a plain Exception
-            raise WeightSyncError(f"joining {where} failed: {_worker_message(err)}") from err
+        async with self._update_lock:
+            args = (host, port, world_size, rank, timeout_s)
+            rpc = llm.collective_rpc("init_weight_sync", args=args)
+            try:
+                await asyncio.wait_for(rpc, timeout_s + RPC_GRACE_S)
+            except TimeoutError:
+                raise WeightSyncError(f"joining {where} took over {timeout_s:g} s") from None
+            except Exception as err:  # vLLM re-raises a worker error as a plain Exception
+                raise WeightSyncError(f"joining {where} failed: {_worker_message(err)}") from err
 
     async def update_weights(self, version: int, timeout_s: float) -> float:
         """Swap to policy `version` in flight; returns the seconds generation was paused.
@@ -304,20 +349,24 @@ class GenerationEngine:
 def _segment(completion: CompletionOutput, request_id: str) -> Segment:
     """Per-token ids, log-probs and versions of one finished completion."""
     ids = list(completion.token_ids)
-    flat = completion.logprobs
-    # With logprobs=0 each position holds exactly the sampled token.
-    if flat is not None and len(getattr(flat, "logprobs", ())) == len(ids):
-        logprobs = list(flat.logprobs)
-    elif flat is not None:
-        logprobs = [flat[i][token].logprob for i, token in enumerate(ids)]
-    else:
+    positions = completion.logprobs
+    if positions is None:
         raise PeerError(f"vLLM returned no log-probs for request {request_id}")
+    flat = getattr(positions, "logprobs", None)  # FlatLogprobs keeps one list for all positions
+    if isinstance(flat, list) and len(flat) == len(ids):  # logprobs=0: the sampled token only
+        logprobs = list(flat)
+    else:
+        logprobs = [positions[i][token].logprob for i, token in enumerate(ids)]
     versions: list[int] = []
     for span in completion.weight_versions or ():
         versions += [int(span.version)] * (span.end - span.start)
     if len(versions) != len(ids):
         raise PeerError(f"vLLM labelled {len(versions)} of {len(ids)} tokens of {request_id}")
     return Segment(ids, logprobs, versions, str(completion.finish_reason))
+
+
+def _cache_salt(version: int) -> str:
+    return f"scalerl-policy-{version}"
 
 
 def _worker_message(err: BaseException) -> str:

@@ -21,8 +21,8 @@ from scalerl.demo.tokenizer import THINK_END, build_tokenizer
 from scalerl.generator.engine import GenerationEngine
 from scalerl.sync import SyncGroup, WeightSender, connect
 
-# How likely the thinking model closes its thinking, per token (about; it varies with context).
-THINK_END_ODDS = 8.0
+# Odds of `</think>` against an average token at temperature 1 (it varies with context).
+THINK_END_ODDS = 4.0
 
 
 def load_hf(path: Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
@@ -30,11 +30,11 @@ def load_hf(path: Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
 
 
 def make_thinking_model(path: Path, seed: int = 0) -> Path:
-    """A random Llama that emits `</think>` with probability ~7 % per token.
+    """A random Llama that emits `</think>` with probability ~4 % per token (at temperature 1).
 
     Hidden dimension 0 is pinned (constant embedding, no layer writes to it), so after the final
     norm it is positive at every position; the `</think>` row of the head reads only that
-    dimension, giving it a logit ~log(8) above the ~0 of the other tokens everywhere.
+    dimension, giving it a logit ~log(4) above the ~0 of the other tokens everywhere.
     """
     build_random_model(path, seed=seed)
     model = load_hf(path)
@@ -59,15 +59,16 @@ def hf_logprobs(
     completion_ids: list[int],
     *,
     fp32_head: bool = False,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
-    """Log-probs (float32, temperature 1) the HF model gives each completion token."""
+    """Log-probs (float32) the HF model, sampling at `temperature`, gives each completion token."""
     ids = torch.tensor([prompt_ids + completion_ids])
     if fp32_head:  # what a trainer with an FP32 LM head computes
         hidden = model.model(ids).last_hidden_state
         logits = F.linear(hidden.float(), model.lm_head.weight.float())
     else:
         logits = model(ids).logits.float()
-    logprobs = logits[0, len(prompt_ids) - 1 : -1].log_softmax(-1)
+    logprobs = (logits[0, len(prompt_ids) - 1 : -1] / temperature).log_softmax(-1)
     return logprobs.gather(-1, torch.tensor(completion_ids)[:, None])[:, 0]
 
 
