@@ -95,6 +95,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the runner dies, even by SIGKILL (Linux)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except OSError:
+        pass  # not Linux: Ctrl-C and stop() still clean up
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 @dataclass
 class Gang:
     """One attempt: the trainer and generator processes of the run."""
@@ -104,18 +122,17 @@ class Gang:
 
     def start(self, role: str, env: ProcessEnv, log_path: Path) -> None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = "trainer" if role == "trainer" else "generator"
         with log_path.open("ab") as log:
+            # Own process group: Ctrl-C reaches only the runner, which stops the gang in order,
+            # and stop() can take a generator's vLLM engine process down with it.
             self.processes[role] = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "scalerl.cli",
-                    "trainer" if role == "trainer" else "generator",
-                ],
+                [sys.executable, "-m", "scalerl.cli", command],
                 env={**os.environ, **env.to_environ()},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         self.logs[role] = log_path
 
@@ -127,16 +144,17 @@ class Gang:
         return None
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM every process group, SIGKILL what is left after the grace period."""
         for proc in self.processes.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+            _signal_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for proc in self.processes.values():
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                pass
+            _signal_group(proc, signal.SIGKILL)  # also any engine process left in the group
+            proc.wait()
 
     def tail(self, role: str, lines: int = 15) -> str:
         text = self.logs[role].read_text(errors="replace").splitlines()
@@ -225,6 +243,7 @@ class LocalRun:
     def execute(self) -> dict[str, Any] | None:
         self.out.mkdir(parents=True, exist_ok=True)
         self.spec_path.write_text(yaml.safe_dump(self.run.model_dump(by_alias=True, mode="json")))
+        signal.signal(signal.SIGTERM, _raise_interrupt)
         with self.display:
             while not self.attempt():
                 pass
@@ -258,6 +277,10 @@ class LocalRun:
             return int(json.loads((self.out / PROGRESS_FILE).read_text())["step"])
         except (FileNotFoundError, json.JSONDecodeError, KeyError):
             return 0
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the gang like Ctrl-C does
 
 
 def run_local(path: Path, out: Path | None, *, display: bool = True) -> dict[str, Any] | None:

@@ -13,8 +13,9 @@ import asyncio
 import logging
 import math
 import os
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -321,6 +322,9 @@ async def serve(env: ProcessEnv) -> None:
     tokenizer = AutoTokenizer.from_pretrained(spec.model.path)
     engine = GenerationEngine(engine_config(spec, env))
     channel = GeneratorChannel(f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index)
+    # SIGTERM (the runner stopping the gang, or Kubernetes) cancels the run, so the finally
+    # below shuts the vLLM engine process down instead of orphaning it.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _cancel(asyncio.current_task()))
     generator = Generator(
         run=run,
         env=env,
@@ -341,6 +345,10 @@ async def serve(env: ProcessEnv) -> None:
     finally:
         await engine.shutdown()
         channel.close()
+
+
+def _cancel(task: asyncio.Task[None] | None) -> Callable[[], None]:
+    return (lambda: task.cancel()) if task is not None else (lambda: None)
 
 
 def main() -> None:
