@@ -17,10 +17,11 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from scalerl.environment import ProcessEnv
-from scalerl.errors import PeerError, ScaleRLError, WeightSyncError
+from scalerl.errors import DataError, PeerError, ScaleRLError, WeightSyncError
 from scalerl.generator.engine import EngineConfig, GenerationEngine, prepare_vllm_environment
 from scalerl.generator.prompts import Example, PromptOrder, shard, train_and_validation
 from scalerl.generator.rewards import RewardFn, answer_text, load_reward
@@ -270,7 +271,7 @@ class Generator:
     async def start(self) -> None:
         """Hello, wait for Start, start the engine, join the weight-sync group, load any resumed
         weights. The trainer is contacted first so an unreachable one is reported at once."""
-        self.channel.hello()
+        self.channel.hello(timeout_s=self.env.peer_timeout_s)
         start = await self.wait_for(Start, self.env.peer_timeout_s)
         self.curriculum.load_state_dict(start.curriculum)
         await self.engine.start()
@@ -319,7 +320,10 @@ async def serve(env: ProcessEnv) -> None:
     metrics.serve(env.metrics_port)
     train, validation = train_and_validation(spec.data, spec.seed)
     count = spec.generators.replicas
-    tokenizer = AutoTokenizer.from_pretrained(spec.model.path)
+    model = Path(spec.model.path)
+    if not (model / "config.json").is_file():
+        raise DataError(f"spec.model.path: {model} is not a Hugging Face model directory")
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
     engine = GenerationEngine(engine_config(spec, env))
     channel = GeneratorChannel(f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index)
     # SIGTERM (the runner stopping the gang, or Kubernetes) cancels the run, so the finally

@@ -1,0 +1,73 @@
+"""The generator process: an unreachable trainer or a missing model is reported clearly."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from scalerl.demo.model import build_random_model
+from scalerl.environment import ProcessEnv
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProcess[str], int]:
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"prompt": "ab>", "answer": "ba"}\n' * 8)
+    spec = tmp_path / "run.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "scalerl.dev/v1alpha1",
+                "kind": "ScaleRLRun",
+                "metadata": {"name": "t"},
+                "spec": {
+                    "model": {"path": str(model)},
+                    "data": {"train": str(train), "validation": {"prompts": 2}, "reward": "exact"},
+                    "generators": {"replicas": 1, "gpus": 0},
+                },
+            }
+        )
+    )
+    port = closed_port()
+    env = ProcessEnv(
+        spec=spec,
+        run_dir=tmp_path / "run",
+        trainer_host="127.0.0.1",
+        channel_port=port,
+        sync_port=closed_port(),
+        metrics_port=0,
+        compute_units=2,
+        generator_index=0,
+        peer_timeout_s=2.0,
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "scalerl.cli", "generator"],
+        env=env.to_environ() | {"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result, port
+
+
+def test_generator_reports_an_unreachable_trainer(tmp_path: Path) -> None:
+    result, port = run_generator(tmp_path, build_random_model(tmp_path / "model"))
+    assert result.returncode == 1
+    assert f"trainer at tcp://127.0.0.1:{port} not reachable for 2 s" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_generator_reports_a_missing_model_directory(tmp_path: Path) -> None:
+    result, _ = run_generator(tmp_path, tmp_path / "nowhere")
+    assert result.returncode == 2
+    assert f"spec.model.path: {tmp_path / 'nowhere'} is not a Hugging Face model" in result.stderr
+    assert "Traceback" not in result.stderr
