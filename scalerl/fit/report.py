@@ -9,11 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from scalerl.errors import ScaleRLError
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.plot import plot_fit
 
 FIT_FILE = "fit.json"
 PLOT_FILE = "curve.png"
+BACKTEST_MIN_EVALUATIONS = 8
 
 
 def write_fit(
@@ -32,9 +34,32 @@ def write_fit(
         "budget": budget,
         "evaluations": len(history),
         "lastStep": history[-1].get("step"),
+        "backtest": backtest(compute, pass_rate, min_compute),
     }
     tmp = out / (FIT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out / FIT_FILE)
     plot_fit(result, compute, pass_rate, out / PLOT_FILE, predict_to=budget)
     return report
+
+
+def backtest(
+    compute: np.ndarray, pass_rate: np.ndarray, min_compute: float | None
+) -> dict[str, float] | None:
+    """How well the first half of the evaluations predicts the last one: the trust to put in an
+    extrapolation from this run. None until there are 8 evaluations."""
+    if len(compute) < BACKTEST_MIN_EVALUATIONS:
+        return None
+    half = len(compute) // 2
+    try:
+        early = fit_curve(compute[:half], pass_rate[:half], min_compute=min_compute, bootstrap=0)
+    except ScaleRLError:
+        return None
+    predicted = early.predict(float(compute[-1]))
+    return {
+        "fittedOn": half,
+        "compute": float(compute[-1]),
+        "predicted": predicted,
+        "actual": float(pass_rate[-1]),
+        "error": predicted - float(pass_rate[-1]),
+    }

@@ -1,0 +1,79 @@
+"""PipelineRL-8 against PPO-off-policy-1 on the demo task, in one run: generated samples per second,
+generator idle fraction and trainer steps per second.
+
+Both runs use examples/local.yaml with only `recipe.algorithm` / `maxOffPolicySteps` changed and a
+fixed number of steps (evaluations only at the start and the end, so they do not dominate).
+
+    .venv/bin/python bench/pipeline_bench.py [--steps 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = {
+    "PipelineRL-8": {"algorithm": "pipelinerl", "maxOffPolicySteps": 8},
+    "PPO-off-policy-1": {"algorithm": "ppo-off-policy", "maxOffPolicySteps": 1},
+}
+
+
+def run_mode(name: str, recipe: dict[str, object], steps: int, work: Path) -> dict[str, float]:
+    run = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
+    spec = run["spec"]
+    spec["recipe"].update(recipe)
+    spec["budget"]["maxSteps"] = steps
+    spec["evaluation"]["everySteps"] = steps
+    spec["checkpoint"]["everySteps"] = steps
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(run))
+    out = work / name
+    started = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "scalerl.cli", "run", str(path), "--out", str(out), "--no-progress"],
+        check=True,
+        capture_output=True,
+    )
+    total = time.monotonic() - started
+    last = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()][-1]
+    units = spec["generators"]["replicas"] + 1
+    train_wall = last["compute"] * 3600 / units
+    return {
+        "samples_per_s": last["generated_samples"] / last["generation_seconds"],
+        "idle_fraction": last["generator_idle_fraction"],
+        "steps_per_s": last["step"] / train_wall,
+        "pass_rate": last["pass_rate"],
+        "wall_s": total,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="scalerl-bench-") as tmp:
+        for name, recipe in MODES.items():
+            results[name] = run_mode(name, recipe, args.steps, Path(tmp))
+    print(
+        f"{'mode':<18} {'samples/s':>10} {'idle':>7} {'steps/s':>8} {'eval pass':>10} {'wall s':>7}"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:<18} {r['samples_per_s']:>10.1f} {r['idle_fraction']:>7.1%} "
+            f"{r['steps_per_s']:>8.3f} {r['pass_rate']:>10.3f} {r['wall_s']:>7.0f}"
+        )
+    pipe, ppo = results["PipelineRL-8"], results["PPO-off-policy-1"]
+    for key in ("samples_per_s", "steps_per_s"):
+        print(f"{key} ratio PipelineRL-8 / PPO-off-policy-1: {pipe[key] / ppo[key]:.2f}")
+
+if __name__ == "__main__":
+    main()
