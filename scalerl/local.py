@@ -27,7 +27,7 @@ from scalerl.spec import ScaleRLRun, load_run
 from scalerl.trainer.history import HISTORY_FILE, PROGRESS_FILE, read_history
 
 BUILTIN = "builtin:"
-PROCESSES_FILE = "processes.json"  # role -> pid of the current attempt
+PROCESSES_FILE = "processes.json"  # role -> pid and /metrics URL of the current attempt
 MAX_RESTARTS = 3
 STOP_GRACE_S = 15.0
 
@@ -167,6 +167,9 @@ class LocalRun:
         self.spec_path = out / "run.yaml"
         self.display = ProgressDisplay(run.spec.budget.max_steps, enabled=display)
         self.metrics = RunnerMetrics(run.name)
+        port = free_port()
+        self.metrics.serve(port, addr="127.0.0.1")
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"  # the prediction, for Prometheus
         self.fitted_at = 0
         self.restarts = 0
 
@@ -183,12 +186,19 @@ class LocalRun:
         )
         gang = Gang()
         logs = self.out / "logs"
-        gang.start("trainer", ProcessEnv(**base, metrics_port=0), logs / "trainer.log")
+        ports = {"trainer": free_port(), **{f"generator-{g}": free_port() for g in range(count)}}
+        gang.start(
+            "trainer", ProcessEnv(**base, metrics_port=ports["trainer"]), logs / "trainer.log"
+        )
         for g in range(count):
-            env = ProcessEnv(**base, metrics_port=0, generator_index=g)
+            env = ProcessEnv(**base, metrics_port=ports[f"generator-{g}"], generator_index=g)
             gang.start(f"generator-{g}", env, logs / f"generator-{g}.log")
-        pids = {role: proc.pid for role, proc in gang.processes.items()}
-        (self.out / PROCESSES_FILE).write_text(json.dumps(pids))
+        processes = {
+            role: {"pid": proc.pid, "metrics": f"http://127.0.0.1:{ports[role]}/metrics"}
+            for role, proc in gang.processes.items()
+        }
+        processes["runner"] = {"pid": os.getpid(), "metrics": self.metrics_url}
+        (self.out / PROCESSES_FILE).write_text(json.dumps(processes, indent=2))
         return gang
 
     def supervise(self, gang: Gang) -> None:

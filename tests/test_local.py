@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,11 @@ def wait_for_step(out: Path, step: int, proc: subprocess.Popen[str], timeout_s: 
     raise AssertionError(f"run did not reach step {step} within {timeout_s} s")
 
 
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()
+
+
 @pytest.mark.slow
 def test_run_survives_a_killed_trainer_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     out = tmp_path / "run"
@@ -75,7 +81,8 @@ def test_run_survives_a_killed_trainer_and_resumes_from_its_checkpoint(tmp_path:
     try:
         wait_for_step(out, 5, proc, timeout_s=300)
         trainer = json.loads((out / "processes.json").read_text())["trainer"]
-        os.kill(trainer, signal.SIGKILL)
+        assert "scalerl_policy_version" in scrape(trainer["metrics"])
+        os.kill(trainer["pid"], signal.SIGKILL)
         output, _ = proc.communicate(timeout=400)
     finally:
         if proc.poll() is None:
