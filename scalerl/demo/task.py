@@ -22,7 +22,7 @@ VALIDATION_FILE = "val.jsonl"
 
 @dataclass(frozen=True)
 class ReverseTask:
-    """Words of `min_length`..`max_length` letters drawn from `alphabet`; the answer reverses them."""
+    """Words of `min_length`..`max_length` letters from `alphabet`; the answer reverses them."""
 
     alphabet: str = "abcdefgh"
     min_length: int = 3
@@ -68,7 +68,7 @@ def _check(task: ReverseTask, total: int) -> None:
 
 
 def draw_words(task: ReverseTask, count: int, used: set[str], rng: random.Random) -> list[str]:
-    """`count` distinct words not in `used` (which is updated), lengths as uniform as the pools allow.
+    """`count` distinct words not in `used` (updated in place), lengths as uniform as pools allow.
 
     Uniform lengths (not uniform words) keep short words common enough that every length is
     learned; a length whose pool is exhausted is skipped.
@@ -133,7 +133,9 @@ def read_jsonl(path: Path) -> list[dict[str, str]]:
         if not isinstance(row, dict) or not all(
             isinstance(row.get(k), str) for k in ("prompt", "answer")
         ):
-            raise DataError(f"{path}:{number}: expected an object with string 'prompt' and 'answer'")
+            raise DataError(
+                f"{path}:{number}: expected an object with string 'prompt' and 'answer'"
+            )
         rows.append(row)
     return rows
 
