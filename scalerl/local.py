@@ -32,15 +32,15 @@ MAX_RESTARTS = 3
 STOP_GRACE_S = 15.0
 
 
-def resolve_paths(run: ScaleRLRun, cache_dir: Path) -> ScaleRLRun:
+def resolve_paths(run: ScaleRLRun) -> ScaleRLRun:
     """Absolute paths for the processes; `builtin:demo` names are built (once) and cached."""
     data = run.model_dump(by_alias=True, mode="json")
     spec = data["spec"]
     demo = None
     if any(_is_builtin(v) for v in _path_fields(spec)):
-        from scalerl.demo.assets import prepare_demo
+        from scalerl.demo.assets import default_cache_dir, prepare_demo
 
-        demo = prepare_demo(cache_dir)
+        demo = prepare_demo(default_cache_dir())
     builtins = (
         {}
         if demo is None
@@ -295,7 +295,6 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 def run_local(path: Path, out: Path | None, *, display: bool = True) -> dict[str, Any] | None:
     """Run the ScaleRLRun in `path` to its end (or resume it) in `out` (default runs/<name>)."""
-    cache = Path(os.environ.get("SCALERL_CACHE", Path.home() / ".cache" / "scalerl"))
-    run = resolve_paths(load_run(path), cache_dir=cache)
+    run = resolve_paths(load_run(path))
     check_inputs(run)
     return LocalRun(run, out or Path("runs") / run.name, display=display).execute()

@@ -72,7 +72,8 @@ class ProgressDisplay:
             )
 
     def note(self, text: str) -> None:
+        """Events (restarts, fits) are always shown, with or without the progress display."""
         if self.live:
             self.bar.console.print(text)
-        elif self.enabled:
+        else:
             print(text, file=sys.stderr, flush=True)

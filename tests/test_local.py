@@ -74,21 +74,29 @@ def scrape(url: str) -> str:
         return response.read().decode()
 
 
+def kill(out: Path, role: str) -> None:
+    process = json.loads((out / "processes.json").read_text())[role]
+    os.kill(process["pid"], signal.SIGKILL)
+
+
 @pytest.mark.slow
-def test_run_survives_a_killed_trainer_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = start_run(write_spec(tmp_path), out)
     try:
         wait_for_step(out, 5, proc, timeout_s=300)
         trainer = json.loads((out / "processes.json").read_text())["trainer"]
         assert "scalerl_policy_version" in scrape(trainer["metrics"])
-        os.kill(trainer["pid"], signal.SIGKILL)
+        kill(out, "trainer")  # kill -9 mid-run: the gang restarts from the step-4 checkpoint
+        wait_for_step(out, 9, proc, timeout_s=300)
+        kill(out, "generator-1")  # a generator dies: the same again, from step 8
         output, _ = proc.communicate(timeout=400)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, output
-    assert "restarting from the last checkpoint (1/3)" in output
+    assert "restarting from the last checkpoint (1/3): trainer exited with code -9" in output
+    assert "restarting from the last checkpoint (2/3): generator-1 exited with code -9" in output
     assert "prediction: A = " in output
 
     history = read_history(out / "history.jsonl")
@@ -98,11 +106,25 @@ def test_run_survives_a_killed_trainer_and_resumes_from_its_checkpoint(tmp_path:
     assert computes == sorted(computes)
     # PipelineRL: weights changed under sequences in flight, so some samples mix versions.
     assert history[-1]["mixed_version_samples"] > 0
-    trainer_log = (out / "logs" / "trainer.log").read_text()
-    assert "resumed from" in trainer_log
+    assert (out / "logs" / "trainer.log").read_text().count("resumed from") == 2
     fit = json.loads((out / "fit.json").read_text())
     assert {"A", "B", "C_mid", "R0", "A_interval"} <= fit.keys()
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not alive(json.loads((out / "processes.json").read_text()))
+
+
+def alive(processes: dict[str, dict[str, object]]) -> list[str]:
+    """Roles whose process still exists after the run (none may be left behind)."""
+    left = []
+    for role, process in processes.items():
+        if role == "runner":
+            continue
+        try:
+            os.kill(int(process["pid"]), 0)
+            left.append(role)
+        except ProcessLookupError:
+            pass
+    return left
 
 
 def test_missing_model_path_is_reported_before_anything_starts(tmp_path: Path) -> None:

@@ -92,6 +92,12 @@ def _build(directory: Path, params: DemoParams) -> dict[str, object]:
     }
 
 
+def default_cache_dir() -> Path:
+    """Where built assets live: $SCALERL_CACHE, else ~/.cache/scalerl (shared by `make demo`,
+    the tests and every local run)."""
+    return Path(os.environ.get("SCALERL_CACHE") or Path.home() / ".cache" / "scalerl")
+
+
 def prepare_demo(cache_dir: Path, params: DemoParams = DemoParams()) -> DemoAssets:
     """The demo's data and base model for `params`, built under `cache_dir` on first use."""
     cache_dir = Path(cache_dir)

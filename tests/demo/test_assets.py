@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scalerl.demo import assets
-from scalerl.demo.assets import DemoAssets, DemoParams, prepare_demo
+from scalerl.demo.assets import DemoAssets, DemoParams, default_cache_dir, prepare_demo
 from scalerl.demo.model import TinyModelShape
 from scalerl.demo.task import read_jsonl
 from scalerl.demo.warmup import WarmupConfig
@@ -95,13 +95,9 @@ def test_racing_callers_both_get_one_complete_entry(
 
 
 @pytest.fixture(scope="session")
-def demo_assets(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> DemoAssets:
-    """The real default assets, kept in pytest's cache so only the first test run pays (~30 s)."""
-    cache = getattr(request.config, "cache", None)
-    root = cache.mkdir("scalerl-demo") if cache is not None else tmp_path_factory.mktemp("demo")
-    return prepare_demo(root)
+def demo_assets() -> DemoAssets:
+    """The real default assets in the shared cache: only the first build pays (~30 s)."""
+    return prepare_demo(default_cache_dir())
 
 
 @torch.no_grad()
