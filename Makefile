@@ -26,8 +26,14 @@ test: setup
 demo: setup
 	$(BIN)/scalerl run examples/local.yaml --out runs/demo
 
+# Benchmarks print figures (ratios against a baseline measured in the same run); none is timed
+# by the tests. trl_bench needs the `bench` extra (TRL) and takes up to ~30 minutes.
 bench: setup
+	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/fit_bench.py
+	$(BIN)/python bench/sync_bench.py
+	$(BIN)/python bench/pipeline_bench.py
+	$(BIN)/python bench/trl_bench.py
 
 lint: setup
 	$(BIN)/ruff check scalerl tests bench
