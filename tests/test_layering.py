@@ -1,0 +1,30 @@
+"""Layering: light modules stay light, so the CLI, `validate` and the fitter start fast and the
+future operator image needs no torch or vLLM."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def imported_after(module: str) -> set[str]:
+    code = f"import sys, {module}; print(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return {name.split(".")[0] for name in out.stdout.split()}
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("scalerl.spec", {"torch", "vllm", "transformers", "scipy"}),
+        ("scalerl.cli", {"torch", "vllm", "transformers", "scipy", "matplotlib"}),
+        ("scalerl.fit", {"torch", "vllm", "transformers", "matplotlib"}),
+        ("scalerl.metrics", {"torch", "vllm"}),
+        ("scalerl.recipe", {"vllm", "transformers", "scipy"}),
+        ("scalerl.trainer.main", {"vllm", "kopf"}),
+    ],
+)
+def test_module_does_not_pull_in_heavy_dependencies(module: str, forbidden: set[str]) -> None:
+    assert imported_after(module) & forbidden == set()
