@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 ASSETS_VERSION = 1
 MODEL_DIR = "model"
 MANIFEST = "manifest.json"
+SCRATCH_PREFIX = ".building-"
+# A build takes well under a minute on idle cores; scratch this old belongs to a killed build.
+ABANDONED_AFTER_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,17 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("SCALERL_CACHE") or Path.home() / ".cache" / "scalerl")
 
 
+def _sweep_abandoned(cache_dir: Path) -> None:
+    """Remove scratch directories of builds that were killed (older than any live build)."""
+    cutoff = time.time() - ABANDONED_AFTER_SECONDS
+    for scratch in cache_dir.glob(f"{SCRATCH_PREFIX}*"):
+        try:
+            if scratch.stat().st_mtime < cutoff:
+                shutil.rmtree(scratch, ignore_errors=True)
+        except OSError:
+            pass  # another caller swept it first
+
+
 def prepare_demo(cache_dir: Path, params: DemoParams = DemoParams()) -> DemoAssets:
     """The demo's data and base model for `params`, built under `cache_dir` on first use."""
     cache_dir = Path(cache_dir)
@@ -105,8 +120,9 @@ def prepare_demo(cache_dir: Path, params: DemoParams = DemoParams()) -> DemoAsse
     if (entry / MANIFEST).is_file():
         return _assets(entry)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    _sweep_abandoned(cache_dir)
     log.info("building demo assets in %s (first use; about half a minute)", entry)
-    scratch = Path(tempfile.mkdtemp(prefix=".building-", dir=cache_dir))
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=cache_dir))
     try:
         facts = _build(scratch, params)
         manifest = {"version": ASSETS_VERSION, "params": asdict(params), **facts}

@@ -237,7 +237,17 @@ def _load_pretrained(root: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, A
             )
     if not isinstance(model.get_output_embeddings(), nn.Linear):
         raise DataError(f"model in {root} has no linear LM head")
+    _ensure_tied(model)
     return model, tokenizer
+
+
+def _ensure_tied(model: PreTrainedModel) -> None:
+    """A checkpoint saved with tied embeddings has no lm_head tensor; make sure the head really is
+    the embedding (seen here: a load that left the head freshly initialised instead)."""
+    config = model.config.get_text_config()
+    head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    if getattr(config, "tie_word_embeddings", False) and head.weight is not embeddings.weight:
+        head.weight = embeddings.weight
 
 
 def _upcast_head(policy: Policy) -> None:

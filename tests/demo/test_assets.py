@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,15 @@ def test_racing_callers_both_get_one_complete_entry(
     assert len(results) == 2 and results[0] == results[1]
     assert (results[0].model_path / "model.safetensors").is_file()
     assert [p.name for p in tmp_path.iterdir()] == [results[0].model_path.parent.name]
+
+
+def test_scratch_of_killed_builds_is_swept(tmp_path: Path) -> None:
+    old, fresh = tmp_path / ".building-old", tmp_path / ".building-fresh"
+    old.mkdir()
+    fresh.mkdir()  # may belong to a build still running in another process
+    os.utime(old, (time.time() - 2 * assets.ABANDONED_AFTER_SECONDS,) * 2)
+    prepare_demo(tmp_path, QUICK)
+    assert not old.exists() and fresh.exists()
 
 
 @pytest.fixture(scope="session")

@@ -132,7 +132,11 @@ def build_tied_model(path: Path) -> Path:
         pad_token_id=tokenizer.pad_token_id,
         dtype=torch.bfloat16,
     )
-    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(str(path))
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    # Tie explicitly: construction alone left them untied in some full-suite runs (transformers).
+    model.lm_head.weight = model.model.embed_tokens.weight
+    model.save_pretrained(str(path))
+    assert "lm_head.weight" not in safetensors_keys(path)
     return path
 
 
