@@ -75,5 +75,6 @@ def main() -> None:
     for key in ("samples_per_s", "steps_per_s"):
         print(f"{key} ratio PipelineRL-8 / PPO-off-policy-1: {pipe[key] / ppo[key]:.2f}")
 
+
 if __name__ == "__main__":
     main()

@@ -152,12 +152,13 @@ class Generator:
             self.metrics.truncated_sequences.inc(int(s.truncated))
             self.metrics.interrupted_sequences.inc(int(s.interrupted))
 
-    # PPO-off-policy-k: k x prompts groups per policy version, then wait for the next version.
+    # Groups a generator may start per policy version, then it waits for the next one.
+    # PPO-off-policy-k: k batches from one policy. PipelineRL: two batches' worth, so generation
+    # runs ahead of the trainer by at most about a batch; anything queued beyond that would only
+    # go stale (and on a shared CPU would take cycles from the trainer).
     _quota_left: int = -1
 
     async def wait_for_quota(self) -> None:
-        if self.spec.recipe.algorithm != "ppo-off-policy":
-            return
         while self._quota_left == 0:
             idle_from = time.monotonic()
             self.new_version.clear()
@@ -167,8 +168,11 @@ class Generator:
 
     def reset_quota(self) -> None:
         recipe = self.spec.recipe
-        k = max(recipe.max_off_policy_steps, 1)
-        self._quota_left = math.ceil(k * recipe.batch.prompts / self.spec.generators.replicas)
+        share = math.ceil(recipe.batch.prompts / self.spec.generators.replicas)
+        if recipe.algorithm == "ppo-off-policy":
+            self._quota_left = max(recipe.max_off_policy_steps, 1) * share
+        else:
+            self._quota_left = 2 * share
         self.new_version.set()
 
     async def send_outbox(self, outbox: asyncio.Queue[RolloutGroup]) -> None:
@@ -194,8 +198,7 @@ class Generator:
         self.metrics.weight_sync_seconds.observe(seconds)
         self.tally.sync_s += seconds
         self.metrics.generator_policy_version.set(command.version)
-        if self.spec.recipe.algorithm == "ppo-off-policy":
-            self.reset_quota()
+        self.reset_quota()
 
     async def evaluate(self, command: Evaluate) -> None:
         k = self.spec.evaluation.generations_per_prompt
