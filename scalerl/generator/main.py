@@ -67,18 +67,38 @@ def engine_config(spec: RunSpec, env: ProcessEnv) -> EngineConfig:
 
 @dataclass
 class Tally:
-    """Totals this generator reports with every evaluation (the bench's idle fraction)."""
+    """Totals this generator reports with every evaluation (the bench's idle fraction).
 
+    Idle time is wall time with no group being sampled at all (every producer waiting for a
+    new version or for the trainer to take rollouts), not the sum of the producers' waits.
+    """
+
+    metrics: GeneratorMetrics
     sequences: int = 0
     truncated: int = 0
     tokens: int = 0
     idle_s: float = 0.0
     sync_s: float = 0.0
     started: float = field(default_factory=time.monotonic)
+    active: int = 0
+    idle_since: float | None = field(default_factory=time.monotonic)
 
-    def idle(self, seconds: float, metrics: GeneratorMetrics) -> None:
-        self.idle_s += seconds
-        metrics.generator_idle_seconds.inc(seconds)
+    def begin(self) -> None:
+        if self.active == 0 and self.idle_since is not None:
+            seconds = time.monotonic() - self.idle_since
+            self.idle_s += seconds
+            self.metrics.generator_idle_seconds.inc(seconds)
+            self.idle_since = None
+        self.active += 1
+
+    def end(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self.idle_since = time.monotonic()
+
+    def idle_seconds(self) -> float:
+        now = time.monotonic()
+        return self.idle_s + (now - self.idle_since if self.idle_since is not None else 0.0)
 
 
 @dataclass
@@ -93,7 +113,11 @@ class Generator:
     validation: list[Example]
     metrics: GeneratorMetrics
     curriculum: NoPositiveResampling = field(default_factory=NoPositiveResampling)
-    tally: Tally = field(default_factory=lambda: Tally())
+    tally: Tally = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tally = Tally(self.metrics)
+
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
     new_version: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -131,14 +155,16 @@ class Generator:
         while not self.stopped.is_set():
             await self.wait_for_quota()
             example = next(prompts)
-            samples = await self.sample_group(example, n)
+            self.tally.begin()
+            try:
+                samples = await self.sample_group(example, n)
+            finally:
+                self.tally.end()
             group = RolloutGroup(
                 example.id, self.encode_prompt(example.prompt), samples, self.index
             )
             self.count(group)
-            idle_from = time.monotonic()
             await outbox.put(group)
-            self.tally.idle(time.monotonic() - idle_from, self.metrics)
 
     def count(self, group: RolloutGroup) -> None:
         self.curriculum.observe(group.prompt_id, group.pass_rate)
@@ -160,10 +186,8 @@ class Generator:
 
     async def wait_for_quota(self) -> None:
         while self._quota_left == 0:
-            idle_from = time.monotonic()
             self.new_version.clear()
             await self.new_version.wait()
-            self.tally.idle(time.monotonic() - idle_from, self.metrics)
         self._quota_left -= 1
 
     def reset_quota(self) -> None:
@@ -202,7 +226,11 @@ class Generator:
 
     async def evaluate(self, command: Evaluate) -> None:
         k = self.spec.evaluation.generations_per_prompt
-        groups = await asyncio.gather(*(self.sample_group(e, k) for e in self.validation))
+        self.tally.begin()
+        try:
+            groups = await asyncio.gather(*(self.sample_group(e, k) for e in self.validation))
+        finally:
+            self.tally.end()
         samples = [s for g in groups for s in g]
         result = EvalResult(
             step=command.step,
@@ -226,7 +254,7 @@ class Generator:
             generated_tokens=t.tokens,
             generated_sequences=t.sequences,
             truncated_sequences=t.truncated,
-            idle_seconds=t.idle_s,
+            idle_seconds=t.idle_seconds(),
             weight_sync_seconds=t.sync_s,
             uptime_seconds=time.monotonic() - t.started,
         )
@@ -293,7 +321,7 @@ class Generator:
                     f"could not load the resumed weights of version {start.version}"
                 )
         self.reset_quota()
-        self.tally = Tally()
+        self.tally = Tally(self.metrics)
 
     async def run_forever(self) -> None:
         await self.start()
