@@ -298,11 +298,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("run finished; too few evaluations for a prediction")
         return 0
     print(
-        f"prediction: A = {report['A']:.3f} (interval {report['A_interval']}), "
+        f"prediction: A = {report['A']:.3f} {_interval(report['A_interval'])}, "
         f"C_mid = {report['C_mid']:.4g}, B = {report['B']:.2f}, "
         f"pass rate at budget {report['budget']:.4g}: {report['predictedAtBudget']:.3f}"
     )
     return 0
+
+
+def _interval(pair: list[float] | None) -> str:
+    return "" if pair is None else f"[{pair[0]:.3f}, {pair[1]:.3f}]"
 
 
 def add_trainer_parser(subparsers: Subparsers) -> None:
