@@ -309,37 +309,27 @@ def _interval(pair: list[float] | None) -> str:
     return "" if pair is None else f"[{pair[0]:.3f}, {pair[1]:.3f}]"
 
 
-def add_trainer_parser(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser(
-        "trainer",
-        help="the trainer process (reads the SCALERL_* environment)",
-        description="Trainer rank 0 of a run; configured by the environment contract in "
-        "scalerl/environment.py (SCALERL_SPEC, SCALERL_RUN_DIR, ports).",
-    )
-    p.set_defaults(handler=cmd_trainer)
+def add_process_parsers(subparsers: Subparsers) -> None:
+    """`scalerl trainer` and `scalerl generator`: the processes of a run (pods, or local runs).
+
+    Both read the environment contract of scalerl/environment.py (SCALERL_SPEC, SCALERL_RUN_DIR,
+    ports, SCALERL_GENERATOR_INDEX), so they take no arguments.
+    """
+    for name, what in (("trainer", "trainer rank 0"), ("generator", "one vLLM generator")):
+        p = subparsers.add_parser(
+            name,
+            help=f"{what} of a run (reads the SCALERL_* environment)",
+            description=f"Run {what}, configured by scalerl/environment.py's contract.",
+        )
+        p.set_defaults(handler=cmd_process, process=name)
 
 
-def cmd_trainer(args: argparse.Namespace) -> int:
-    from scalerl.trainer.main import main as trainer_main
-
-    trainer_main()
-    return 0
-
-
-def add_generator_parser(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser(
-        "generator",
-        help="a generator process (reads the SCALERL_* environment)",
-        description="One vLLM generator of a run; configured by the environment contract in "
-        "scalerl/environment.py (SCALERL_GENERATOR_INDEX among others).",
-    )
-    p.set_defaults(handler=cmd_generator)
-
-
-def cmd_generator(args: argparse.Namespace) -> int:
-    from scalerl.generator.main import main as generator_main
-
-    generator_main()
+def cmd_process(args: argparse.Namespace) -> int:
+    if args.process == "trainer":
+        from scalerl.trainer.main import main as process_main
+    else:
+        from scalerl.generator.main import main as process_main
+    process_main()
     return 0
 
 
@@ -349,8 +339,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_validate_parser,
     add_fit_parser,
     add_compare_parser,
-    add_trainer_parser,
-    add_generator_parser,
+    add_process_parsers,
 )
 
 

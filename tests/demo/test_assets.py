@@ -96,6 +96,16 @@ def test_racing_callers_both_get_one_complete_entry(
     assert [p.name for p in tmp_path.iterdir()] == [results[0].model_path.parent.name]
 
 
+def test_default_cache_dir_follows_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SCALERL_CACHE", str(tmp_path / "mine"))
+    assert default_cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("SCALERL_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "scalerl"
+
+
 def test_scratch_of_killed_builds_is_swept(tmp_path: Path) -> None:
     old, fresh = tmp_path / ".building-old", tmp_path / ".building-fresh"
     old.mkdir()
