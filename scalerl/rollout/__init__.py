@@ -1,14 +1,12 @@
 """Rollout records and the generator <-> trainer message channel (ZeroMQ + msgpack)."""
 
 from scalerl.rollout.records import (
-    Ack,
     EvalResult,
     Evaluate,
     Failure,
     GeneratorStats,
     Hello,
     Message,
-    Ready,
     RolloutGroup,
     Sample,
     Start,
@@ -20,7 +18,6 @@ from scalerl.rollout.records import (
 from scalerl.rollout.stream import GeneratorChannel, TrainerChannel
 
 __all__ = [
-    "Ack",
     "EvalResult",
     "Evaluate",
     "Failure",
@@ -28,7 +25,6 @@ __all__ = [
     "GeneratorStats",
     "Hello",
     "Message",
-    "Ready",
     "RolloutGroup",
     "Sample",
     "Start",

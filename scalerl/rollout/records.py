@@ -260,25 +260,6 @@ class Hello(_Plain):
 
 
 @dataclass
-class Ready(_Plain):
-    """Generation is paused and this generator waits in the broadcast of `version`."""
-
-    TYPE: ClassVar[str] = "ready"
-    generator: int
-    version: int
-
-
-@dataclass
-class Ack(_Plain):
-    """The generator now runs `version`; applying it took `seconds` (generator -> trainer)."""
-
-    TYPE: ClassVar[str] = "ack"
-    generator: int
-    version: int
-    seconds: float
-
-
-@dataclass
 class Failure(_Plain):
     """The generator hit an error it cannot recover from (generator -> trainer)."""
 
@@ -300,7 +281,7 @@ class Start(_Plain):
 
 @dataclass
 class UpdateWeights(_Plain):
-    """Pause, answer Ready, receive `version` from the sync group, answer Ack (trainer -> all)."""
+    """Pause, receive `version` from the sync group, resume on it (trainer -> all)."""
 
     TYPE: ClassVar[str] = "update_weights"
     version: int
@@ -328,8 +309,6 @@ Message = (
     | EvalResult
     | GeneratorStats
     | Hello
-    | Ready
-    | Ack
     | Failure
     | Start
     | UpdateWeights

@@ -8,14 +8,12 @@ import pytest
 
 from scalerl.errors import InputError
 from scalerl.rollout import (
-    Ack,
     EvalResult,
     Evaluate,
     Failure,
     GeneratorStats,
     Hello,
     Message,
-    Ready,
     RolloutGroup,
     Sample,
     Start,
@@ -76,8 +74,6 @@ EXAMPLES: list[Message] = [
         uptime_seconds=60.0,
     ),
     Hello(generator=4, pid=1234),
-    Ready(generator=4, version=8),
-    Ack(generator=4, version=8, seconds=0.61),
     Failure(generator=4, message="weights of version 8: checksum mismatch"),
     Start(
         version=8, step=7, curriculum={"threshold": 0.9, "dropped": ["a", "b"], "seen": {"a": 3}}

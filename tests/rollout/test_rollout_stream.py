@@ -14,9 +14,8 @@ import zmq
 
 from scalerl.errors import InputError, PeerError
 from scalerl.rollout import (
-    Ack,
+    Failure,
     GeneratorChannel,
-    Ready,
     RolloutGroup,
     Sample,
     Stop,
@@ -50,8 +49,7 @@ def generator_process(endpoint: str, index: int) -> None:
         while True:
             command = channel.recv(timeout_s=10)
             if isinstance(command, UpdateWeights):
-                channel.send(Ready(index, command.version), timeout_s=10)
-                channel.send(Ack(index, command.version, 0.5), timeout_s=10)
+                channel.send(Failure(index, f"version {command.version}"), timeout_s=10)
             elif isinstance(command, Stop):
                 return
             else:
@@ -68,7 +66,7 @@ def test_generator_processes_and_trainer_talk_both_ways() -> None:
             assert trainer.wait_for_generators(2, timeout_s=20) == {0, 1}
             rollouts = [trainer.recv(timeout_s=10) for _ in range(6)]
             trainer.broadcast(UpdateWeights(version=5))
-            replies = [trainer.recv(timeout_s=10) for _ in range(4)]
+            replies = [trainer.recv(timeout_s=10) for _ in range(2)]
             trainer.broadcast(Stop("done"))
             for proc in procs:
                 proc.join(timeout=10)
@@ -81,9 +79,7 @@ def test_generator_processes_and_trainer_talk_both_ways() -> None:
         (got[0], got[1].prompt_id) for got in rollouts if got and isinstance(got[1], RolloutGroup)
     )
     assert ids == [(g, f"{g}/{i}") for g in (0, 1) for i in range(3)]
-    assert sorted(replies, key=repr) == sorted(
-        [(g, Ready(g, 5)) for g in (0, 1)] + [(g, Ack(g, 5, 0.5)) for g in (0, 1)], key=repr
-    )
+    assert sorted(replies, key=repr) == [(g, Failure(g, "version 5")) for g in (0, 1)]
 
 
 def say_hello(endpoint: str, index: int) -> None:
