@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 
+from scalerl.local import free_port
 from scalerl.metrics import GeneratorMetrics, RunnerMetrics, TrainerMetrics, all_metric_names
 
 DESIGN_NAMES = [
@@ -25,12 +25,6 @@ DESIGN_NAMES = [
     "predicted_asymptote",
     "predicted_cmid",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(*processes: TrainerMetrics | GeneratorMetrics | RunnerMetrics) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +10,7 @@ import yaml
 
 from scalerl.demo.model import build_random_model
 from scalerl.environment import ProcessEnv
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from scalerl.local import free_port
 
 
 def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProcess[str], int]:
@@ -37,13 +31,13 @@ def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProc
             }
         )
     )
-    port = closed_port()
+    port = free_port()
     env = ProcessEnv(
         spec=spec,
         run_dir=tmp_path / "run",
         trainer_host="127.0.0.1",
         channel_port=port,
-        sync_port=closed_port(),
+        sync_port=free_port(),
         metrics_port=0,
         compute_units=2,
         generator_index=0,
