@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench lint clean
+.PHONY: setup test demo bench lint clean crds
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ bench: setup
 	$(BIN)/python bench/sync_bench.py
 	$(BIN)/python bench/pipeline_bench.py
 	$(BIN)/python bench/trl_bench.py
+
+# The ScaleRLRun CRD, generated from scalerl/spec.py (tests/operator/test_crd.py fails when stale).
+crds: setup
+	$(BIN)/python -m scalerl.operator.crd --out crds/scalerlruns.scalerl.dev.yaml
 
 lint: setup
 	$(BIN)/ruff check scalerl tests bench

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from scalerl.errors import FitError, ScaleRLError
+from scalerl.errors import FitError, InputError, ScaleRLError
 
 if TYPE_CHECKING:
     from scalerl.fit import Curve, FitResult
@@ -59,9 +59,18 @@ def add_fit_parser(subparsers: Subparsers) -> None:
         help="fit the sigmoidal scaling law to a run's evaluations",
         description="Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to a curve file: CSV with a "
         "header row or JSONL, columns compute and pass_rate (step optional, others ignored), "
-        "sorted by compute.",
+        "sorted by compute. With --run, the evaluations in a ScaleRLRun's status instead; the "
+        "prediction goes back into its status (the operator's fit Job).",
     )
-    p.add_argument("file", help="curve file (.csv or .jsonl)")
+    p.add_argument("file", nargs="?", help="curve file (.csv or .jsonl)")
+    p.add_argument(
+        "--run",
+        metavar="NAME",
+        help="fit the ScaleRLRun NAME's status.evaluations and write status.prediction "
+        "(connects as kubectl does); exit 0 also when no fit could be made (the run's "
+        "Predicted condition says why), 2 when the run cannot be read",
+    )
+    p.add_argument("--namespace", metavar="NS", help="namespace of --run (default: the context's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="PNG", help="write a plot of the fit to this PNG file")
     p.add_argument(
@@ -80,6 +89,10 @@ def add_fit_parser(subparsers: Subparsers) -> None:
 def cmd_fit(args: argparse.Namespace) -> int:
     from scalerl.fit import plot_fit
 
+    if args.run is not None:
+        return cmd_fit_run(args)
+    if args.file is None:
+        raise InputError("give a curve FILE, or --run NAME for a run in a cluster")
     curve, result = _fit_file(args.file, args)
     predicted = [_prediction(result, c) for c in args.predict_at]
     if args.plot:
@@ -218,7 +231,17 @@ def _fit_summary(path: str, result: FitResult, predicted: list[dict[str, Any]]) 
         lines.append(
             f"  predicted pass rate at compute {p['compute']:.6g}: {p['pass_rate']:.4f}{band}"
         )
+    if result.bootstrap_failed:
+        lines.append(_bootstrap_note(result))
     return "\n".join(lines)
+
+
+def _bootstrap_note(result: FitResult) -> str:
+    """Say how many bootstrap refits failed: the intervals rest on the others only."""
+    failed, total = result.bootstrap_failed, result.bootstrap_failed + result.draws.shape[0]
+    if failed == total:
+        return f"  all {total} bootstrap replicates failed to refit: no intervals"
+    return f"  {failed} of {total} bootstrap replicates failed to refit and were dropped"
 
 
 _R0_MODES = {"fixed": "fixed", "fit": "fitted"}
@@ -262,6 +285,13 @@ def add_validate_parser(subparsers: Subparsers) -> None:
         "(with its path, e.g. spec.recipe.loss.type) and exit 2.",
     )
     p.add_argument("file", help="ScaleRLRun YAML")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also check what the run needs on this machine, as `scalerl run` does before "
+        "starting: the model folder loads, thinkEnd is one token, the data has the fields and "
+        "rows, the reward resolves, the longest prompt plus the budgets fits the model",
+    )
     p.set_defaults(handler=cmd_validate)
 
 
@@ -269,7 +299,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from scalerl.spec import load_run
 
     run = load_run(args.file)
-    print(f"{args.file}: ScaleRLRun {run.name} is valid")
+    if args.deep:
+        from scalerl import preflight
+        from scalerl.local import resolve_paths
+
+        preflight.check(resolve_paths(run))
+    print(f"{args.file}: ScaleRLRun {run.name} is valid" + (" (deep check)" if args.deep else ""))
     return 0
 
 
@@ -333,6 +368,73 @@ def cmd_process(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- scalerl fit --run / scalerl operator ------------------------------------------------------
+
+
+def cmd_fit_run(args: argparse.Namespace) -> int:
+    """The fit Job: status.evaluations of a run -> status.prediction and its Predicted condition."""
+    from scalerl.kube import Kube, KubeError
+    from scalerl.operator.prediction import describe, fit_run
+    from scalerl.status.kubernetes import RunStatus
+
+    if args.file is not None or args.plot or args.predict_at:
+        raise InputError("--run takes no FILE, --plot or --predict-at")
+    namespace = args.namespace or _current_namespace()
+    options = {"r0": args.r0, "bootstrap": args.bootstrap, "seed": args.seed}
+    try:
+        prediction = fit_run(
+            RunStatus(Kube.connect(), namespace, args.run), args.min_compute, **options
+        )
+    except KubeError as err:
+        raise InputError(f"ScaleRLRun {namespace}/{args.run}: {err}") from None
+    if args.json:
+        print(json.dumps({"run": args.run, "namespace": namespace, **prediction}))
+    elif prediction:
+        print(f"{namespace}/{args.run}: {describe(prediction)}")
+    else:
+        print(f"{namespace}/{args.run}: no fit yet (see its Predicted condition)")
+    return 0
+
+
+def _current_namespace() -> str:
+    """The namespace kubectl would use: the pod's own, else the kubeconfig context's."""
+    import os
+    from pathlib import Path
+
+    in_pod = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    if in_pod.is_file():
+        return in_pod.read_text().strip()
+    try:
+        from kubernetes import config
+
+        _, context = config.list_kube_config_contexts(os.environ.get("KUBECONFIG"))
+        return str(context["context"].get("namespace") or "default")
+    except (config.ConfigException, OSError, KeyError, TypeError):
+        return "default"
+
+
+def add_operator_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "operator",
+        help="run the ScaleRLRun operator (kopf)",
+        description="Turn ScaleRLRuns into pods, fit Jobs and status. Connects as kubectl does: "
+        "in-cluster credentials in a pod, else KUBECONFIG or ~/.kube/config. Watches every "
+        "namespace unless --namespace limits it.",
+    )
+    p.add_argument("--namespace", metavar="NS", help="watch only this namespace")
+    p.add_argument(
+        "--liveness", metavar="URL", help="health endpoint, e.g. http://0.0.0.0:8080/healthz"
+    )
+    p.add_argument("--verbose", action="store_true", help="log every handler call")
+    p.set_defaults(handler=cmd_operator)
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from scalerl.operator.main import run_operator
+
+    return run_operator(args.namespace, liveness=args.liveness, verbose=args.verbose)
+
+
 # Each entry declares one subcommand; add new commands here.
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_run_parser,
@@ -340,6 +442,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_fit_parser,
     add_compare_parser,
     add_process_parsers,
+    add_operator_parser,
 )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from scalerl.errors import InputError
 
 _PREFIX = "SCALERL_"
+_JOB_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every pod of an Indexed Job
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,11 @@ class ProcessEnv:
     sync_port: int  # TCPStore of the weight-sync group, at trainer 0
     metrics_port: int  # this process's /metrics (0 = not served)
     compute_units: int  # GPUs of the whole run (processes locally): compute = wall hours x this
-    generator_index: int = -1  # this generator's index; -1 in the trainer
+    # This generator's index; -1 in the trainer. Unset in the environment, it is the pod's index
+    # in its Indexed Job (JOB_COMPLETION_INDEX): one pod template serves every generator.
+    generator_index: int = -1
     peer_timeout_s: float = 300.0  # how long to wait for a silent peer before failing
+    status: str = "files"  # the status sink: files in run_dir, or kubernetes:<namespace>/<name>
 
     def to_environ(self) -> dict[str, str]:
         return {
@@ -40,6 +44,7 @@ class ProcessEnv:
             _PREFIX + "COMPUTE_UNITS": str(self.compute_units),
             _PREFIX + "GENERATOR_INDEX": str(self.generator_index),
             _PREFIX + "PEER_TIMEOUT": str(self.peer_timeout_s),
+            _PREFIX + "STATUS": self.status,
         }
 
     @classmethod
@@ -67,6 +72,7 @@ class ProcessEnv:
             sync_port=integer("SYNC_PORT"),
             metrics_port=integer("METRICS_PORT", "0"),
             compute_units=integer("COMPUTE_UNITS", "1"),
-            generator_index=integer("GENERATOR_INDEX", "-1"),
+            generator_index=integer("GENERATOR_INDEX", environ.get(_JOB_INDEX, "-1")),
             peer_timeout_s=float(get("PEER_TIMEOUT", "300")),
+            status=get("STATUS", "files"),
         )

@@ -7,6 +7,7 @@ process dies (bounded, like the operator's).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -19,74 +20,36 @@ from typing import Any
 
 import yaml
 
+from scalerl import preflight
 from scalerl.environment import ProcessEnv
-from scalerl.errors import DataError, PeerError, ScaleRLError
+from scalerl.errors import PeerError, ScaleRLError
 from scalerl.metrics import RunnerMetrics
 from scalerl.progress import ProgressDisplay
 from scalerl.spec import ScaleRLRun, load_run
+from scalerl.status.files import STATUS_FILE, read_status
 from scalerl.trainer.history import HISTORY_FILE, PROGRESS_FILE, read_history
 
-BUILTIN = "builtin:"
+log = logging.getLogger("scalerl.local")
 PROCESSES_FILE = "processes.json"  # role -> pid and /metrics URL of the current attempt
-MAX_RESTARTS = 3
 STOP_GRACE_S = 15.0
 
 
 def resolve_paths(run: ScaleRLRun) -> ScaleRLRun:
-    """Absolute paths for the processes; `builtin:demo` names are built (once) and cached."""
+    """Absolute paths for the processes; `builtin:` names are built (once) and cached."""
+    from scalerl.demo.builtins import is_builtin, resolve_builtin
+
     data = run.model_dump(by_alias=True, mode="json")
     spec = data["spec"]
-    demo = None
-    if any(_is_builtin(v) for v in _path_fields(spec)):
-        from scalerl.demo.assets import default_cache_dir, prepare_demo
-
-        demo = prepare_demo(default_cache_dir())
-    builtins = (
-        {}
-        if demo is None
-        else {
-            "builtin:demo": demo.model_path,
-            "builtin:demo/train": demo.train_path,
-            "builtin:demo/validation": demo.validation_path,
-        }
-    )
 
     def resolve(value: str) -> str:
-        if _is_builtin(value):
-            if value not in builtins:
-                raise DataError(f"{value!r}: unknown built-in; use one of {', '.join(builtins)}")
-            return str(builtins[value])
-        return str(Path(value).expanduser().resolve())
+        path = resolve_builtin(value) if is_builtin(value) else Path(value).expanduser().resolve()
+        return str(path)
 
     spec["model"]["path"] = resolve(spec["model"]["path"])
     spec["data"]["train"] = resolve(spec["data"]["train"])
     if spec["data"]["validation"].get("path"):
         spec["data"]["validation"]["path"] = resolve(spec["data"]["validation"]["path"])
     return ScaleRLRun.model_validate(data)
-
-
-def _path_fields(spec: dict[str, Any]) -> list[str]:
-    return [spec["model"]["path"], spec["data"]["train"], spec["data"]["validation"].get("path")]
-
-
-def _is_builtin(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith(BUILTIN)
-
-
-def check_inputs(run: ScaleRLRun) -> None:
-    """Fail before starting anything when the model or data cannot be there."""
-    model = Path(run.spec.model.path)
-    if not (model / "config.json").is_file():
-        what = "does not exist" if not model.exists() else "has no config.json"
-        raise DataError(
-            f"spec.model.path: {model} {what}; it must be a Hugging Face model directory"
-        )
-    for field_name, value in (
-        ("spec.data.train", run.spec.data.train),
-        ("spec.data.validation.path", run.spec.data.validation.path),
-    ):
-        if value is not None and not Path(value).is_file():
-            raise DataError(f"{field_name}: {value} does not exist")
 
 
 def free_port() -> int:
@@ -213,6 +176,9 @@ class LocalRun:
                     f"{role} exited with code {gang.processes[role].returncode}:\n{gang.tail(role)}"
                 )
         if trainer.returncode != 0:
+            stopped = stopped_reason(self.out)
+            if stopped is not None:  # the trainer ended the run on purpose: no restart
+                raise ScaleRLError(f"run stopped: {stopped}")
             raise PeerError(
                 f"trainer exited with code {trainer.returncode}:\n{gang.tail('trainer')}"
             )
@@ -242,6 +208,10 @@ class LocalRun:
         except ScaleRLError as err:  # too few points yet, or a flat curve: try again later
             self.display.note(f"fit skipped: {err}")
             return None
+        except Exception as err:  # noqa: BLE001 — a failed fit must never take the run down
+            log.exception("fit of %d evaluations failed", len(history))
+            self.display.note(f"fit failed ({type(err).__name__}: {err}); the run goes on")
+            return None
         self.metrics.predicted_asymptote.set(result["A"])
         self.metrics.predicted_cmid.set(result["C_mid"])
         self.display.note(
@@ -269,11 +239,12 @@ class LocalRun:
         except PeerError as err:
             # Restart only an attempt that made progress: a failure before any step (a bad
             # model, a port in use) would fail the same way again.
-            if self.trained_steps() <= started_at or self.restarts >= MAX_RESTARTS:
+            limit = self.run.spec.failure_policy.max_restarts
+            if self.trained_steps() <= started_at or self.restarts >= limit:
                 raise PeerError(f"run failed after {self.restarts} restarts: {err}") from None
             self.restarts += 1
             self.display.note(
-                f"restarting from the last checkpoint ({self.restarts}/{MAX_RESTARTS}): {err}"
+                f"restarting from the last checkpoint ({self.restarts}/{limit}): {err}"
             )
             return False
         except KeyboardInterrupt:
@@ -289,6 +260,14 @@ class LocalRun:
             return 0
 
 
+def stopped_reason(out: Path) -> str | None:
+    """The message of a true `Stopped` condition in the run's status.json, if any."""
+    for condition in read_status(out / STATUS_FILE).get("conditions", []):
+        if condition.get("type") == "Stopped" and condition.get("status") == "True":
+            return str(condition.get("message") or condition.get("reason"))
+    return None
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM stops the gang like Ctrl-C does
 
@@ -296,5 +275,5 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def run_local(path: Path, out: Path | None, *, display: bool = True) -> dict[str, Any] | None:
     """Run the ScaleRLRun in `path` to its end (or resume it) in `out` (default runs/<name>)."""
     run = resolve_paths(load_run(path))
-    check_inputs(run)
+    preflight.check(run)
     return LocalRun(run, out or Path("runs") / run.name, display=display).execute()

@@ -45,6 +45,7 @@ TRAINER_COUNTERS = {
     "zero_variance_groups": "Prompt groups dropped because all rewards were equal.",
     "stale_groups": "Prompt groups dropped for being more than k policy versions old.",
     "skipped_steps": "Optimizer steps skipped for a non-finite loss or gradient.",
+    "no_signal_steps": "Steps whose every group was filtered out (all right or all wrong).",
 }
 TRAINER_GAUGES = {
     "entropy": "Mean token entropy (nats) of the last training batch.",
@@ -54,6 +55,9 @@ TRAINER_GAUGES = {
     "policy_lag_steps": "Mean policy versions between generation and training, last batch.",
     "compute_hours": "Compute spent (GPU-hours; process-hours locally).",
     "step": "Optimizer steps taken.",
+    "grad_norm": "Total gradient norm (before clipping) of the last step.",
+    "importance_ratio_max": "Largest trainer/generator token probability ratio, last step.",
+    "clip_fraction": "Fraction of trained tokens whose ratio the loss capped or clipped.",
 }
 HISTOGRAMS = {
     "weight_sync_seconds": "Seconds to send (trainer) or receive and load (generator) weights.",

@@ -49,6 +49,7 @@ class ProgressDisplay:
         )
         self.task = self.bar.add_task("run", total=total_steps, info="starting processes...")
         self.last_plain = 0.0
+        self.last_no_signal: str | None = None
 
     def __enter__(self) -> ProgressDisplay:
         if self.live:
@@ -62,6 +63,10 @@ class ProgressDisplay:
             self.bar.stop()
 
     def update(self, progress: dict[str, Any]) -> None:
+        no_signal = progress.get("no_signal")
+        if no_signal and no_signal != self.last_no_signal:  # said at once, not at the next tick
+            self.note(f"step {progress.get('step', 0)}: {no_signal}")
+        self.last_no_signal = no_signal
         info = describe(progress)
         if self.live:
             self.bar.update(self.task, completed=progress.get("step", 0), info=info)

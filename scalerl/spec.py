@@ -28,11 +28,29 @@ from scalerl.errors import InputError, SpecError
 
 API_VERSION = "scalerl.dev/v1alpha1"
 KIND = "ScaleRLRun"
-INTERRUPTION_PHRASE = (
-    "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
-)
+THINK_END = "</think>"
+# The paper's interruption sentence; the model's own end-of-thinking marker follows it.
+INTERRUPTION_TEXT = "Okay, time is up. Let me stop thinking and formulate a final answer now."
+INTERRUPTION_PHRASE = f"{INTERRUPTION_TEXT} {THINK_END}"
 _REWARD = re.compile(r"^(math|exact|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A model validator's message that starts with this names a field below the validated model, so
+# the user reads "spec.recipe.length.interruption.enabled: ..." rather than "spec: ...".
+_AT = "@"
+
+# Numbers are strict: YAML's `true` or "1e-3" where a number belongs is a mistake, not a value,
+# and inf/NaN can only be typos. Upper bounds (`le=`) catch values that can only be typos too.
+Float = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Int = Annotated[int, Field(strict=True)]
+Bool = Annotated[bool, Field(strict=True)]
+MAX_TOKENS = 1 << 20  # lengths and budgets, in tokens
+MAX_REPLICAS = 10_000
+MAX_GPUS = 64  # per replica (one node)
+MAX_STEPS = 100_000_000
+
+
+def _at(field: str, message: str) -> ValueError:
+    return ValueError(f"{_AT}{field}: {message}")
 
 
 class _Model(BaseModel):
@@ -47,26 +65,53 @@ class _Model(BaseModel):
 
 
 class ModelSpec(_Model):
-    path: str = Field(description="Local directory of a Hugging Face format model (the base).")
+    path: str = Field(
+        min_length=1, description="Local directory of a Hugging Face format model (the base)."
+    )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         "bfloat16", description="Dtype of the model body on trainers and generators."
     )
-    fp32_lm_head: bool = Field(
+    fp32_lm_head: Bool = Field(
         True,
         alias="fp32LMHead",
         description="Compute the LM head (logits) in float32 on both sides; paper: A 0.52 -> 0.61.",
+    )
+    think_end: str | None = Field(
+        THINK_END,
+        min_length=1,
+        description="The model's end-of-thinking marker, one token of its tokenizer; null for a "
+        "model that does not think (the whole completion is the answer).",
     )
 
 
 class ValidationSpec(_Model):
     path: str | None = Field(
-        None, description="Held-out prompts (JSONL); when unset, held out from the train file."
+        None,
+        min_length=1,
+        description="Held-out prompts (JSONL or Parquet); when unset, held out from train.",
     )
-    prompts: int = Field(1000, ge=1, description="Number of held-out prompts; paper: 1,000.")
+    prompts: Int = Field(
+        1000, ge=1, le=10_000_000, description="Number of held-out prompts; paper: 1,000."
+    )
 
 
 class DataSpec(_Model):
-    train: str = Field(description='JSONL of {"prompt": ..., "answer": ...} per line.')
+    train: str = Field(
+        min_length=1,
+        description="Training prompts: JSONL (one object per line) or Parquet (.parquet).",
+    )
+    prompt_field: str = Field("prompt", min_length=1, description="Column holding the prompt.")
+    answer_field: str = Field(
+        "answer", min_length=1, description="Column holding the reference answer."
+    )
+    system_prompt: str | None = Field(
+        None, description="System message; used only with chatTemplate: true."
+    )
+    chat_template: Bool = Field(
+        False,
+        description="Format prompts with the tokenizer's chat template (instruct models); "
+        "false sends the raw prompt text (base models).",
+    )
     validation: ValidationSpec = ValidationSpec()
     reward: str = Field(
         "math", description="math (math-verify) | exact | module:function returning +1/-1."
@@ -87,29 +132,29 @@ class CispoLoss(_Model):
     """Truncated importance sampling with a plain policy gradient (ScaleRL's loss)."""
 
     type: Literal["cispo"] = "cispo"
-    epsilon_max: float = Field(
-        4.0, gt=0, description="Upper cap on the token ratio; 4, 5, 8 alike."
+    epsilon_max: Float = Field(
+        4.0, gt=0, le=1000, description="Upper cap on the token ratio; 4, 5, 8 alike."
     )
 
 
 class DapoLoss(_Model):
     type: Literal["dapo"]
-    epsilon_low: float = Field(0.2, ge=0, lt=1, description="Lower clip; DAPO paper 0.2.")
-    epsilon_high: float = Field(0.28, gt=0, description="Upper clip; DAPO paper 0.28.")
+    epsilon_low: Float = Field(0.2, ge=0, lt=1, description="Lower clip; DAPO paper 0.2.")
+    epsilon_high: Float = Field(0.28, gt=0, le=10, description="Upper clip; DAPO paper 0.28.")
 
 
 class GrpoLoss(_Model):
     type: Literal["grpo"]
-    epsilon_low: float = Field(0.2, ge=0, lt=1, description="Symmetric clip; GRPO 0.2.")
-    epsilon_high: float = Field(0.2, gt=0, description="Symmetric clip; GRPO 0.2.")
+    epsilon_low: Float = Field(0.2, ge=0, lt=1, description="Symmetric clip; GRPO 0.2.")
+    epsilon_high: Float = Field(0.2, gt=0, le=10, description="Symmetric clip; GRPO 0.2.")
 
 
 class GspoLoss(_Model):
     """Sequence-level ratio; clips on the 1e-3 scale worked in the paper."""
 
     type: Literal["gspo"]
-    epsilon_low: float = Field(3e-3, ge=0, lt=1, description="Paper: 3e-3.")
-    epsilon_high: float = Field(4e-3, gt=0, description="Paper: 4e-3 to 5e-3.")
+    epsilon_low: Float = Field(3e-3, ge=0, lt=1, description="Paper: 3e-3.")
+    epsilon_high: Float = Field(4e-3, gt=0, le=10, description="Paper: 4e-3 to 5e-3.")
 
 
 LossSpec = Annotated[CispoLoss | DapoLoss | GrpoLoss | GspoLoss, Field(discriminator="type")]
@@ -117,33 +162,51 @@ LOSS_TYPES = ("cispo", "dapo", "gspo", "grpo")
 
 
 class NoPositiveResamplingSpec(_Model):
-    enabled: bool = True
-    pass_rate_threshold: float = Field(
+    enabled: Bool = True
+    pass_rate_threshold: Float = Field(
         0.9, gt=0, le=1, description="Prompts at or above this pass rate leave later epochs."
     )
 
 
 class InterruptionSpec(_Model):
-    enabled: bool = True
-    window: tuple[int, int] = Field(
+    """Forced length interruption (paper): at a thinking length drawn uniformly from `window`,
+    the phrase is appended (not trained on) and the model writes its answer."""
+
+    enabled: Bool = True
+    window: tuple[Int, Int] = Field(
         (10240, 12288), description="Thinking tokens where the phrase is injected (uniform)."
     )
-    phrase: str = INTERRUPTION_PHRASE
+    phrase: str | None = Field(
+        None,
+        min_length=1,
+        description="Injected text; default: the paper's sentence followed by model.thinkEnd.",
+    )
 
 
 class LengthSpec(_Model):
-    max_prompt_tokens: int = Field(2048, ge=1)
-    thinking_budget: int = Field(12288, ge=1, description="Thinking tokens before interruption.")
-    answer_budget: int = Field(2048, ge=1, description="Tokens after </think> (or the phrase).")
+    max_prompt_tokens: Int = Field(2048, ge=1, le=MAX_TOKENS, description="Longest prompt.")
+    thinking_budget: Int = Field(
+        12288,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Thinking tokens before interruption (unused when model.thinkEnd is null).",
+    )
+    answer_budget: Int = Field(
+        2048,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Tokens after thinkEnd (or the phrase); the whole completion without thinking.",
+    )
     interruption: InterruptionSpec = InterruptionSpec()
 
     @model_validator(mode="after")
     def _window_inside_budget(self) -> LengthSpec:
         lo, hi = self.interruption.window
-        if not 0 < lo <= hi <= self.thinking_budget:
-            raise ValueError(
-                f"interruption.window [{lo}, {hi}] must satisfy 0 < start <= end <= "
-                f"thinkingBudget ({self.thinking_budget})"
+        if self.interruption.enabled and not 0 < lo <= hi <= self.thinking_budget:
+            raise _at(
+                "interruption.window",
+                f"[{lo}, {hi}] must satisfy 0 < start <= end <= thinkingBudget "
+                f"({self.thinking_budget})",
             )
         return self
 
@@ -153,33 +216,42 @@ class LengthSpec(_Model):
 
 
 class BatchSpec(_Model):
-    prompts: int = Field(48, ge=1, description="Prompts per optimizer step; paper: 48.")
-    generations_per_prompt: int = Field(16, ge=2, description="Samples per prompt; paper: 16.")
+    prompts: Int = Field(48, ge=1, le=100_000, description="Prompts per step; paper: 48.")
+    generations_per_prompt: Int = Field(
+        16, ge=2, le=1024, description="Samples per prompt; paper: 16."
+    )
 
 
 class OptimizerSpec(_Model):
-    lr: float = Field(5e-7, gt=0, description="AdamW lr, constant after warm-up; paper 5e-7.")
-    weight_decay: float = Field(0.01, ge=0)
-    eps: float = Field(1e-15, gt=0, description="AdamW epsilon; paper 1e-15.")
-    warmup_steps: int = Field(100, ge=0, description="Linear warm-up steps; paper 100.")
-    max_grad_norm: float | None = Field(
-        None, gt=0, description="Gradient clipping (not in the paper; off by default)."
+    lr: Float = Field(
+        5e-7, gt=0, le=1, description="AdamW lr, constant after warm-up; paper 5e-7."
+    )
+    weight_decay: Float = Field(0.01, ge=0, le=10)
+    eps: Float = Field(1e-15, gt=0, le=1, description="AdamW epsilon; paper 1e-15.")
+    warmup_steps: Int = Field(
+        100, ge=0, le=MAX_STEPS, description="Linear warm-up steps; paper 100."
+    )
+    max_grad_norm: Float | None = Field(
+        None, gt=0, le=1e6, description="Gradient clipping (not in the paper; off by default)."
     )
 
 
 class SamplingSpec(_Model):
-    temperature: float = Field(1.0, gt=0, description="Not stated in the paper; 1.0.")
+    temperature: Float = Field(1.0, gt=0, le=10, description="Not stated in the paper; 1.0.")
 
 
 class RecipeSpec(_Model):
     algorithm: Literal["pipelinerl", "ppo-off-policy"] = "pipelinerl"
-    max_off_policy_steps: int = Field(
-        8, ge=0, description="k: PipelineRL-k staleness bound, or PPO-off-policy-k steps/batch."
+    max_off_policy_steps: Int = Field(
+        8,
+        ge=0,
+        le=1000,
+        description="k: PipelineRL-k staleness bound, or PPO-off-policy-k steps/batch.",
     )
     loss: LossSpec = CispoLoss()
     aggregation: Literal["prompt", "sample", "token"] = "prompt"
     advantage_normalization: Literal["batch", "prompt", "none"] = "batch"
-    zero_variance_filtering: bool = True
+    zero_variance_filtering: Bool = True
     no_positive_resampling: NoPositiveResamplingSpec = NoPositiveResamplingSpec()
     length: LengthSpec = LengthSpec()
     batch: BatchSpec = BatchSpec()
@@ -191,42 +263,80 @@ class RecipeSpec(_Model):
 
 
 class EvaluationSpec(_Model):
-    every_steps: int = Field(100, ge=1, description="Evaluate held-out prompts every N steps.")
-    generations_per_prompt: int = Field(16, ge=1, description="k of mean@k; paper 16.")
+    every_steps: Int = Field(
+        100, ge=1, le=MAX_STEPS, description="Evaluate held-out prompts every N steps."
+    )
+    generations_per_prompt: Int = Field(16, ge=1, le=1024, description="k of mean@k; paper 16.")
 
 
 class FitSpec(_Model):
-    every_evaluations: int = Field(5, ge=1, description="Refit after this many new evaluations.")
-    min_compute: float = Field(
-        1500, ge=0, description="Exclude points below this compute (GPU-hours); paper ~1.5k."
+    every_evaluations: Int = Field(
+        5, ge=1, le=10_000, description="Refit after this many new evaluations."
+    )
+    min_compute: Float = Field(
+        1500, ge=0, le=1e9, description="Exclude points below this compute (GPU-hours); paper ~1.5k."
+    )
+
+
+class StopWhenSpec(_Model):
+    """Stop a hopeless run: the point of predicting a run is not paying for the rest of it."""
+
+    predicted_a_below: Float = Field(
+        alias="predictedABelow",
+        gt=0,
+        le=1,
+        description="Stop when the whole A interval of the fit lies below this pass rate.",
+    )
+    min_points: Int = Field(
+        8, ge=4, le=10_000, description="Only after the fit used at least this many evaluations."
     )
 
 
 class BudgetSpec(_Model):
-    max_steps: int = Field(10000, ge=1)
-    max_compute_hours: float = Field(16000, gt=0, description="GPU-hours (process-hours locally).")
+    max_steps: Int = Field(10000, ge=1, le=MAX_STEPS)
+    max_compute_hours: Float = Field(
+        16000, gt=0, le=1e9, description="GPU-hours (process-hours locally)."
+    )
+    stop_when: StopWhenSpec | None = Field(None, description="Prediction-driven early stop.")
+
+
+class FailurePolicySpec(_Model):
+    max_restarts: Int = Field(
+        3, ge=0, le=1000, description="Gang restarts from the last checkpoint before Failed."
+    )
+    no_signal_steps: Int = Field(
+        50,
+        ge=1,
+        le=1_000_000,
+        description="Fail after this many consecutive steps whose every group was filtered out "
+        "(all right or all wrong): such a run learns nothing.",
+    )
 
 
 class ReplicaSpec(_Model):
-    replicas: int = Field(1, ge=1)
-    gpus: int = Field(8, ge=0, description="GPUs per replica (0 = CPU).")
-    image: str | None = None
-    resources: dict[str, Any] = Field(default_factory=dict)
+    replicas: Int = Field(1, ge=1, le=MAX_REPLICAS)
+    gpus: Int = Field(8, ge=0, le=MAX_GPUS, description="GPUs per replica (0 = CPU).")
+    image: str | None = Field(None, min_length=1, description="Container image (cluster only).")
+    resources: dict[str, Any] = Field(
+        default_factory=dict, description="Container resources (requests/limits) in the cluster."
+    )
 
 
 class GeneratorsSpec(ReplicaSpec):
-    replicas: int = Field(8, ge=1)
-    tensor_parallel: int = Field(1, ge=1)
+    replicas: Int = Field(8, ge=1, le=MAX_REPLICAS)
+    tensor_parallel: Int = Field(1, ge=1, le=MAX_GPUS)
 
 
 class TrainersSpec(ReplicaSpec):
-    replicas: int = Field(2, ge=1)
+    replicas: Int = Field(2, ge=1, le=MAX_REPLICAS)
 
 
 class CheckpointSpec(_Model):
-    claim_name: str | None = Field(None, description="PVC holding checkpoints in the cluster.")
-    every_steps: int = Field(100, ge=1)
-    keep: int = Field(2, ge=1, description="Newest checkpoints kept.")
+    claim_name: str | None = Field(
+        None, min_length=1, description="PVC holding checkpoints in the cluster."
+    )
+    every_steps: Int = Field(100, ge=1, le=MAX_STEPS)
+    keep: Int = Field(2, ge=1, le=1000, description="Newest checkpoints kept.")
 
 
 class RunSpec(_Model):
@@ -239,8 +349,37 @@ class RunSpec(_Model):
     generators: GeneratorsSpec = GeneratorsSpec()
     trainers: TrainersSpec = TrainersSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
-    suspend: bool = False
-    seed: int = 0
+    failure_policy: FailurePolicySpec = FailurePolicySpec()
+    placement: Literal["disaggregated"] = Field(
+        "disaggregated", description="disaggregated: a process (pod) per trainer and generator."
+    )
+    suspend: Bool = False
+    seed: Int = Field(0, ge=0, le=2**32 - 1)
+
+    @model_validator(mode="after")
+    def _thinking_consistent(self) -> RunSpec:
+        if self.model.think_end is None and self.recipe.length.interruption.enabled:
+            raise _at(
+                "recipe.length.interruption.enabled",
+                "must be false when model.thinkEnd is null (a model that does not think "
+                "cannot be interrupted)",
+            )
+        return self
+
+    @property
+    def thinks(self) -> bool:
+        return self.model.think_end is not None
+
+    @property
+    def interruption_phrase(self) -> str:
+        phrase = self.recipe.length.interruption.phrase
+        return phrase if phrase is not None else f"{INTERRUPTION_TEXT} {self.model.think_end}"
+
+    @property
+    def max_completion_tokens(self) -> int:
+        """The completion budget: thinking + answer, or the answer alone without thinking."""
+        length = self.recipe.length
+        return length.max_completion_tokens if self.thinks else length.answer_budget
 
     @property
     def compute_units(self) -> int:
@@ -313,6 +452,9 @@ def _describe(error: Any) -> str:
     if kind == "union_tag_invalid":
         loc.append(ctx["discriminator"].strip("'"))
         return f"{'.'.join(loc)}: {ctx['tag']!r} is not one of {', '.join(LOSS_TYPES)}"
+    if kind == "union_tag_not_found":
+        loc.append(ctx["discriminator"].strip("'"))
+        return f"{'.'.join(loc)}: required field is missing (one of {', '.join(LOSS_TYPES)})"
     if kind == "literal_error":
         allowed = ctx["expected"].replace("'", "").replace(" or ", ", ")
         return f"{'.'.join(loc)}: {value!r} is not one of {allowed}"
@@ -322,6 +464,9 @@ def _describe(error: Any) -> str:
         return f"{'.'.join(loc)}: required field is missing"
     message = error["msg"].removeprefix("Value error, ")
     where = ".".join(loc) or "object"
+    if message.startswith(_AT):  # a model validator naming a field below its model
+        below, _, message = message[len(_AT) :].partition(": ")
+        where = f"{where}.{below}"
     return f"{where}: {message}" + ("" if kind == "value_error" else f", got {value!r}")
 
 

@@ -24,6 +24,10 @@ def imported_after(module: str) -> set[str]:
         ("scalerl.metrics", {"torch", "vllm"}),
         ("scalerl.recipe", {"vllm", "transformers", "scipy"}),
         ("scalerl.trainer.main", {"vllm", "kopf"}),
+        # The operator image needs neither torch nor vLLM; the fit Job imports scipy late.
+        ("scalerl.operator", {"torch", "vllm", "transformers", "scipy", "matplotlib"}),
+        ("scalerl.status", {"torch", "vllm", "transformers", "kopf"}),
+        ("scalerl.status.kubernetes", {"torch", "vllm", "transformers", "kopf", "scipy"}),
     ],
 )
 def test_module_does_not_pull_in_heavy_dependencies(module: str, forbidden: set[str]) -> None:

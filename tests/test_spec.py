@@ -6,6 +6,8 @@ import copy
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scalerl.errors import InputError, SpecError
 from scalerl.spec import INTERRUPTION_PHRASE, load_run, parse_run
@@ -48,7 +50,7 @@ def test_defaults_are_the_scalerl_recipe() -> None:
         2048,
     )
     assert length.interruption.window == (10240, 12288)
-    assert length.interruption.phrase == INTERRUPTION_PHRASE
+    assert parse_run(MINIMAL).spec.interruption_phrase == INTERRUPTION_PHRASE
     assert recipe.sampling.temperature == 1.0
 
 
@@ -77,6 +79,12 @@ def test_every_bad_field_is_reported_at_once() -> None:
     assert any(p.startswith("spec.recipe.bogus: unknown field") for p in found)
     assert any(p.startswith("spec.generators.replicas:") for p in found)
     assert len(found) == 4
+
+
+def test_a_loss_without_its_type_says_so() -> None:
+    assert problems(with_spec(recipe={"loss": {"epsilonMax": 5.0}})) == [
+        "spec.recipe.loss.type: required field is missing (one of cispo, dapo, gspo, grpo)"
+    ]
 
 
 def test_field_of_another_loss_is_rejected() -> None:
@@ -136,3 +144,97 @@ def test_problems_in_a_file_name_the_file(tmp_path: Path) -> None:
     assert info.value.problems == [
         f"{path}: spec.recipe.loss.type: 'x' is not one of cispo, dapo, gspo, grpo"
     ]
+
+
+# --- strict numbers ---------------------------------------------------------------------------
+
+NUMBER_FIELDS = [
+    ("recipe", "optimizer", "lr"),
+    ("recipe", "optimizer", "eps"),
+    ("recipe", "optimizer", "weightDecay"),
+    ("recipe", "sampling", "temperature"),
+    ("recipe", "loss", "epsilonMax"),
+    ("recipe", "batch", "prompts"),
+    ("generators", "replicas"),
+    ("generators", "gpus"),
+    ("trainers", "gpus"),
+    ("budget", "maxComputeHours"),
+    ("recipe", "length", "answerBudget"),
+]
+
+
+def with_value(path: tuple[str, ...], value: object) -> dict:
+    obj = copy.deepcopy(MINIMAL)
+    node = obj["spec"]
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    if path[-2] == "loss":
+        node["type"] = "cispo"
+    return obj
+
+
+@pytest.mark.parametrize("path", NUMBER_FIELDS, ids=".".join)
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), True, "1e-3", 10**30])
+def test_numbers_are_finite_numbers_within_bounds(path: tuple[str, ...], value: object) -> None:
+    [line] = problems(with_value(path, value))
+    assert line.startswith("spec." + ".".join(path) + ": ")
+
+
+def test_an_int_is_a_fine_float_but_a_float_is_not_an_int() -> None:
+    assert parse_run(with_value(("budget", "maxComputeHours"), 100)).spec.budget.max_compute_hours
+    [line] = problems(with_value(("generators", "replicas"), 2.5))
+    assert line.startswith("spec.generators.replicas: ")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lr=st.floats(allow_nan=True, allow_infinity=True),
+    replicas=st.one_of(st.integers(), st.booleans(), st.text(max_size=3)),
+    temperature=st.one_of(st.floats(), st.integers(-5, 20)),
+)
+def test_any_number_is_accepted_or_named(lr: float, replicas: object, temperature: float) -> None:
+    obj = with_spec(
+        recipe={"optimizer": {"lr": lr}, "sampling": {"temperature": temperature}},
+        generators={"replicas": replicas},
+    )
+    try:
+        spec = parse_run(obj).spec
+    except SpecError as err:
+        assert all(p.startswith("spec.") for p in err.problems)
+        return
+    assert 0 < spec.recipe.optimizer.lr <= 1 and 0 < spec.recipe.sampling.temperature <= 10
+    assert isinstance(spec.generators.replicas, int) and 1 <= spec.generators.replicas <= 10_000
+
+
+# --- thinking is optional -------------------------------------------------------------------
+
+
+def test_a_model_that_does_not_think_must_not_be_interrupted() -> None:
+    assert problems(with_spec(model={"path": "/m", "thinkEnd": None})) == [
+        "spec.recipe.length.interruption.enabled: must be false when model.thinkEnd is null "
+        "(a model that does not think cannot be interrupted)"
+    ]
+    spec = parse_run(
+        with_spec(
+            model={"path": "/m", "thinkEnd": None},
+            recipe={"length": {"answerBudget": 64, "interruption": {"enabled": False}}},
+        )
+    ).spec
+    assert not spec.thinks and spec.max_completion_tokens == 64
+
+
+def test_a_disabled_interruption_is_not_validated() -> None:
+    length = {"thinkingBudget": 100, "interruption": {"enabled": False}}
+    assert parse_run(with_spec(recipe={"length": length})).spec.recipe.length.thinking_budget == 100
+
+
+def test_the_phrase_ends_with_the_models_own_think_end() -> None:
+    spec = parse_run(with_spec(model={"path": "/m", "thinkEnd": "<|/think|>"})).spec
+    assert spec.interruption_phrase.endswith("answer now. <|/think|>")
+
+
+def test_failure_policy_and_stop_when_have_defaults() -> None:
+    spec = parse_run(with_spec(budget={"stopWhen": {"predictedABelow": 0.5}})).spec
+    assert spec.failure_policy.max_restarts == 3 and spec.failure_policy.no_signal_steps == 50
+    assert spec.budget.stop_when is not None and spec.budget.stop_when.min_points == 8

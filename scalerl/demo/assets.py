@@ -1,9 +1,10 @@
-"""The demo's assets — task data and the warmed-up base model — built once and cached.
+"""The built-ins' assets — task data and the warmed-up base model — built once and cached.
 
-`prepare_demo(cache_dir)` returns paths to `train.jsonl`, `val.jsonl` and an HF model directory.
-The first call builds them (~30 s on 2 idle cores: a random tiny Llama, then the supervised
-warm-up); later calls with the same parameters find them under `cache_dir/demo-<hash>` and return
-at once. The hash covers every parameter and `ASSETS_VERSION`, so a change to either builds afresh
+`prepare_demo(cache_dir)` returns paths to `train.jsonl`, `val.jsonl` and an HF model directory;
+`prepare_chat_arith(cache_dir)` to `train.parquet`, `validation.parquet` and its model. The first
+call builds them (~30-60 s on 2 idle cores: a random tiny Llama, then the supervised warm-up);
+later calls with the same parameters find them under `cache_dir/<name>-<hash>` and return at
+once. The hash covers every parameter and `ASSETS_VERSION`, so a change to either builds afresh
 beside the old copy instead of reusing a stale one.
 
 Safe for concurrent callers: each builds in a private temporary directory and renames it into
@@ -20,14 +21,18 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from scalerl.demo import arith, bpe
 from scalerl.demo.model import TinyModelShape, build_random_model
 from scalerl.demo.task import TRAIN_FILE, VALIDATION_FILE, ReverseTask, read_jsonl, write_task
-from scalerl.demo.warmup import WarmupConfig, warm_up
+from scalerl.demo.tokenizer import THINK_END
+from scalerl.demo.warmup import Framing, WarmupConfig, warm_up
 from scalerl.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -43,6 +48,8 @@ ABANDONED_AFTER_SECONDS = 3600.0
 
 @dataclass(frozen=True)
 class DemoAssets:
+    """A built-in's base model directory and its data files."""
+
     model_path: Path
     train_path: Path
     validation_path: Path
@@ -60,18 +67,64 @@ class DemoParams:
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
 
     def key(self) -> str:
-        blob = json.dumps({"version": ASSETS_VERSION, **asdict(self)}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return _key(self)
 
 
-def _assets(entry: Path) -> DemoAssets:
-    return DemoAssets(entry / MODEL_DIR, entry / TRAIN_FILE, entry / VALIDATION_FILE)
+# The chat-arith built-in: its warm-up leaves a held-out pass rate of ~0.2 (sampled at T=1).
+ARITH_SHAPE = TinyModelShape(
+    hidden=128, layers=3, heads=4, kv_heads=2, intermediate=384, max_positions=96
+)
+ARITH_WARMUP = WarmupConfig(steps=600, batch=64, lr=3e-3, noise=0.5)
+
+
+@dataclass(frozen=True)
+class ChatArithParams:
+    """Everything the chat-arith assets depend on; its hash names the cache entry."""
+
+    task: arith.AdditionTask = field(default_factory=arith.AdditionTask)
+    train: int = 3000
+    validation: int = 256
+    seed: int = 0
+    merges: int = 64  # BPE merges learned from the task's text (fewer if the text has fewer)
+    shape: TinyModelShape = ARITH_SHAPE
+    warmup: WarmupConfig = ARITH_WARMUP
+
+    def key(self) -> str:
+        return _key(self)
+
+
+def _key(params: Any) -> str:
+    blob = json.dumps({"version": ASSETS_VERSION, **asdict(params)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _assets(entry: Path, train: str = TRAIN_FILE, validation: str = VALIDATION_FILE) -> DemoAssets:
+    return DemoAssets(entry / MODEL_DIR, entry / train, entry / validation)
+
+
+def _warm_and_save(
+    model_path: Path,
+    framing_for: Callable[[Any], Framing],
+    examples: list[tuple[str, str]],
+    alphabet: str,
+    config: WarmupConfig,
+) -> dict[str, object]:
+    """Warm up the random model at `model_path` in place; return facts for the manifest."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+    result = warm_up(model, framing_for(tokenizer), examples, alphabet, config)
+    model.save_pretrained(str(model_path), safe_serialization=True)
+    tokenizer.save_pretrained(str(model_path), save_jinja_files=False)
+    return {
+        "warmup_seconds": round(result.seconds, 2),
+        "warmup_final_loss": round(sum(result.losses[-20:]) / len(result.losses[-20:]), 4),
+    }
 
 
 def _build(directory: Path, params: DemoParams) -> dict[str, object]:
-    """Write data and the warmed-up model into `directory`; return facts for the manifest."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """Write the demo's data and warmed-up model into `directory`; return manifest facts."""
     files = write_task(
         directory,
         train=params.train,
@@ -82,18 +135,55 @@ def _build(directory: Path, params: DemoParams) -> dict[str, object]:
     model_path = build_random_model(
         directory / MODEL_DIR, shape=params.shape, dtype=torch.float32, seed=params.seed
     )
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
     # Only training prompts: the validation split must stay unseen for pass rate to mean anything.
-    result = warm_up(
-        model, tokenizer, read_jsonl(files.train_path), params.task.alphabet, params.warmup
+    examples = [(row["prompt"], row["answer"]) for row in read_jsonl(files.train_path)]
+    return _warm_and_save(
+        model_path,
+        lambda tokenizer: Framing(tokenizer, tokenizer.eos_token_id, think_end=THINK_END),
+        examples,
+        params.task.alphabet,
+        params.warmup,
     )
-    model.save_pretrained(str(model_path), safe_serialization=True)
-    tokenizer.save_pretrained(str(model_path))
-    return {
-        "warmup_seconds": round(result.seconds, 2),
-        "warmup_final_loss": round(sum(result.losses[-20:]) / len(result.losses[-20:]), 4),
-    }
+
+
+def chat_arith_framing(tokenizer: Any) -> Framing:
+    """How the chat-arith example runs the model: chat template, the task's system prompt, no
+    thinking, the assistant's turn ended by `<|end|>`."""
+    return Framing(
+        tokenizer,
+        bpe.end_ids(tokenizer)[0],
+        think_end=None,
+        chat_template=True,
+        system_prompt=arith.SYSTEM_PROMPT,
+    )
+
+
+def _build_chat_arith(directory: Path, params: ChatArithParams) -> dict[str, object]:
+    """Write chat-arith's Parquet data and warmed-up model into `directory`; return facts."""
+    train_path, _ = arith.write_task(
+        directory,
+        train=params.train,
+        validation=params.validation,
+        seed=params.seed,
+        task=params.task,
+    )
+    rows = arith.read_parquet(train_path)
+    # The tokenizer learns its merges from training text only, like the model.
+    texts = [
+        arith.SYSTEM_PROMPT,
+        *(r[arith.PROMPT_FIELD] + " " + r[arith.ANSWER_FIELD] for r in rows),
+    ]
+    tokenizer = bpe.build_tokenizer(texts, merges=params.merges)
+    model_path = build_random_model(
+        directory / MODEL_DIR,
+        shape=params.shape,
+        dtype=torch.float32,
+        seed=params.seed,
+        tokenizer=tokenizer,
+        eos_ids=bpe.end_ids(tokenizer),
+    )
+    examples = [(r[arith.PROMPT_FIELD], r[arith.ANSWER_FIELD]) for r in rows]
+    return _warm_and_save(model_path, chat_arith_framing, examples, arith.DIGITS, params.warmup)
 
 
 def default_cache_dir() -> Path:
@@ -113,18 +203,20 @@ def _sweep_abandoned(cache_dir: Path) -> None:
             pass  # another caller swept it first
 
 
-def prepare_demo(cache_dir: Path, params: DemoParams = DemoParams()) -> DemoAssets:
-    """The demo's data and base model for `params`, built under `cache_dir` on first use."""
+def _cached(
+    cache_dir: Path, name: str, params: Any, build: Callable[[Path], dict[str, object]]
+) -> Path:
+    """The cache entry `cache_dir/<name>-<hash of params>`, built by `build` on first use."""
     cache_dir = Path(cache_dir)
-    entry = cache_dir / f"demo-{params.key()}"
+    entry = cache_dir / f"{name}-{params.key()}"
     if (entry / MANIFEST).is_file():
-        return _assets(entry)
+        return entry
     cache_dir.mkdir(parents=True, exist_ok=True)
     _sweep_abandoned(cache_dir)
-    log.info("building demo assets in %s (first use; about half a minute)", entry)
+    log.info("building %s assets in %s (first use; about a minute)", name, entry)
     scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=cache_dir))
     try:
-        facts = _build(scratch, params)
+        facts = build(scratch)
         manifest = {"version": ASSETS_VERSION, "params": asdict(params), **facts}
         (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         try:
@@ -134,7 +226,20 @@ def prepare_demo(cache_dir: Path, params: DemoParams = DemoParams()) -> DemoAsse
             if not (entry / MANIFEST).is_file():
                 raise
     except OSError as err:
-        raise DataError(f"cannot build the demo assets in {cache_dir}: {err}") from err
+        raise DataError(f"cannot build the {name} assets in {cache_dir}: {err}") from err
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return _assets(entry)
+    return entry
+
+
+def prepare_demo(cache_dir: Path, params: DemoParams = DemoParams()) -> DemoAssets:
+    """The demo's data and base model for `params`, built under `cache_dir` on first use."""
+    # `_build` is looked up at call time, so tests can wrap it.
+    return _assets(_cached(cache_dir, "demo", params, lambda d: _build(d, params)))
+
+
+def prepare_chat_arith(cache_dir: Path, params: ChatArithParams = ChatArithParams()) -> DemoAssets:
+    """Chat-arith's Parquet data and base model for `params`, built under `cache_dir` on first
+    use."""
+    entry = _cached(cache_dir, "chat-arith", params, lambda d: _build_chat_arith(d, params))
+    return _assets(entry, arith.TRAIN_FILE, arith.VALIDATION_FILE)

@@ -1,17 +1,18 @@
-"""A tiny Llama, randomly initialised and saved in Hugging Face format, for tests and the demo.
+"""A tiny Llama, randomly initialised and saved in Hugging Face format, for tests and the built-ins.
 
 Llama (not Qwen2) because `AutoTokenizer` keeps spaces with a character tokenizer for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
-from scalerl.demo.tokenizer import save_tokenizer
+from scalerl.demo.tokenizer import build_tokenizer
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,29 @@ class TinyModelShape:
     heads: int = 4
     intermediate: int = 512
     max_positions: int = 512
+    kv_heads: int | None = None  # None: as many as `heads` (no grouped-query attention)
+
+
+def _config(
+    shape: TinyModelShape,
+    tokenizer: PreTrainedTokenizerBase,
+    eos_ids: list[int],
+    dtype: torch.dtype,
+) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads or shape.heads,
+        max_position_embeddings=shape.max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=eos_ids[0] if len(eos_ids) == 1 else eos_ids,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        dtype=dtype,
+    )
 
 
 def build_random_model(
@@ -29,26 +53,23 @@ def build_random_model(
     shape: TinyModelShape = TinyModelShape(),
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    eos_ids: Sequence[int] | None = None,
 ) -> Path:
-    """Write a randomly initialised tiny Llama with the demo tokenizer to `path`; return `path`."""
+    """Write a randomly initialised tiny Llama with `tokenizer` (default: the demo's) to `path`.
+
+    `eos_ids` (default: the tokenizer's EOS) go into `config.json` and `generation_config.json`,
+    which is where a model that ends its turns with another token than its tokenizer's EOS says so.
+    """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = save_tokenizer(path)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.heads,
-        max_position_embeddings=shape.max_positions,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-        dtype=dtype,
-    )
+    tokenizer = tokenizer if tokenizer is not None else build_tokenizer()
+    # The chat template (if any) goes into tokenizer_config.json, as most published models have it.
+    tokenizer.save_pretrained(str(path), save_jinja_files=False)
+    ends = list(eos_ids) if eos_ids is not None else [int(tokenizer.eos_token_id)]
+    config = _config(shape, tokenizer, ends, dtype)
     torch.manual_seed(seed)
+    # Its generation config is derived from `config`, EOS list included.
     model = LlamaForCausalLM(config).to(dtype)
     model.save_pretrained(str(path), safe_serialization=True)
     return path

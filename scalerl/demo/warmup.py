@@ -1,7 +1,8 @@
-"""Supervised warm-up of the demo's base model towards a deliberately blurred policy.
+"""Supervised warm-up of a built-in base model towards a deliberately blurred policy.
 
 RL can only sharpen what the policy already samples. The warm-up teaches the task's structure
-(`</think>`, then the reversed word, then EOS) but aims each answer letter at a blurred target:
+(the demo: `</think>`, the reversed word, EOS; chat-arith: the sum's digits, then the turn's end)
+but aims each answer letter at a blurred target:
 the right letter with probability `1 - noise`, a uniformly random letter of the alphabet
 otherwise. The model thus puts about `1 - noise + noise / len(alphabet)` on the right letter —
 still the mode — and, sampled at temperature 1, writes whole answers right only now and then
@@ -24,9 +25,10 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from scalerl.demo.tokenizer import THINK_END
+from scalerl.errors import InputError
 
 IGNORE = -100
+Example = tuple[str, str]  # (prompt, answer)
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class WarmupResult:
 
 @dataclass(frozen=True)
 class Batch:
-    input_ids: torch.Tensor  # (B, T) bos + prompt + completion (letters possibly corrupted) + eos
+    input_ids: torch.Tensor  # (B, T) context + completion (letters possibly corrupted) + end
     attention_mask: torch.Tensor  # (B, T) 1 on real tokens
     labels: torch.Tensor  # (B, T) the clean next token, IGNORE outside the completion
     blurred: torch.Tensor  # (B, T) bool: the label is an answer letter, trained towards the blur
@@ -63,39 +65,95 @@ def corrupt(answer: str, alphabet: str, noise: float, rng: random.Random) -> str
     )
 
 
-def completion(answer: str) -> str:
-    """What the policy should write before EOS: no thinking, `</think>`, then the answer."""
-    return f"{THINK_END}{answer}"
+@dataclass(frozen=True)
+class Framing:
+    """How a run shows a prompt to the model and what the model writes back.
+
+    It mirrors the spec fields that decide it (`model.thinkEnd`, `data.chatTemplate`,
+    `data.systemPrompt`) and encodes as the generator does, so the warm-up trains the very
+    contexts the RL run samples from: raw text gets the tokenizer's BOS (if it has one); a chat
+    prompt is a user turn after an optional system turn, formatted by the tokenizer's own template
+    with the assistant's generation prompt.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    end_id: int  # the token the policy ends its completion with
+    think_end: str | None = None  # written before the answer; None: the model does not think
+    chat_template: bool = False
+    system_prompt: str | None = None
+
+    def ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def context(self, prompt: str) -> list[int]:
+        if self.chat_template:
+            return self.ids(self._chat_text(prompt))
+        bos = self.tokenizer.bos_token_id
+        return self.ids(prompt) if bos is None else [bos, *self.ids(prompt)]
+
+    def completion(self, answer: str) -> list[int]:
+        """What the policy should write before its end token: `thinkEnd` (if any), the answer."""
+        return self.ids(answer if self.think_end is None else f"{self.think_end}{answer}")
+
+    def _chat_text(self, prompt: str) -> str:
+        messages = [{"role": "user", "content": prompt}]
+        if self.system_prompt is not None:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        text: str = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return text
 
 
-def _ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False).input_ids)
+def alphabet_ids(framing: Framing, alphabet: str) -> list[int]:
+    """The single token of each letter; a letter that is not one token cannot be blurred alone."""
+    ids = [framing.ids(letter) for letter in alphabet]
+    split = [letter for letter, i in zip(alphabet, ids, strict=True) if len(i) != 1]
+    if split:
+        raise InputError(f"answer letters {split} are not single tokens of this tokenizer")
+    return [i[0] for i in ids]
+
+
+def _row(
+    framing: Framing,
+    example: Example,
+    alphabet: str,
+    letters: set[int],
+    noise: float,
+    rng: random.Random,
+) -> tuple[list[int], list[int], list[int], list[bool]]:
+    """(input ids, context, clean labels, blurred flags) of one example.
+
+    Answer letters are single tokens, so the clean and corrupted completions align position by
+    position; the blurred labels are the answer letters (never `thinkEnd` or the end token).
+    """
+    prompt, answer = example
+    context = framing.context(prompt)
+    clean = framing.completion(answer)
+    noisy = framing.completion(corrupt(answer, alphabet, noise, rng))
+    if len(noisy) != len(clean):
+        raise InputError(f"answer {answer!r}: a corrupted copy tokenizes to another length")
+    blur = [False] * len(context) + [t in letters for t in clean] + [False]
+    return [*context, *noisy, framing.end_id], context, [*clean, framing.end_id], blur
 
 
 def encode_batch(
-    tokenizer: PreTrainedTokenizerBase,
-    examples: Sequence[dict[str, str]],
+    framing: Framing,
+    examples: Sequence[Example],
     alphabet: str,
     noise: float,
     rng: random.Random,
 ) -> Batch:
-    """Right-padded `bos + prompt + completion + eos` rows; labels only on the completion.
+    """Right-padded `context + completion + end` rows; labels only on the completion.
 
-    The prompt is encoded exactly as the generator encodes it (bos + ids, no template), so the
-    warm-up trains the very context the RL run samples from. `</think>` and the answer are one
-    token per character/marker, so the clean and corrupted completions align position by position.
+    `blurred` flags the positions whose label is an answer letter.
     """
-    rows = []
-    for ex in examples:
-        context = [tokenizer.bos_token_id, *_ids(tokenizer, ex["prompt"])]
-        clean = [*_ids(tokenizer, completion(ex["answer"])), tokenizer.eos_token_id]
-        noisy = [*_ids(tokenizer, completion(corrupt(ex["answer"], alphabet, noise, rng)))]
-        # Positions whose label is an answer letter: after `</think>`, before EOS.
-        blur = [False] * (len(context) + 1) + [c in alphabet for c in ex["answer"]] + [False]
-        rows.append((context + noisy + [tokenizer.eos_token_id], context, clean, blur))
+    letters = set(alphabet_ids(framing, alphabet))
+    rows = [_row(framing, ex, alphabet, letters, noise, rng) for ex in examples]
     width = max(len(ids) for ids, *_ in rows)
+    pad = framing.tokenizer.pad_token_id
     batch = Batch(
-        input_ids=torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long),
+        input_ids=torch.full((len(rows), width), pad, dtype=torch.long),
         attention_mask=torch.zeros((len(rows), width), dtype=torch.long),
         labels=torch.full((len(rows), width), IGNORE, dtype=torch.long),
         blurred=torch.zeros((len(rows), width), dtype=torch.bool),
@@ -135,8 +193,8 @@ def _lr_factor(step: int, config: WarmupConfig) -> float:
 
 def warm_up(
     model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    examples: Sequence[dict[str, str]],
+    framing: Framing,
+    examples: Sequence[Example],
     alphabet: str,
     config: WarmupConfig = WarmupConfig(),
 ) -> WarmupResult:
@@ -147,7 +205,7 @@ def warm_up(
     """
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
-    alphabet_ids = torch.tensor([_ids(tokenizer, c)[0] for c in alphabet])
+    letters = torch.tensor(alphabet_ids(framing, alphabet))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config))
     model.train()
@@ -158,9 +216,9 @@ def warm_up(
         # flatten letter distributions the model already gets right.
         noise = config.noise if step >= config.clean_fraction * config.steps else 0.0
         chosen = [examples[rng.randrange(len(examples))] for _ in range(config.batch)]
-        batch = encode_batch(tokenizer, chosen, alphabet, noise, rng)
+        batch = encode_batch(framing, chosen, alphabet, noise, rng)
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        loss = blurred_loss(logits, batch, alphabet_ids, noise)
+        loss = blurred_loss(logits, batch, letters, noise)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

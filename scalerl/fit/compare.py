@@ -8,11 +8,14 @@ A is better, whatever B says.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from numpy.typing import ArrayLike
 
+from scalerl.errors import FitError, InputError
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.result import FitResult
 
@@ -67,22 +70,28 @@ def compare(
 ) -> Comparison:
     """Apply the paper's rule to two fits; `data_*` = (compute, pass_rate) each fit was made from.
 
-    The refits at the shared A keep each fit's own min_compute and R0.
+    The refits at the shared A keep each fit's own min_compute and R0. Raises InputError for a
+    bad margin, and the fitter's errors when a refit fails.
     """
+    if not (isinstance(margin, numbers.Real) and math.isfinite(margin) and margin >= 0):
+        raise InputError(f"margin must be a finite number >= 0, got {margin!r}")
     if abs(fit_a.A - fit_b.A) > margin + _ROUNDING:
         winner: Literal["a", "b", "tie"] = "a" if fit_a.A > fit_b.A else "b"
         return Comparison(winner, "asymptote", fit_a.A, fit_b.A, margin)
     shared = (fit_a.A + fit_b.A) / 2.0
-    b_a = _refit_b(fit_a, data_a, shared)
-    b_b = _refit_b(fit_b, data_b, shared)
+    b_a = _refit_b("a", fit_a, data_a, shared)
+    b_b = _refit_b("b", fit_b, data_b, shared)
     winner = "tie" if b_a == b_b else ("a" if b_a > b_b else "b")
     return Comparison(winner, "efficiency", fit_a.A, fit_b.A, margin, shared, b_a, b_b)
 
 
-def _refit_b(fit: FitResult, data: tuple[ArrayLike, ArrayLike], A: float) -> float:
+def _refit_b(name: str, fit: FitResult, data: tuple[ArrayLike, ArrayLike], A: float) -> float:
     r0: Literal["fit"] | float = "fit" if fit.r0_mode == "fit" else fit.R0
     compute, pass_rate = data
-    refit = fit_curve(
-        compute, pass_rate, min_compute=fit.min_compute, r0=r0, bootstrap=0, a_fixed=A
-    )
+    try:
+        refit = fit_curve(
+            compute, pass_rate, min_compute=fit.min_compute, r0=r0, bootstrap=0, a_fixed=A
+        )
+    except FitError as err:  # e.g. the shared A is at or below this run's R0
+        raise FitError(f"run {name}: the refit at the shared A = {A:.4f} failed: {err}") from None
     return refit.B

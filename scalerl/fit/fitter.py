@@ -16,11 +16,13 @@ The procedure (paper, Sec. "fitting"; our additions marked):
    so the paper's A grid is a subset and tiny runs with low asymptotes are covered; C_mid in
    [h/100, h] with h = 2 x the largest fitted compute, so the grid follows the data's unit.
    The B fits of all cells run together (`solver.solve_batched`, Levenberg-Marquardt like
-   `curve_fit`), each started from the best of a coarse B grid rather than curve_fit's B = 1, so
-   every cell converges in a few steps.
+   `curve_fit`; solver.py says why not scipy per cell), each started from the best of a coarse B
+   grid rather than curve_fit's B = 1, so every cell converges in a few steps.
 4. (ours) Refinement: all free parameters are refined continuously from the best cell with
-   `scipy.optimize.least_squares` (bounds 0 <= A <= 1, B > 0, C_mid > 0, 0 <= R0 <= 1). The paper's
-   reported C_mid values lie off its grid, so its code refines too.
+   `scipy.optimize.least_squares` (bounds 0 <= A <= 1, B > 0, 0 <= R0 <= 1, and C_mid within a
+   factor e^30 ~ 1e13 of the fitted compute range: a flat or falling curve would otherwise push
+   C_mid towards infinity). The paper's reported C_mid values lie off its grid, so its code
+   refines too.
 5. (ours) Bootstrap: residuals of the fit are resampled with replacement (rescaled by
    sqrt(n / (n - p)) for the degrees of freedom used) and added to the fitted curve; each replicate
    is refitted from the full-data solution, all replicates at once, without a grid. Resampling
@@ -30,11 +32,18 @@ The procedure (paper, Sec. "fitting"; our additions marked):
    a resampled residual; `r0="fit"` refits it; a given float stays. Intervals are percentiles
    (nominal 95 %; on Table 1's curves with noise 0.006 they cover the truth about 90 % of the time:
    percentile intervals of a nonlinear fit from ~50 points run a little narrow).
+   A replicate whose refit fails (does not converge, or to non-finite values: it happens on a
+   handful of noisy points) is dropped and counted in `FitResult.bootstrap_failed`; when all fail
+   the fit is returned without intervals.
+
+Any input gives a FitResult or a ScaleRLError that says why (DataError for bad points, InputError
+for bad options, FitError when the law cannot be fitted); nothing else is raised.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,13 +66,17 @@ A_STEP = 0.005
 C_MID_GRID_SIZE = 100
 MIN_COMPUTE_FRACTION = 0.03
 MIN_POINTS = 4
+# The law has three shape parameters (A, B, C_mid): points at fewer distinct compute values
+# cannot pin them, whatever their number.
+MIN_DISTINCT_COMPUTE = 3
 COARSE_B = np.geomspace(0.05, 20.0, 40)
+# ln C_mid may leave the fitted compute range by this much (e^30 ~ 1e13) on either side.
+C_MID_SPAN = 30.0
 
-# The parameter vector everywhere below: (A, B, ln C_mid, R0).
-LOWER = np.array([0.0, 1e-6, -np.inf, 0.0])
-UPPER = np.array([1.0, np.inf, np.inf, 1.0])
 IntArray = NDArray[np.intp]
 FloatArray = NDArray[np.float64]
+# The parameter vector everywhere below: (A, B, ln C_mid, R0); Box = its (lower, upper) bounds.
+Box = tuple[FloatArray, FloatArray]
 
 
 @dataclass(frozen=True)
@@ -105,64 +118,91 @@ def fit_curve(
     `a_fixed` pins A (the comparison rule refits at a shared A). `a_grid` and `c_mid_grid`
     replace the default grids (e.g. `PAPER_A_GRID`). `bootstrap=0` skips the intervals.
     Raises DataError for bad points, InputError for bad options, FitError when too few points
-    remain.
+    remain or the law cannot be fitted to them; never anything else.
     """
     c, y = check_points(compute, pass_rate)
-    _check_options(min_compute, r0, bootstrap, level, a_fixed)
+    _check_options(min_compute, r0, bootstrap, seed, level, a_fixed)
     cutoff = MIN_COMPUTE_FRACTION * float(c[-1]) if min_compute is None else float(min_compute)
     r0_value = float(np.mean(y[c == c[0]])) if isinstance(r0, str) else float(r0)
     used = c >= cutoff
     _check_enough(c, used, cutoff)
+    c, y = c[used], y[used]
     free = np.array([a_fixed is None, True, True, r0 == "fit"])
-    grid_a = np.array([a_fixed]) if a_fixed is not None else _a_grid(a_grid, r0_value, y[used])
-    grid_c = _c_mid_grid(c_mid_grid, c[used])
-    start = _grid_search(c[used], y[used], r0_value, grid_a, grid_c)
-    best = _refine(c[used], y[used], start, free)
-    problem = _Problem(c[used], y[used][None, :], best[None, :], free)
-    resid = problem(best[free][None, :], np.zeros(1, dtype=np.intp))[0][0]
-    draws = _bootstrap(problem, best, resid, bootstrap, seed, jitter_r0=r0 == "fixed")
+    grid_a = _a_grid(a_grid, r0_value, y) if a_fixed is None else np.array([float(a_fixed)])
+    grid_c = _c_mid_grid(c_mid_grid, c)
+    # Overflow and nan are expected on the way (a cell far from the data, B driven to a step)
+    # and are handled by the finiteness checks below rather than reported as warnings.
+    with np.errstate(all="ignore"):
+        box = _bounds(c)
+        start = _grid_search(c, y, r0_value, grid_a, grid_c, box)
+        best = _refine(c, y, start, free, box)
+        problem = _Problem(c, y[None, :], best[None, :], free)
+        resid = problem(best[free][None, :], np.zeros(1, dtype=np.intp))[0][0]
+        _check_estimate(best, resid)
+        draws, failed = _bootstrap(problem, best, resid, box, int(bootstrap), int(seed), r0)
     return FitResult.build(
         params=best,
         draws=draws,
-        level=level,
+        level=float(level),
         points=int(used.sum()),
         excluded=int((~used).sum()),
         sse=float(resid @ resid),
         min_compute=cutoff,
         r0_mode="fit" if r0 == "fit" else "fixed",
-        fit_range=(float(c[used][0]), float(c[used][-1])),
+        fit_range=(float(c[0]), float(c[-1])),
+        bootstrap_failed=failed,
     )
 
 
+def _real(value: object) -> float | None:
+    """`value` as a float when it is a real number (not a bool), else None."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def _check_options(
-    min_compute: float | None, r0: object, bootstrap: int, level: float, a_fixed: float | None
+    min_compute: object, r0: object, bootstrap: object, seed: object, level: object, a_fixed: object
 ) -> None:
-    if min_compute is not None and not (math.isfinite(min_compute) and min_compute >= 0):
-        raise InputError(f"min_compute must be a finite number >= 0, got {min_compute}")
-    given = isinstance(r0, (int, float)) and not isinstance(r0, bool) and 0.0 <= r0 <= 1.0
-    if r0 not in ("fixed", "fit") and not given:
+    if min_compute is not None and not _within(min_compute, 0.0, math.inf):
+        raise InputError(f"min_compute must be a finite number >= 0, got {min_compute!r}")
+    if not (isinstance(r0, str) and r0 in ("fixed", "fit")) and not _within(r0, 0.0, 1.0):
         raise InputError(f"r0 must be 'fixed', 'fit' or a number in [0, 1], got {r0!r}")
-    if bootstrap < 0:
-        raise InputError(f"bootstrap must be >= 0 replicates, got {bootstrap}")
-    if not 0.0 < level < 1.0:
-        raise InputError(f"level must be in (0, 1), got {level}")
-    if a_fixed is not None and not 0.0 <= a_fixed <= 1.0:
-        raise InputError(f"a_fixed must be in [0, 1], got {a_fixed}")
+    for name, count in (("bootstrap", bootstrap), ("seed", seed)):
+        if not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 0:
+            raise InputError(f"{name} must be an integer >= 0, got {count!r}")
+    if not _within(level, 0.0, 1.0) or _real(level) in (0.0, 1.0):
+        raise InputError(f"level must be in (0, 1), got {level!r}")
+    if a_fixed is not None and not _within(a_fixed, 0.0, 1.0):
+        raise InputError(f"a_fixed must be in [0, 1], got {a_fixed!r}")
+
+
+def _within(value: object, low: float, high: float) -> bool:
+    """A finite real number in [low, high]."""
+    number = _real(value)
+    return number is not None and math.isfinite(number) and low <= number <= high
 
 
 def _check_enough(c: FloatArray, used: NDArray[np.bool_], cutoff: float) -> None:
-    usable = int((used & (c > 0)).sum())
-    if usable < MIN_POINTS:
+    usable = c[used & (c > 0)]
+    if usable.size < MIN_POINTS:
         raise FitError(
-            f"only {usable} point{'s' if usable != 1 else ''} with compute > 0 at or above "
-            f"min_compute {cutoff:g} (of {c.size}); the fit needs at least {MIN_POINTS}"
+            f"only {usable.size} point{'s' if usable.size != 1 else ''} with compute > 0 at or "
+            f"above min_compute {cutoff:g} (of {c.size}); the fit needs at least {MIN_POINTS}"
+        )
+    distinct = np.unique(usable).size
+    if distinct < MIN_DISTINCT_COMPUTE:
+        raise FitError(
+            f"the {usable.size} points with compute > 0 at or above min_compute {cutoff:g} sit "
+            f"at only {distinct} distinct compute value{'s' if distinct != 1 else ''}; the fit "
+            f"needs at least {MIN_DISTINCT_COMPUTE}"
         )
 
 
 def _a_grid(a_grid: ArrayLike | None, r0: float, y: FloatArray) -> FloatArray:
     """Candidate asymptotes: the paper's 0.450..0.800 extended to cover max(R0, max y)..1.0."""
     if a_grid is not None:
-        grid = np.asarray(a_grid, dtype=float).ravel()
+        grid = _option_array(a_grid, "a_grid")
     else:
         top = math.floor(max(r0, float(y.max())) / A_STEP) * A_STEP
         start = min(float(PAPER_A_GRID[0]), top)
@@ -179,16 +219,33 @@ def _a_grid(a_grid: ArrayLike | None, r0: float, y: FloatArray) -> FloatArray:
 def _c_mid_grid(c_mid_grid: ArrayLike | None, c: FloatArray) -> FloatArray:
     """Candidate midpoints, linearly spaced over [h/100, h]; h = 2 x the largest fitted compute."""
     if c_mid_grid is not None:
-        grid = np.asarray(c_mid_grid, dtype=float).ravel()
-        if grid.size == 0 or not np.all(grid > 0):
-            raise InputError("c_mid_grid must hold positive values")
+        grid = _option_array(c_mid_grid, "c_mid_grid")
+        if grid.size == 0 or not np.all((grid > 0) & np.isfinite(grid)):
+            raise InputError("c_mid_grid must hold finite positive values")
         return grid
     high = 2.0 * float(c[-1])
     return np.linspace(high / C_MID_GRID_SIZE, high, C_MID_GRID_SIZE)
 
 
+def _option_array(values: ArrayLike, name: str) -> FloatArray:
+    try:
+        return np.array(values, dtype=float).ravel()
+    except (TypeError, ValueError) as err:
+        raise InputError(f"{name} must be an array of numbers ({err})") from None
+
+
+def _bounds(c: FloatArray) -> Box:
+    """Bounds of (A, B, ln C_mid, R0). C_mid stays within e^C_MID_SPAN of the positive compute
+    fitted: beyond that the curve is constant over the data, and on a flat or falling curve an
+    unbounded C_mid runs off towards overflow."""
+    positive = c[c > 0]
+    log_low = math.log(float(positive[0])) - C_MID_SPAN
+    log_high = math.log(float(positive[-1])) + C_MID_SPAN
+    return np.array([0.0, 1e-6, log_low, 0.0]), np.array([1.0, np.inf, log_high, 1.0])
+
+
 def _grid_search(
-    c: FloatArray, y: FloatArray, r0: float, grid_a: FloatArray, grid_c: FloatArray
+    c: FloatArray, y: FloatArray, r0: float, grid_a: FloatArray, grid_c: FloatArray, box: Box
 ) -> FloatArray:
     """The paper's grid: best B for every (A, C_mid) cell, then the cell with the lowest SSE."""
     log_c_mid = np.log(grid_c)
@@ -196,10 +253,14 @@ def _grid_search(
     b0 = _coarse_b(c, y, r0, grid_a, log_c_mid).ravel()
     base = np.column_stack([cells_a, b0, cells_lc, np.full(cells_a.size, r0)])
     problem = _Problem(c, y[None, :], base, np.array([False, True, False, False]))
-    b = solve_batched(problem, b0[:, None], LOWER[1:2], UPPER[1:2], max_iter=50)
+    # A cell that ran out of iterations still has a valid B and SSE: only non-finite cells are out.
+    b = solve_batched(problem, b0[:, None], box[0][1:2], box[1][1:2], max_iter=50).theta
     resid = problem(b, np.arange(b.shape[0]))[0]
     sse = np.einsum("kn,kn->k", resid, resid)
-    best = int(np.nanargmin(sse))
+    sse[~np.isfinite(sse)] = np.inf
+    best = int(np.argmin(sse))
+    if not math.isfinite(sse[best]):
+        raise FitError("no cell of the (A, C_mid) grid gave a finite fit")
     return np.array([cells_a[best], b[best, 0], cells_lc[best], r0])
 
 
@@ -218,13 +279,17 @@ def _coarse_b(
     s1, s2, total = s @ dev, np.einsum("bcn,bcn->bc", s, s), float(dev @ dev)
     a = (grid_a - r0)[:, None, None]
     sse = total - 2.0 * a * s1[None] + a * a * s2[None]  # (nA, nB, nC)
+    # A non-finite SSE (an inf from a C_mid grid overflow) must not win argmin: rank it last.
+    sse = np.where(np.isfinite(sse), sse, np.inf)
     return COARSE_B[np.argmin(sse, axis=1)]  # (nA, nC)
 
 
-def _refine(c: FloatArray, y: FloatArray, start: FloatArray, free: NDArray[np.bool_]) -> FloatArray:
+def _refine(
+    c: FloatArray, y: FloatArray, start: FloatArray, free: NDArray[np.bool_], box: Box
+) -> FloatArray:
     """Continuous least-squares refinement of the free parameters from the best grid cell."""
     problem = _Problem(c, y[None, :], start[None, :], free)
-    lo, hi = LOWER[free], UPPER[free]
+    lo, hi = box[0][free], box[1][free]
     # least_squares wants a strictly feasible start; grid cells may sit on a bound (A = 1).
     x0 = np.clip(start[free], lo + 1e-9, hi - 1e-9)
     one = np.zeros(1, dtype=np.intp)
@@ -236,29 +301,38 @@ def _refine(c: FloatArray, y: FloatArray, start: FloatArray, free: NDArray[np.bo
             bounds=(lo, hi),
             method="trf",
         )
-    except (ValueError, np.linalg.LinAlgError) as err:
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as err:
         raise FitError(f"the refinement of the grid's best fit failed: {err}") from None
     best = start.copy()
     best[free] = solution.x
     return best
 
 
+def _check_estimate(best: FloatArray, resid: FloatArray) -> None:
+    """The promise of FitResult: finite A, B, C_mid > 0, R0 and SSE, or a FitError."""
+    c_mid = float(np.exp(best[2]))  # may overflow to inf (under the caller's errstate)
+    if not (np.isfinite(best).all() and np.isfinite(resid).all() and 0.0 < c_mid < math.inf):
+        shown = ", ".join(f"{v:.4g}" for v in best)
+        raise FitError(f"the fit did not reach finite parameters (A, B, ln C_mid, R0 = {shown})")
+
+
 def _bootstrap(
     problem: _Problem,
     best: FloatArray,
     resid: FloatArray,
+    box: Box,
     replicates: int,
     seed: int,
-    *,
-    jitter_r0: bool,
-) -> FloatArray:
-    """Parameters (A, B, C_mid, R0) refitted on `replicates` residual-bootstrap samples.
+    r0: object,
+) -> tuple[FloatArray, int]:
+    """Parameters (A, B, C_mid, R0) refitted on `replicates` residual-bootstrap samples, and the
+    number of replicates whose refit failed (dropped from the draws).
 
-    With `jitter_r0`, R0 — one measured pass rate, as noisy as any other — also gets a resampled
+    With `r0="fixed"`, R0 — one measured pass rate, as noisy as any other — also gets a resampled
     residual per replicate; holding it still would understate the spread of A and C_mid.
     """
     if replicates == 0:
-        return np.empty((0, 4))
+        return np.empty((0, 4)), 0
     n, p = resid.size, int(problem.free.sum())
     fitted = problem.targets[0] + resid
     centred = (resid - resid.mean()) * math.sqrt(n / max(n - p, 1))
@@ -266,12 +340,14 @@ def _bootstrap(
     noise = centred[rng.integers(0, n, size=(replicates, n + 1))]
     targets = fitted[None, :] - noise[:, :n]
     base = np.tile(best, (replicates, 1))
-    if jitter_r0:
+    if r0 == "fixed":
         base[:, 3] = np.clip(best[3] - noise[:, n], 0.0, 1.0)
     batch = _Problem(problem.compute, targets, base, problem.free)
     theta0 = np.tile(best[problem.free], (replicates, 1))
-    theta = solve_batched(batch, theta0, LOWER[problem.free], UPPER[problem.free])
+    free = problem.free
+    solution = solve_batched(batch, theta0, box[0][free], box[1][free])
     draws = base
-    draws[:, problem.free] = theta
+    draws[:, free] = solution.theta
     draws[:, 2] = np.exp(draws[:, 2])
-    return draws[np.isfinite(draws).all(axis=1)]
+    kept = solution.ok & np.isfinite(draws).all(axis=1) & (draws[:, 2] > 0)
+    return draws[kept], replicates - int(kept.sum())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +47,7 @@ def check_points(
 
     `where(i)` names point i in messages (a file and line for loaded files).
     """
-    c = np.array(compute, dtype=float)
-    r = np.array(pass_rate, dtype=float)
+    c, r = _as_floats(compute, "compute"), _as_floats(pass_rate, "pass_rate")
     if c.ndim != 1 or r.ndim != 1 or c.size != r.size:
         raise DataError(
             "compute and pass_rate must be 1-D and of equal length, "
@@ -63,6 +63,18 @@ def check_points(
             )
     _check_ranges(c, r, where)
     return c, r
+
+
+def _as_floats(values: ArrayLike, name: str) -> NDArray[np.float64]:
+    """A float copy, or a DataError: numpy raises TypeError/ValueError for strings, ragged lists
+    and the like, and a fitter must answer those with a reason, not a traceback."""
+    try:
+        with warnings.catch_warnings():
+            # Complex input would be cast with only a warning, silently dropping the imaginary part.
+            warnings.simplefilter("error", np.exceptions.ComplexWarning)
+            return np.array(values, dtype=float)
+    except (TypeError, ValueError, OverflowError, np.exceptions.ComplexWarning) as err:
+        raise DataError(f"{name} is not an array of numbers ({err})") from None
 
 
 def _check_ranges(
@@ -98,7 +110,10 @@ def load_curve(path: str | Path) -> Curve:
     if not text.strip():
         raise DataError(f"{path}: file is empty")
     rows = _jsonl_rows(path, text) if _is_jsonl(path, text) else _csv_rows(path, text)
-    records = list(rows)
+    try:
+        records = list(rows)
+    except csv.Error as err:  # a NUL byte, a field beyond csv's size limit
+        raise DataError(f"{path}: not a readable CSV file ({err})") from None
     if not records:
         raise DataError(f"{path}: no data rows")
     lines = [line for line, _ in records]
@@ -162,6 +177,8 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
             obj = json.loads(raw)
         except json.JSONDecodeError as err:
             raise DataError(f"{path}:{line}: not valid JSON ({err.msg})") from None
+        except (ValueError, RecursionError) as err:  # an integer of > 4300 digits, deep nesting
+            raise DataError(f"{path}:{line}: not usable JSON ({err})") from None
         if not isinstance(obj, dict):
             raise DataError(f"{path}:{line}: expected a JSON object, got {type(obj).__name__}")
         missing = [name for name in REQUIRED if name not in obj]
@@ -184,6 +201,8 @@ def _number(path: Path, line: int, column: str, value: Any) -> float:
         raise DataError(f"{path}:{line}: column {column!r}: {json.dumps(value)} is not a number")
     try:
         number = float(value.strip() if isinstance(value, str) else value)
+    except OverflowError:  # a JSON integer beyond the float range
+        raise DataError(f"{path}:{line}: column {column!r}: number too large") from None
     except ValueError:
         shown = value.strip() if isinstance(value, str) else value
         raise DataError(

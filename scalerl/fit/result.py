@@ -21,6 +21,8 @@ class FitResult:
     Intervals are bootstrap percentile intervals at `level` (None when no bootstrap was run).
     `points` counts the evaluations used, `excluded` those below `min_compute`; `fit_range` is the
     compute span of the points used (predictions beyond it are extrapolations).
+    `bootstrap_failed` counts the bootstrap replicates whose refit failed and were dropped: the
+    intervals rest on the others (all failed: no intervals).
     """
 
     A: float
@@ -37,6 +39,7 @@ class FitResult:
     r0_mode: str
     fit_range: Interval
     level: float = 0.95
+    bootstrap_failed: int = 0
     # Bootstrap parameter draws (A, B, C_mid, R0) per replicate: for bands on plots and predictions.
     draws: NDArray[np.float64] = field(
         default_factory=lambda: np.empty((0, 4)), repr=False, compare=False
@@ -113,4 +116,5 @@ class FitResult:
             "r0": self.r0_mode,
             "fit_range": pair(self.fit_range),
             "bootstrap": int(self.draws.shape[0]),
+            "bootstrap_failed": self.bootstrap_failed,
         }

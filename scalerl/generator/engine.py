@@ -43,7 +43,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from scalerl.errors import DataError, InputError, PeerError, ScaleRLError, WeightSyncError
 from scalerl.generator.length import LengthControl, Segment
 from scalerl.recipe.interruption import InterruptionPlan
+from scalerl.generator.tokens import eos_ids, think_end_id
 from scalerl.rollout.records import Sample
+from scalerl.spec import INTERRUPTION_PHRASE, THINK_END
 
 if TYPE_CHECKING:
     from vllm.outputs import CompletionOutput
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Dtype = Literal["float32", "bfloat16", "float16"]
 WORKER_EXTENSION = "scalerl.generator.worker.WeightSyncExtension"
-DEFAULT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+DEFAULT_PHRASE = INTERRUPTION_PHRASE
 # Pause, resume and version labels are quick engine-core calls; this only catches a wedged engine.
 CONTROL_TIMEOUT_S = 30.0
 # Beyond the worker's own receive timeout: RPC round trip plus the in-place reload.
@@ -79,7 +81,7 @@ class EngineConfig:
     seed: int
     phrase: str
     plan: InterruptionPlan
-    think_end: str = "</think>"
+    think_end: str | None = THINK_END  # None: a model that does not think (one answer phase)
     kv_cache_gib: int = 1
     run_dir: str | None = None
 
@@ -171,15 +173,14 @@ class GenerationEngine:
         )
 
     def _length_control(self, tokenizer: Any) -> LengthControl:
-        think_end = tokenizer.encode(self.config.think_end, add_special_tokens=False)
-        if len(think_end) != 1:
-            raise InputError(
-                f"think_end {self.config.think_end!r} is {len(think_end)} tokens for the model at "
-                f"{self.config.model_path}; it must be a single token to stop the thinking on it"
-            )
-        phrase = tokenizer.encode(self.config.phrase, add_special_tokens=False)
+        config = self.config
+        phrase = tokenizer.encode(config.phrase, add_special_tokens=False)
         return LengthControl(
-            self.config.plan, think_end[0], tuple(phrase), self.config.max_model_len
+            config.plan,
+            think_end_id(tokenizer, config.think_end),
+            tuple(phrase),
+            config.max_model_len,
+            tuple(sorted(eos_ids(config.model_path, tokenizer))),
         )
 
     async def shutdown(self) -> None:

@@ -20,6 +20,10 @@ prefill per sample that reaches the answer phase. One request per sample (rather
 `n` samples) lets every sample have its own cutoff; vLLM fans an `n` request out into `n`
 requests internally anyway, so nothing is lost.
 
+A model that does not think (`think_end_id` None) has one phase: one request of at most
+`answer_budget` tokens. Every request also stops on the model's EOS ids (all of them: tokenizer
+and generation config), so a completion ends where the model says it ends.
+
 `max_model_len` caps both phases: a sample that runs into it is truncated.
 """
 
@@ -88,18 +92,21 @@ class LengthControl:
     """The token budgets of one engine and the ids its tokenizer gives the marker strings."""
 
     plan: InterruptionPlan
-    think_end_id: int
+    think_end_id: int | None  # None: the model does not think
     phrase_ids: tuple[int, ...]
     max_model_len: int
+    eos_ids: tuple[int, ...] = ()
 
     async def sample(
         self, sampler: Sampler, prompt_ids: list[int], cutoff: int, version: Callable[[], int]
     ) -> Sample:
         """One sample under the two-phase scheme of the module doc; `version()` stamps the
         injected phrase with the policy version current when it is injected."""
+        if self.think_end_id is None:
+            return await self.sample_plain(sampler, prompt_ids, self.plan.answer_budget)
         out = _Completion()
         thinking = await sampler(
-            prompt_ids, self._room(prompt_ids, out, cutoff), [self.think_end_id]
+            prompt_ids, self._room(prompt_ids, out, cutoff), [self.think_end_id, *self.eos_ids]
         )
         out.add(thinking)
         closed = bool(thinking.token_ids) and thinking.token_ids[-1] == self.think_end_id
@@ -115,7 +122,7 @@ class LengthControl:
         room = self._room(prompt_ids, out, self.plan.answer_budget)
         if room <= 0:
             return out.finish("length", truncated=True, interrupted=interrupted)
-        answer = await sampler(prompt_ids + out.ids, room, [])
+        answer = await sampler(prompt_ids + out.ids, room, self.eos_ids)
         out.add(answer)
         truncated = answer.finish_reason == "length"
         return out.finish(answer.finish_reason, truncated=truncated, interrupted=interrupted)
@@ -125,7 +132,7 @@ class LengthControl:
     ) -> Sample:
         """One sample of at most `max_tokens` tokens with no thinking/answer structure."""
         out = _Completion()
-        segment = await sampler(prompt_ids, self._room(prompt_ids, out, max_tokens), [])
+        segment = await sampler(prompt_ids, self._room(prompt_ids, out, max_tokens), self.eos_ids)
         out.add(segment)
         truncated = segment.finish_reason == "length"
         return out.finish(segment.finish_reason, truncated=truncated, interrupted=False)

@@ -23,8 +23,15 @@ from typing import TypeVar
 from scalerl.environment import ProcessEnv
 from scalerl.errors import DataError, PeerError, ScaleRLError, WeightSyncError
 from scalerl.generator.engine import EngineConfig, GenerationEngine, prepare_vllm_environment
-from scalerl.generator.prompts import Example, PromptOrder, shard, train_and_validation
-from scalerl.generator.rewards import RewardFn, answer_text, load_reward
+from scalerl.generator.prompts import (
+    Example,
+    PromptEncoder,
+    PromptOrder,
+    shard,
+    train_and_validation,
+)
+from scalerl.generator.rewards import RewardFn, load_reward
+from scalerl.generator.tokens import ModelTokens
 from scalerl.metrics import GeneratorMetrics
 from scalerl.recipe import InterruptionPlan, NoPositiveResampling
 from scalerl.rollout.records import (
@@ -32,6 +39,7 @@ from scalerl.rollout.records import (
     Evaluate,
     Failure,
     GeneratorStats,
+    MoreRollouts,
     RolloutGroup,
     Sample,
     Start,
@@ -39,22 +47,25 @@ from scalerl.rollout.records import (
     UpdateWeights,
 )
 from scalerl.rollout.stream import GeneratorChannel
+from scalerl.preflight import model_len_needed, model_limit
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 
 log = logging.getLogger("scalerl.generator")
 T = TypeVar("T")
 
 
-def engine_config(spec: RunSpec, env: ProcessEnv) -> EngineConfig:
+def engine_config(spec: RunSpec, env: ProcessEnv, max_model_len: int) -> EngineConfig:
+    """The engine's slice of the spec; `max_model_len` is measured (`model_len_needed`)."""
     length = spec.recipe.length
     return EngineConfig(
         model_path=spec.model.path,
         dtype=spec.model.dtype,
         fp32_lm_head=spec.model.fp32_lm_head,
-        max_model_len=length.max_prompt_tokens + length.max_completion_tokens + 128,
+        max_model_len=max_model_len,
         temperature=spec.recipe.sampling.temperature,
         seed=spec.seed * 1000 + env.generator_index,
-        phrase=length.interruption.phrase,
+        phrase=spec.interruption_phrase,
+        think_end=spec.model.think_end,
         plan=InterruptionPlan(
             thinking_budget=length.thinking_budget,
             answer_budget=length.answer_budget,
@@ -108,7 +119,8 @@ class Generator:
     engine: GenerationEngine
     channel: GeneratorChannel
     reward: RewardFn
-    tokenizer: object
+    tokens: ModelTokens
+    prompts: PromptEncoder
     train: list[Example]
     validation: list[Example]
     metrics: GeneratorMetrics
@@ -131,17 +143,10 @@ class Generator:
 
     # --- rollouts ------------------------------------------------------------------------------
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        ids = self.tokenizer(prompt, add_special_tokens=False).input_ids  # type: ignore[operator]
-        ids = [self.tokenizer.bos_token_id, *ids]  # type: ignore[attr-defined]
-        limit = self.spec.recipe.length.max_prompt_tokens
-        return ids[-limit:]
-
     async def sample_group(self, example: Example, n: int) -> list[Sample]:
-        samples = await self.engine.generate(self.encode_prompt(example.prompt), n)
+        samples = await self.engine.generate(self.prompts.encode(example), n)
         for sample in samples:
-            text = self.tokenizer.decode(sample.completion_ids)  # type: ignore[attr-defined]
-            sample.reward = self.reward(answer_text(text), example.answer)
+            sample.reward = self.reward(self.tokens.answer_text(sample.completion_ids), example.answer)
         return samples
 
     async def produce(
@@ -160,15 +165,14 @@ class Generator:
                 samples = await self.sample_group(example, n)
             finally:
                 self.tally.end()
-            group = RolloutGroup(
-                example.id, self.encode_prompt(example.prompt), samples, self.index
-            )
+            group = RolloutGroup(example.id, self.prompts.encode(example), samples, self.index)
             self.count(group)
             await outbox.put(group)
 
     def count(self, group: RolloutGroup) -> None:
-        self.curriculum.observe(group.prompt_id, group.pass_rate)
-        self.metrics.curriculum_dropped_prompts.set(self.curriculum.dropped)
+        if self.spec.recipe.no_positive_resampling.enabled:
+            self.curriculum.observe(group.prompt_id, group.pass_rate)
+            self.metrics.curriculum_dropped_prompts.set(self.curriculum.dropped)
         for s in group.samples:
             self.tally.sequences += 1
             self.tally.truncated += int(s.truncated)
@@ -178,10 +182,13 @@ class Generator:
             self.metrics.truncated_sequences.inc(int(s.truncated))
             self.metrics.interrupted_sequences.inc(int(s.interrupted))
 
-    # Groups a generator may start per policy version, then it waits for the next one.
-    # PPO-off-policy-k: k batches from one policy. PipelineRL: two batches' worth, so generation
-    # runs ahead of the trainer by at most about a batch; anything queued beyond that would only
-    # go stale (and on a shared CPU would take cycles from the trainer).
+    # Groups this generator may still start before the trainer takes another batch. Each batch
+    # the trainer takes (a new version, or MoreRollouts when it learnt nothing) grants more.
+    # PPO-off-policy-k: k batches from one policy, granted anew per version. PipelineRL: one
+    # batch's share per batch taken, holding at most two (one being trained on, one ahead), so
+    # generation leads the trainer by about one batch whatever the number of generators;
+    # anything queued beyond that would only go stale (and on a shared CPU would take cycles
+    # from the trainer).
     _quota_left: int = -1
 
     async def wait_for_quota(self) -> None:
@@ -190,13 +197,15 @@ class Generator:
             await self.new_version.wait()
         self._quota_left -= 1
 
-    def reset_quota(self) -> None:
+    def grant_quota(self, *, first: bool = False) -> None:
         recipe = self.spec.recipe
         share = math.ceil(recipe.batch.prompts / self.spec.generators.replicas)
         if recipe.algorithm == "ppo-off-policy":
             self._quota_left = max(recipe.max_off_policy_steps, 1) * share
-        else:
+        elif first:
             self._quota_left = 2 * share
+        else:
+            self._quota_left = min(self._quota_left + share, 2 * share)
         self.new_version.set()
 
     async def send_outbox(self, outbox: asyncio.Queue[RolloutGroup]) -> None:
@@ -222,7 +231,7 @@ class Generator:
         self.metrics.weight_sync_seconds.observe(seconds)
         self.tally.sync_s += seconds
         self.metrics.generator_policy_version.set(command.version)
-        self.reset_quota()
+        self.grant_quota()
 
     async def evaluate(self, command: Evaluate) -> None:
         k = self.spec.evaluation.generations_per_prompt
@@ -289,6 +298,8 @@ class Generator:
                 continue
             if isinstance(command, UpdateWeights):
                 await self.update(command)
+            elif isinstance(command, MoreRollouts):
+                self.grant_quota()
             elif isinstance(command, Evaluate):
                 task = asyncio.create_task(self.evaluate(command))
                 background.add(task)
@@ -320,7 +331,7 @@ class Generator:
                 raise WeightSyncError(
                     f"could not load the resumed weights of version {start.version}"
                 )
-        self.reset_quota()
+        self.grant_quota(first=True)
         self.tally = Tally(self.metrics)
 
     async def run_forever(self) -> None:
@@ -328,7 +339,9 @@ class Generator:
         recipe = self.spec.recipe
         per_generator = math.ceil(recipe.batch.prompts / self.spec.generators.replicas)
         outbox: asyncio.Queue[RolloutGroup] = asyncio.Queue(maxsize=per_generator)
-        prompts = PromptOrder(self.train, self.curriculum, seed=self.spec.seed + self.index)
+        active = self.spec.recipe.no_positive_resampling.enabled
+        curriculum = self.curriculum if active else None
+        prompts = PromptOrder(self.train, curriculum, seed=self.spec.seed + self.index)
         shared = iter(prompts)
         tasks = [asyncio.create_task(self.produce(shared, outbox)) for _ in range(per_generator)]
         tasks.append(asyncio.create_task(self.send_outbox(outbox)))
@@ -344,18 +357,28 @@ class Generator:
 async def serve(env: ProcessEnv) -> None:
     run = load_run(env.spec)
     spec = run.spec
-    prepare_vllm_environment(engine_config(spec, env))
+    model = Path(spec.model.path)
+    if not (model / "config.json").is_file():
+        raise DataError(f"spec.model.path: {model} is not a Hugging Face model directory")
     from transformers import AutoTokenizer
 
     metrics = GeneratorMetrics(run.name)
     metrics.serve(env.metrics_port)
     train, validation = train_and_validation(spec.data, spec.seed)
     count = spec.generators.replicas
-    model = Path(spec.model.path)
-    if not (model / "config.json").is_file():
-        raise DataError(f"spec.model.path: {model} is not a Hugging Face model directory")
     tokenizer = AutoTokenizer.from_pretrained(str(model))
-    engine = GenerationEngine(engine_config(spec, env))
+    prompts = PromptEncoder.for_data(tokenizer, spec.data, spec.recipe.length.max_prompt_tokens)
+    # Every generator measures all prompts, so all engines get the same max_model_len.
+    needed = model_len_needed(spec, tokenizer, prompts.longest(train + validation))
+    limit = model_limit(model)
+    if limit is not None and needed > limit:
+        raise DataError(
+            f"spec.recipe.length: prompts and budgets need {needed} tokens, over the model's "
+            f"max_position_embeddings {limit}"
+        )
+    config = engine_config(spec, env, needed)
+    prepare_vllm_environment(config)
+    engine = GenerationEngine(config)
     channel = GeneratorChannel(f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index)
     # SIGTERM (the runner stopping the gang, or Kubernetes) cancels the run, so the finally
     # below shuts the vLLM engine process down instead of orphaning it.
@@ -366,7 +389,8 @@ async def serve(env: ProcessEnv) -> None:
         engine=engine,
         channel=channel,
         reward=load_reward(spec.data.reward),
-        tokenizer=tokenizer,
+        tokens=ModelTokens.load(model, tokenizer, spec.model.think_end),
+        prompts=prompts,
         train=shard(train, env.generator_index, count),
         validation=shard(validation, env.generator_index, count),
         metrics=metrics,

@@ -1,18 +1,23 @@
-"""Prompts a generator owns: loading the JSONL files, the held-out split, this generator's shard,
-and the epoch order that skips prompts the no-positive-resampling curriculum removed.
+"""Prompts a generator owns: reading the user's data (JSONL or Parquet, their own field names),
+the held-out split, this generator's shard, turning a prompt into token ids (raw text or the
+tokenizer's chat template), and the epoch order that skips prompts the no-positive-resampling
+curriculum removed.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from scalerl.errors import DataError
 from scalerl.recipe import NoPositiveResampling
 from scalerl.spec import DataSpec
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 @dataclass(frozen=True)
@@ -22,38 +27,63 @@ class Example:
     answer: str
 
 
-def load_examples(path: str | Path) -> list[Example]:
-    """Read `{"prompt": ..., "answer": ...}` per line; a bad line is a DataError naming it."""
+def load_examples(
+    path: str | Path, prompt_field: str = "prompt", answer_field: str = "answer"
+) -> list[Example]:
+    """Read a JSONL or Parquet file of prompts; a bad row is a DataError naming file and row."""
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as err:
-        raise DataError(f"{path}: cannot read prompts ({err.strerror})") from None
+    rows = _parquet_rows(path) if path.suffix in PARQUET_SUFFIXES else _jsonl_rows(path)
     examples = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            prompt, answer = row["prompt"], row["answer"]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
+    for number, row in rows:
+        missing = [f for f in (prompt_field, answer_field) if not _has(row, f)]
+        if missing:
+            have = ", ".join(sorted(map(str, row))) if isinstance(row, dict) else type(row).__name__
             raise DataError(
-                f'{path}:{number}: expected a JSON object with "prompt" and "answer" ({err})'
-            ) from None
-        examples.append(
-            Example(str(row.get("id", f"{path.stem}-{number}")), str(prompt), str(answer))
-        )
+                f"{path}:{number}: no field {missing[0]!r} (the row has: {have}); set "
+                f"spec.data.{'promptField' if missing[0] == prompt_field else 'answerField'}"
+            )
+        example_id = str(row.get("id", f"{path.stem}-{number}"))
+        examples.append(Example(example_id, str(row[prompt_field]), str(row[answer_field])))
     if not examples:
         raise DataError(f"{path}: no prompts in file")
     return examples
 
 
+def _has(row: Any, name: str) -> bool:
+    return isinstance(row, dict) and row.get(name) is not None
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: cannot read prompts ({err})") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}:{number}: not a JSON object ({err})") from None
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"{path}: cannot read Parquet ({err})") from None
+    yield from enumerate(table.to_pylist(), start=1)
+
+
 def train_and_validation(data: DataSpec, seed: int) -> tuple[list[Example], list[Example]]:
     """The train prompts and the held-out prompts (from their own file, or held out of train)."""
-    train = load_examples(data.train)
+    fields = (data.prompt_field, data.answer_field)
+    train = load_examples(data.train, *fields)
     wanted = data.validation.prompts
     if data.validation.path is not None:
-        return train, load_examples(data.validation.path)[:wanted]
+        return train, load_examples(data.validation.path, *fields)[:wanted]
     if wanted >= len(train):
         raise DataError(
             f"{data.train}: {len(train)} prompts cannot hold out {wanted} for validation; "
@@ -70,12 +100,77 @@ def shard(examples: list[Example], index: int, count: int) -> list[Example]:
     return examples[index::count]
 
 
+@dataclass(frozen=True)
+class PromptEncoder:
+    """Prompt text -> the token ids the engine sees.
+
+    Raw text (base models) gets the tokenizer's BOS, if it has one, and nothing else; with
+    `chat_template` the prompt becomes a user turn (after an optional system turn) formatted by
+    the tokenizer's own template with the assistant's generation prompt, which carries whatever
+    special tokens the template writes. A prompt longer than `max_tokens` is an error, never cut:
+    a cut prompt silently changes the task.
+    """
+
+    tokenizer: Any
+    max_tokens: int
+    chat_template: bool = False
+    system_prompt: str | None = None
+
+    @classmethod
+    def for_data(cls, tokenizer: Any, data: DataSpec, max_tokens: int) -> PromptEncoder:
+        return cls(tokenizer, max_tokens, data.chat_template, data.system_prompt)
+
+    def ids(self, prompt: str) -> list[int]:
+        """Token ids of `prompt`, without the length check."""
+        return self.batch_ids([prompt])[0]
+
+    def batch_ids(self, prompts: Sequence[str]) -> list[list[int]]:
+        """Token ids of many prompts at once (the tokenizer batches them natively)."""
+        if not prompts:
+            return []
+        if self.chat_template:
+            texts = [self._chat_text(p) for p in prompts]
+            return [list(i) for i in self.tokenizer(texts, add_special_tokens=False).input_ids]
+        bos = self.tokenizer.bos_token_id
+        encoded = self.tokenizer(list(prompts), add_special_tokens=False).input_ids
+        return [list(i) if bos is None or i[:1] == [bos] else [bos, *i] for i in encoded]
+
+    def _chat_text(self, prompt: str) -> str:
+        messages = [{"role": "user", "content": prompt}]
+        if self.system_prompt is not None:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        text: str = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return text
+
+    def encode(self, example: Example) -> list[int]:
+        ids = self.ids(example.prompt)
+        if len(ids) > self.max_tokens:
+            raise DataError(
+                f"prompt {example.id!r} is {len(ids)} tokens, over "
+                f"spec.recipe.length.maxPromptTokens ({self.max_tokens})"
+            )
+        return ids
+
+    def longest(self, examples: Sequence[Example], chunk: int = 4096) -> int:
+        """Tokens of the longest prompt among `examples`."""
+        longest = 0
+        for start in range(0, len(examples), chunk):
+            batch = self.batch_ids([e.prompt for e in examples[start : start + chunk]])
+            longest = max(longest, *(len(ids) for ids in batch))
+        return longest
+
+
 class PromptOrder:
     """Endless epochs over a shard, reshuffled each epoch, skipping prompts the curriculum
-    removed."""
+    removed (when it is enabled)."""
 
     def __init__(
-        self, examples: list[Example], curriculum: NoPositiveResampling, seed: int
+        self,
+        examples: list[Example],
+        curriculum: NoPositiveResampling | None,
+        seed: int,
     ) -> None:
         if not examples:
             raise DataError("this generator's shard of the train prompts is empty")
@@ -86,7 +181,8 @@ class PromptOrder:
 
     def __iter__(self) -> Iterator[Example]:
         while True:
-            active = [e for e in self.examples if self.curriculum.is_active(e.id)]
+            curriculum = self.curriculum
+            active = [e for e in self.examples if curriculum is None or curriculum.is_active(e.id)]
             if not active:
                 raise DataError(
                     "every prompt of this generator's shard reached the no-positive-resampling "

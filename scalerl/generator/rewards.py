@@ -2,7 +2,8 @@
 
 The paper's recipe uses ±1 rewards (not 1/0), so a group's advantages are centred on a symmetric
 scale. A reward function sees only the answer text — what follows the last end-of-thinking
-marker — never the thinking, so a model cannot earn reward by musing about the right answer.
+marker (`scalerl.generator.tokens`), decoded without special tokens — never the thinking, so a
+model cannot earn reward by musing about the right answer.
 
 `math` uses math-verify, which guards parsing and comparison with `signal.alarm` timeouts. Signals
 only work on the main thread (elsewhere math-verify raises ValueError), so `math` uses a timeout of
@@ -18,30 +19,28 @@ import threading
 from collections.abc import Callable
 
 from scalerl.errors import InputError
+from scalerl.spec import THINK_END
 
 RewardFn = Callable[[str, str], float]
 """(answer text, reference answer) -> reward, +1.0 correct, −1.0 incorrect."""
 
 CORRECT = 1.0
 INCORRECT = -1.0
-THINK_END = "</think>"
-EOS = "</s>"
 MATH_TIMEOUT_SECONDS = 3
 _MATH_ANCHORS = ("$", "\\boxed", "\\(", "\\[")
 
 
-def answer_text(completion_text: str, think_end: str = THINK_END, eos: str = EOS) -> str:
-    """The answer part of a completion: the text after the last `think_end`, without a trailing EOS.
+def answer_text(completion_text: str, think_end: str | None = THINK_END) -> str:
+    """The answer part of a completion already decoded without special tokens: the text after
+    the last `think_end` (all of it when `think_end` is None).
 
     Empty when the completion never closed its thinking — such a completion has no answer.
+    Generators split on token ids instead (`ModelTokens.answer_text`); this is for text.
     """
+    if think_end is None:
+        return completion_text.strip()
     _, found, answer = completion_text.rpartition(think_end)
-    if not found:
-        return ""
-    answer = answer.strip()
-    while eos and answer.endswith(eos):
-        answer = answer[: -len(eos)].rstrip()
-    return answer
+    return answer.strip() if found else ""
 
 
 def exact(answer: str, reference: str) -> float:

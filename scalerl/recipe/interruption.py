@@ -43,7 +43,7 @@ class InterruptionPlan:
         if len(self.window) != 2:
             raise InputError(f"interruption window must be [lo, hi]; got {list(self.window)}")
         lo, hi = self.window
-        if not 0 < lo <= hi <= self.thinking_budget:
+        if self.enabled and not 0 < lo <= hi <= self.thinking_budget:  # unused when disabled
             raise InputError(
                 f"interruption window [{lo}, {hi}] must satisfy 0 < lo <= hi <= thinking_budget "
                 f"({self.thinking_budget})"

@@ -288,6 +288,15 @@ class UpdateWeights(_Plain):
 
 
 @dataclass
+class MoreRollouts(_Plain):
+    """The trainer took a batch but the policy did not change (every group was filtered out):
+    generate the next batch on the same weights (trainer -> all). No weights follow."""
+
+    TYPE: ClassVar[str] = "more_rollouts"
+    version: int
+
+
+@dataclass
 class Evaluate(_Plain):
     """Run the held-out prompts with the current weights and answer EvalResult."""
 
@@ -312,6 +321,7 @@ Message = (
     | Failure
     | Start
     | UpdateWeights
+    | MoreRollouts
     | Evaluate
     | Stop
 )

@@ -43,6 +43,22 @@ class BatchStats:
     stale_groups: int = 0
     truncated_samples: int = 0  # truncated samples of non-stale groups (dropped by rule 2)
     zero_variance_groups: int = 0
+    all_right_groups: int = 0  # non-stale groups whose untruncated samples all passed
+    all_wrong_groups: int = 0  # ... all failed
+
+    @property
+    def no_signal(self) -> str | None:
+        """Why nothing of this batch can be learnt from, or None when something can."""
+        if self.groups or not self.received_groups:
+            return None
+        parts = [f"{self.all_wrong_groups} of {self.received_groups} groups all wrong"]
+        if self.all_right_groups:
+            parts.append(f"{self.all_right_groups} all right")
+        if self.stale_groups:
+            parts.append(f"{self.stale_groups} stale")
+        if self.truncated_samples:
+            parts.append(f"{self.truncated_samples} samples truncated")
+        return "no learning signal: " + ", ".join(parts)
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -124,6 +140,8 @@ def build_batch(
         stale_groups=len(groups) - len(fresh),
         truncated_samples=int(truncated.sum()),
         zero_variance_groups=int(survivors.numel() - kept_groups.numel()),
+        all_right_groups=sum(_uniform(g) is True for g in fresh),
+        all_wrong_groups=sum(_uniform(g) is False for g in fresh),
     )
     if not bool(keep.any()):
         return None, stats
@@ -135,6 +153,12 @@ def build_batch(
     return batch, replace(
         stats, groups=int(kept_groups.numel()), samples=len(kept), tokens=batch.tokens
     )
+
+
+def _uniform(group: RolloutGroup) -> bool | None:
+    """True when every untruncated sample passed, False when every one failed, else None."""
+    passed = {s.reward > 0 for s in group.samples if not s.truncated}
+    return passed.pop() if len(passed) == 1 else None
 
 
 def _is_stale(group: RolloutGroup, oldest: int | None) -> bool:

@@ -66,7 +66,7 @@ class RunFiles:
         self.progress = run_dir / PROGRESS_FILE
 
     def rewrite_history(self, evaluations: list[dict[str, Any]]) -> None:
-        _atomic_write(self.history, "".join(json.dumps(e) + "\n" for e in evaluations))
+        atomic_write(self.history, "".join(json.dumps(e) + "\n" for e in evaluations))
 
     def append_history(self, evaluation: dict[str, Any]) -> None:
         with self.history.open("a") as f:
@@ -75,7 +75,7 @@ class RunFiles:
             os.fsync(f.fileno())
 
     def write_progress(self, progress: dict[str, Any]) -> None:
-        _atomic_write(self.progress, json.dumps(progress))
+        atomic_write(self.progress, json.dumps(progress))
 
 
 def read_history(path: Path) -> list[dict[str, Any]]:
@@ -84,7 +84,7 @@ def read_history(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -25,6 +25,7 @@ from scalerl.rollout.records import (
     Failure,
     GeneratorStats,
     Hello,
+    MoreRollouts,
     RolloutGroup,
     Start,
     Stop,
@@ -32,11 +33,12 @@ from scalerl.rollout.records import (
 )
 from scalerl.rollout.stream import TrainerChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
+from scalerl.status import StatusSink, open_status
 from scalerl.sync.group import SyncGroup, connect
 from scalerl.sync.weights import WeightSender
-from scalerl.trainer.batch import build_batch
+from scalerl.trainer.batch import BatchStats, build_batch
 from scalerl.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from scalerl.trainer.history import ComputeClock, RunFiles, TrainerState
+from scalerl.trainer.history import ComputeClock, TrainerState
 from scalerl.trainer.optim import build_optimizer
 from scalerl.trainer.policy import Policy, load_policy
 from scalerl.trainer.step import StepResult, train_step
@@ -52,7 +54,7 @@ class Trainer:
     optimizer: Any
     scheduler: Any
     state: TrainerState
-    files: RunFiles
+    status: StatusSink
     metrics: TrainerMetrics
     channel: TrainerChannel
     clock: ComputeClock
@@ -62,7 +64,10 @@ class Trainer:
     results: list[EvalResult] = field(default_factory=list)
     curricula: dict[int, NoPositiveResampling] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)  # train metrics of the last step
+    no_signal: str | None = None  # why the last step learnt nothing (None: it learnt)
     generator_stats: dict[int, GeneratorStats] = field(default_factory=dict)
+    no_signal_streak: int = 0  # consecutive steps with nothing to learn from
+    broadcast_version: int = -1  # the policy version the generators were last sent
 
     @property
     def spec(self) -> RunSpec:
@@ -93,6 +98,7 @@ class Trainer:
         self.sender = WeightSender(self.group)
         if self.state.version > 0:  # resumed: generators start from the base weights
             self.broadcast_weights()
+        self.broadcast_version = self.state.version
 
     def receive(self, timeout_s: float) -> None:
         """Take one message: rollouts to the backlog, evaluations to results; failures raise."""
@@ -130,10 +136,16 @@ class Trainer:
         return taken
 
     def broadcast_weights(self) -> None:
+        """Send the new policy; when it did not change, only ask for the next batch."""
         assert self.sender is not None
-        self.channel.broadcast(UpdateWeights(version=self.state.version))
-        stats = self.sender.send(self.policy.named_weights(), self.state.version)
+        version = self.state.version
+        if version == self.broadcast_version:
+            self.channel.broadcast(MoreRollouts(version=version))
+            return
+        self.channel.broadcast(UpdateWeights(version=version))
+        stats = self.sender.send(self.policy.named_weights(), version)
         self.metrics.weight_sync_seconds.observe(stats.seconds)
+        self.broadcast_version = version
 
     # --- training --------------------------------------------------------------------------------
 
@@ -150,8 +162,8 @@ class Trainer:
             drop_zero_variance=recipe.zero_variance_filtering,
         )
         self.record_batch(stats)
+        self.record_signal(stats)
         if batch is None:
-            log.warning("step %d: every group was filtered out; no update", self.state.step)
             return None
         loss = recipe.loss
         result = train_step(
@@ -176,9 +188,36 @@ class Trainer:
         self.metrics.step_seconds.observe(result.seconds)
         self.metrics.trained_tokens.inc(result.tokens)
         self.metrics.entropy.set(result.entropy)
-        self.last["entropy"] = result.entropy
-        self.last["loss"] = result.loss
+        self.metrics.grad_norm.set(result.grad_norm)
+        self.metrics.importance_ratio_max.set(result.stats.get("ratio_max", 0.0))
+        self.metrics.clip_fraction.set(result.stats.get("clip_fraction", 0.0))
+        self.last.update(
+            entropy=result.entropy,
+            loss=result.loss,
+            grad_norm=result.grad_norm,
+            ratio_max=result.stats.get("ratio_max", 0.0),
+            clip_fraction=result.stats.get("clip_fraction", 0.0),
+        )
         return result
+
+    def record_signal(self, stats: BatchStats) -> None:
+        """Say at once when a step has nothing to learn from; fail the run when that lasts."""
+        reason = self.no_signal = stats.no_signal
+        if reason is None:
+            if self.no_signal_streak:
+                self.status.condition("LearningSignal", True, "GroupsKept", "groups kept")
+            self.no_signal_streak = 0
+            return
+        self.no_signal_streak += 1
+        self.state.bump("no_signal_steps")
+        self.metrics.no_signal_steps.inc()
+        log.warning("step %d: %s", self.state.step, reason)
+        self.status.condition("LearningSignal", False, "AllGroupsFiltered", reason)
+        limit = self.spec.failure_policy.no_signal_steps
+        if self.no_signal_streak >= limit:
+            message = f"{limit} steps in a row with no learning signal; last: {reason}"
+            self.status.condition("Stopped", True, "NoLearningSignal", message)
+            raise ScaleRLError(message)
 
     def record_batch(self, stats: Any) -> None:
         self.state.bump("zero_variance_groups", stats.zero_variance_groups)
@@ -214,7 +253,7 @@ class Trainer:
         self.metrics.step.set(self.state.step)
         self.metrics.policy_version.set(self.state.version)
         self.metrics.compute_hours.set(self.state.compute_hours)
-        self.files.write_progress(self.progress())
+        self.status.progress(self.progress())
 
     def progress(self) -> dict[str, Any]:
         return {
@@ -225,6 +264,7 @@ class Trainer:
             "time": time.time(),
             **self.last,
             "eval_pass_rate": (self.state.evaluations or [{}])[-1].get("pass_rate"),
+            "no_signal": self.no_signal,
         }
 
     # --- evaluation and checkpoints ---------------------------------------------------------
@@ -252,7 +292,7 @@ class Trainer:
             **self.generation_totals(),
         }
         self.state.evaluations.append(entry)
-        self.files.append_history(entry)
+        self.status.evaluation(entry)
         self.metrics.eval_pass_rate.set(entry["pass_rate"])
         log.info("evaluation at step %d: pass rate %.3f", step, entry["pass_rate"])
         return entry
@@ -322,7 +362,7 @@ def build_trainer(run: ScaleRLRun, env: ProcessEnv) -> Trainer:
         eps=opt.eps,
         warmup_steps=opt.warmup_steps,
     )
-    files = RunFiles(env.run_dir)
+    status = open_status(env.status, env.run_dir)
     state = TrainerState()
     newest = latest_checkpoint(env.run_dir / "checkpoints")
     if newest is not None:
@@ -330,12 +370,12 @@ def build_trainer(run: ScaleRLRun, env: ProcessEnv) -> Trainer:
             load_checkpoint(newest, policy=policy, optimizer=optimizer, scheduler=scheduler)
         )
         log.info("resumed from %s (step %d)", newest, state.step)
-    files.rewrite_history(state.evaluations)
+    status.restore(state.evaluations)
     metrics = TrainerMetrics(run.name)
     metrics.serve(env.metrics_port)
     channel = TrainerChannel(f"tcp://*:{env.channel_port}")
     clock = ComputeClock(env.compute_units, state.compute_hours)
-    return Trainer(run, env, policy, optimizer, scheduler, state, files, metrics, channel, clock)
+    return Trainer(run, env, policy, optimizer, scheduler, state, status, metrics, channel, clock)
 
 
 def limit_cpu_threads(processes: int) -> None:

@@ -52,9 +52,9 @@ def test_answers_reverse_the_prompt_word_and_pass_the_reward() -> None:
     for row in train + validation:
         word = row["prompt"].removeprefix(task.instruction)
         assert row["answer"] == word[::-1]
-        completion = f"</think>{row['answer']}</s>"
+        completion = f"</think>{row['answer']}"
         assert exact(answer_text(completion), row["answer"]) == 1.0
-        assert exact(answer_text(f"</think>{word}x</s>"), row["answer"]) == -1.0
+        assert exact(answer_text(f"</think>{word}x"), row["answer"]) == -1.0
 
 
 def test_write_task_writes_jsonl_splits(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import random
 
 import torch
 
-from scalerl.demo.tokenizer import build_tokenizer
-from scalerl.demo.warmup import IGNORE, blurred_loss, corrupt, encode_batch
+from scalerl.demo.tokenizer import THINK_END, build_tokenizer
+from scalerl.demo.warmup import IGNORE, Framing, blurred_loss, corrupt, encode_batch
 
 ALPHABET = "abcdefgh"
 
@@ -20,13 +20,16 @@ def test_corrupt_keeps_length_and_non_alphabet_characters() -> None:
     assert len({n[0] for n in noisy}) == len(ALPHABET)
 
 
-def test_encode_batch_labels_only_the_clean_completion() -> None:
+def demo_framing() -> Framing:
     tokenizer = build_tokenizer()
-    examples = [
-        {"prompt": "reverse: abc", "answer": "cba"},
-        {"prompt": "reverse: ab", "answer": "ba"},
-    ]
-    batch = encode_batch(tokenizer, examples, ALPHABET, 1.0, random.Random(0))
+    return Framing(tokenizer, tokenizer.eos_token_id, think_end=THINK_END)
+
+
+def test_encode_batch_labels_only_the_clean_completion() -> None:
+    framing = demo_framing()
+    tokenizer = framing.tokenizer
+    examples = [("reverse: abc", "cba"), ("reverse: ab", "ba")]
+    batch = encode_batch(framing, examples, ALPHABET, 1.0, random.Random(0))
     row = batch.input_ids[0].tolist()
     assert row[0] == tokenizer.bos_token_id
     assert tokenizer.decode(row[1:13]) == "reverse: abc"
@@ -40,9 +43,9 @@ def test_encode_batch_labels_only_the_clean_completion() -> None:
 
 
 def test_blurred_loss_is_minimal_at_the_blurred_distribution() -> None:
-    tokenizer = build_tokenizer()
-    examples = [{"prompt": "reverse: abc", "answer": "cba"}]
-    batch = encode_batch(tokenizer, examples, ALPHABET, 0.0, random.Random(0))
+    framing = demo_framing()
+    tokenizer = framing.tokenizer
+    batch = encode_batch(framing, [("reverse: abc", "cba")], ALPHABET, 0.0, random.Random(0))
     alphabet_ids = torch.tensor(tokenizer.convert_tokens_to_ids(list(ALPHABET)))
     noise, vocab = 0.4, len(tokenizer)
 

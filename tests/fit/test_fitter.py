@@ -109,7 +109,9 @@ def test_grid_b_fits_agree_with_curve_fit_per_cell() -> None:
     b0 = np.array([_coarse_b(c, y, r0, a[i : i + 1], log_c_mid[i : i + 1])[0, 0] for i in range(5)])
     base = np.column_stack([a, b0, log_c_mid, np.full(5, r0)])
     problem = _Problem(c, y[None, :], base, np.array([False, True, False, False]))
-    ours = solve_batched(problem, b0[:, None], np.array([1e-6]), np.array([np.inf]))[:, 0]
+    solution = solve_batched(problem, b0[:, None], np.array([1e-6]), np.array([np.inf]))
+    assert solution.ok.all()
+    ours = solution.theta[:, 0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OptimizeWarning)
         for i, (cell_a, cell_m) in enumerate(cells):

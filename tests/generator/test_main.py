@@ -26,6 +26,16 @@ def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProc
                 "spec": {
                     "model": {"path": str(model)},
                     "data": {"train": str(train), "validation": {"prompts": 2}, "reward": "exact"},
+                    # Budgets that fit the tiny model's 512 positions (checked before the trainer
+                    # is contacted).
+                    "recipe": {
+                        "length": {
+                            "maxPromptTokens": 16,
+                            "thinkingBudget": 16,
+                            "answerBudget": 16,
+                            "interruption": {"window": [12, 16]},
+                        }
+                    },
                     "generators": {"replicas": 1, "gpus": 0},
                 },
             }

@@ -16,20 +16,20 @@ from scalerl.generator.rewards import answer_text, exact, load_reward
 @pytest.mark.parametrize(
     ("completion", "expected"),
     [
-        ("</think>dcba</s>", "dcba"),
-        ("let me see</think> 42 </s>", "42"),
+        ("</think>dcba", "dcba"),
+        ("let me see</think> 42 ", "42"),
         ("a</think>b</think>c", "c"),
-        ("no marker at all</s>", ""),
+        ("no marker at all", ""),
         ("</think>", ""),
-        ("</think>x</s></s>", "x"),
     ],
 )
 def test_answer_text_is_what_follows_the_last_think_end(completion: str, expected: str) -> None:
     assert answer_text(completion) == expected
 
 
-def test_answer_text_accepts_other_markers() -> None:
-    assert answer_text("think<end>ans<|eot|>", think_end="<end>", eos="<|eot|>") == "ans"
+def test_answer_text_accepts_other_markers_and_models_that_do_not_think() -> None:
+    assert answer_text("think<end>ans", think_end="<end>") == "ans"
+    assert answer_text(" 15 ", think_end=None) == "15"
 
 
 def test_exact_ignores_surrounding_whitespace_only() -> None:

@@ -18,6 +18,7 @@ from scalerl.rollout import (
     Sample,
     Start,
     Stop,
+    MoreRollouts,
     UpdateWeights,
     decode,
     encode,
@@ -80,6 +81,7 @@ EXAMPLES: list[Message] = [
     ),
     Start(version=0, step=0),
     UpdateWeights(version=8),
+    MoreRollouts(version=8),
     Evaluate(step=200, version=8),
     Stop(reason="budget reached: maxSteps"),
 ]

@@ -133,8 +133,9 @@ def test_try_send_never_blocks_and_reports_a_full_queue() -> None:
             results = [generator.try_send(big) for _ in range(200)]
             assert time.monotonic() - started < 5
             accepted = results.count(True)
-            assert 0 < accepted < 200 and results[-1] is False
-            assert results == [True] * accepted + [False] * (200 - accepted)
+            # ZeroMQ's I/O thread keeps moving queued messages into the socket's buffers while we
+            # send, so a refused send may be followed by an accepted one: only "some of each".
+            assert 0 < accepted < 200
             got = [trainer.recv(timeout_s=5) for _ in range(accepted + 1)]
             assert [m for _, m in got if m is not None][1:] == [big] * accepted
 

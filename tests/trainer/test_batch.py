@@ -140,3 +140,18 @@ def test_groups_without_tokens_are_neither_stale_nor_trained(make_group: Factory
     batch, stats = build_batch([empty], current_version=9, max_off_policy=1, pad_id=PAD)
     assert stats.stale_groups == 0 and stats.mean_lag == 0.0
     assert batch is not None and batch.tokens == 0 and batch.loss_mask.shape == (2, 1)
+
+
+def test_a_batch_with_nothing_to_learn_says_why(make_group: Factory) -> None:
+    groups = [make_group([-1.0, -1.0], seed=s) for s in range(14)]
+    groups += [make_group([1.0, 1.0], seed=20 + s) for s in range(2)]
+    batch, stats = build_batch(groups, current_version=0, max_off_policy=None, pad_id=PAD)
+    assert batch is None
+    assert stats.no_signal == "no learning signal: 14 of 16 groups all wrong, 2 all right"
+
+
+def test_a_batch_with_one_mixed_group_has_signal(make_group: Factory) -> None:
+    groups = [make_group([-1.0, -1.0], seed=1), make_group([1.0, -1.0], seed=2)]
+    batch, stats = build_batch(groups, current_version=0, max_off_policy=None, pad_id=PAD)
+    assert batch is not None and stats.no_signal is None
+    assert (stats.all_wrong_groups, stats.all_right_groups) == (1, 0)

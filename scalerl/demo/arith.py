@@ -1,0 +1,123 @@
+"""The second built-in task: add two numbers below 100, asked as a chat question.
+
+Chosen to share nothing with the demo's string reversal but the exact-match reward: answers are
+computed, not copied from the prompt (a sum's leading digit depends on a carry from the digits
+below), they take one to three tokens, and the data is Parquet with the field names many
+published datasets use (`question`, `solution`). A 3-layer, hidden-128 Llama learns it in about a
+minute on 2 CPU cores when digits are separate tokens.
+
+Splits are disjoint as unordered pairs: with `3 + 48` held out, `48 + 3` is held out too, so a
+held-out question cannot be answered from a memorised mirror image.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from scalerl.errors import DataError, InputError
+
+TRAIN_FILE = "train.parquet"
+VALIDATION_FILE = "validation.parquet"
+PROMPT_FIELD = "question"
+ANSWER_FIELD = "solution"
+SYSTEM_PROMPT = "Add the two numbers. Reply with the sum only."
+DIGITS = "0123456789"
+
+Row = dict[str, str]
+
+
+@dataclass(frozen=True)
+class AdditionTask:
+    """`a + b` for whole numbers `a`, `b` in `0..max_operand`; the answer is the decimal sum."""
+
+    max_operand: int = 99
+
+    def question(self, a: int, b: int) -> str:
+        return f"What is {a} + {b}?"
+
+    def row(self, a: int, b: int, row_id: str) -> Row:
+        return {"id": row_id, PROMPT_FIELD: self.question(a, b), ANSWER_FIELD: str(a + b)}
+
+    def pairs(self) -> int:
+        """How many unordered pairs exist."""
+        n = self.max_operand + 1
+        return n * (n + 1) // 2
+
+
+def _draw_pairs(
+    task: AdditionTask, count: int, used: set[tuple[int, int]], rng: random.Random
+) -> list[tuple[int, int]]:
+    """`count` unordered pairs not in `used` (updated in place), each in a random order."""
+    drawn: list[tuple[int, int]] = []
+    while len(drawn) < count:
+        a, b = rng.randint(0, task.max_operand), rng.randint(0, task.max_operand)
+        key = (min(a, b), max(a, b))
+        if key in used:
+            continue
+        used.add(key)
+        drawn.append((a, b))
+    return drawn
+
+
+def make_splits(
+    task: AdditionTask, *, train: int, validation: int, seed: int
+) -> tuple[list[Row], list[Row]]:
+    """Deterministic train and validation rows whose unordered pairs are disjoint.
+
+    Validation is drawn first, so it does not change when only the training set grows.
+    """
+    if task.max_operand < 1:
+        raise InputError(f"max_operand must be >= 1, got {task.max_operand}")
+    if train < 1 or validation < 1:
+        raise InputError(f"train and validation sizes must be >= 1, got {train} and {validation}")
+    if train + validation > task.pairs():
+        raise InputError(
+            f"asked for {train + validation} distinct pairs but the task has only {task.pairs()}"
+        )
+    rng = random.Random(seed)
+    used: set[tuple[int, int]] = set()
+    held_out = _draw_pairs(task, validation, used, rng)
+    training = _draw_pairs(task, train, used, rng)
+    return (
+        [task.row(a, b, f"train-{i}") for i, (a, b) in enumerate(training)],
+        [task.row(a, b, f"validation-{i}") for i, (a, b) in enumerate(held_out)],
+    )
+
+
+def write_parquet(path: Path, rows: list[Row]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = ("id", PROMPT_FIELD, ANSWER_FIELD)
+    table = pa.table({c: pa.array([row[c] for row in rows], pa.string()) for c in columns})
+    pq.write_table(table, path)
+
+
+def read_parquet(path: Path) -> list[Row]:
+    """Rows of a task file; it must have string `question` and `solution` columns."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataError(f"cannot read task file {path}: {err}") from err
+    missing = {PROMPT_FIELD, ANSWER_FIELD} - set(table.column_names)
+    if missing:
+        raise DataError(f"{path}: no column {sorted(missing)[0]!r}")
+    rows: list[Row] = table.to_pylist()
+    return rows
+
+
+def write_task(
+    directory: Path, *, train: int, validation: int, seed: int, task: AdditionTask
+) -> tuple[Path, Path]:
+    """Write `train.parquet` and `validation.parquet` into `directory`; return their paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    training, held_out = make_splits(task, train=train, validation=validation, seed=seed)
+    paths = directory / TRAIN_FILE, directory / VALIDATION_FILE
+    write_parquet(paths[0], training)
+    write_parquet(paths[1], held_out)
+    return paths

@@ -1,0 +1,54 @@
+"""The registry of built-in names a spec may use instead of a path: `builtin:NAME` is a model
+directory, `builtin:NAME/train` and `builtin:NAME/validation` its data files.
+
+Only the named built-in is built (on first use, then cached), so a run of one never pays for
+another's build; torch is imported only then, so resolving stays light until it must build.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from scalerl.errors import DataError
+
+if TYPE_CHECKING:
+    from scalerl.demo.assets import DemoAssets
+
+PREFIX = "builtin:"
+# Name suffix -> the DemoAssets field it stands for.
+PARTS = {"": "model_path", "/train": "train_path", "/validation": "validation_path"}
+
+
+def _demo() -> DemoAssets:
+    from scalerl.demo.assets import default_cache_dir, prepare_demo
+
+    return prepare_demo(default_cache_dir())
+
+
+def _chat_arith() -> DemoAssets:
+    from scalerl.demo.assets import default_cache_dir, prepare_chat_arith
+
+    return prepare_chat_arith(default_cache_dir())
+
+
+BUILDERS: dict[str, Callable[[], DemoAssets]] = {"demo": _demo, "chat-arith": _chat_arith}
+
+
+def known_names() -> list[str]:
+    return [f"{PREFIX}{name}{part}" for name in BUILDERS for part in PARTS]
+
+
+def is_builtin(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def resolve_builtin(value: str) -> Path:
+    """The path a `builtin:` name stands for, building its built-in on first use."""
+    name, slash, part = value.removeprefix(PREFIX).partition("/")
+    suffix = slash + part
+    if not is_builtin(value) or name not in BUILDERS or suffix not in PARTS:
+        raise DataError(f"{value!r}: unknown built-in; use one of {', '.join(known_names())}")
+    path: Path = getattr(BUILDERS[name](), PARTS[suffix])
+    return path

@@ -1,0 +1,120 @@
+"""A run's children in the cluster: get-or-create by deterministic name, and removal.
+
+Explicit removal, not only owner references: garbage collection may be slow, and test API servers
+have none. Every call here is idempotent, so a handler may be retried or an operator restarted
+at any point.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scalerl.kube import Kube
+from scalerl.operator import manifests, names
+from scalerl.operator.manifests import Images, Owner
+from scalerl.spec import ScaleRLRun
+
+
+class StaleWorkload(Exception):  # noqa: N818 - a signal to come back, not a failure
+    """A workload of another gang attempt was in the way and is being deleted."""
+
+
+def ensure_static(kube: Kube, run: ScaleRLRun, owner: Owner, *, new: bool = False) -> list[str]:
+    """Create the config, Service and RBAC where missing; keep the config current (the budget
+    and replicas may change). For a `new` run, create straight away (a conflict means it is
+    there already): half the round trips on the path a user waits on. Returns what was created."""
+    created = []
+    for obj in manifests.static_children(run, owner):
+        meta = obj["metadata"]
+        current = (
+            None
+            if new
+            else kube.find(obj["apiVersion"], obj["kind"], owner.namespace, meta["name"])
+        )
+        if current is None:
+            if kube.create(obj) is not None:
+                created.append(f"{obj['kind']}/{meta['name']}")
+        elif obj["kind"] == "ConfigMap" and current.get("data") != obj["data"]:
+            kube.patch("v1", "ConfigMap", owner.namespace, meta["name"], {"data": obj["data"]})
+    return created
+
+
+def workload_attempt(job: dict[str, Any]) -> int | None:
+    value = (job.get("metadata", {}).get("labels") or {}).get(names.LABEL_ATTEMPT)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def ensure_workloads(
+    kube: Kube, run: ScaleRLRun, owner: Owner, attempt: int, images: Images, *, new: bool = False
+) -> list[str]:
+    """The gang of `attempt`: its Jobs created where missing. A Job of another attempt is deleted
+    (with its pods) and StaleWorkload raised: the name frees up only once it is gone."""
+    created = []
+    for job in manifests.workloads(run, owner, attempt, images):
+        name = job["metadata"]["name"]
+        current = None if new else kube.find("batch/v1", "Job", owner.namespace, name)
+        if current is not None and workload_attempt(current) != attempt:
+            remove_workloads(kube, owner)
+            raise StaleWorkload(f"{name} belongs to attempt {workload_attempt(current)}")
+        if current is None and kube.create(job) is not None:
+            created.append(f"Job/{name}")
+    return created
+
+
+def remove_workloads(kube: Kube, owner: Owner) -> int:
+    """Delete the gang's Jobs and pods; how many objects were deleted."""
+    deleted = 0
+    for role in names.WORKLOAD_ROLES:
+        deleted += kube.delete("batch/v1", "Job", owner.namespace, names.workload(owner.name, role))
+    return deleted + _delete_pods(kube, owner, names.WORKLOAD_ROLES)
+
+
+def remove_all(kube: Kube, owner: Owner, fit_jobs: int) -> int:
+    """Every child of the run: gang, fit Jobs, their pods, config, Service, RBAC."""
+    jobs = [names.workload(owner.name, role) for role in names.WORKLOAD_ROLES]
+    jobs += [names.fit_job(owner.name, number) for number in range(1, fit_jobs + 1)]
+    deleted = sum(kube.delete("batch/v1", "Job", owner.namespace, job) for job in jobs)
+    deleted += _delete_pods(kube, owner, None)
+    account = names.account(owner.name)
+    for api_version, kind, name in (
+        ("rbac.authorization.k8s.io/v1", "RoleBinding", account),
+        ("rbac.authorization.k8s.io/v1", "Role", account),
+        ("v1", "ServiceAccount", account),
+        ("v1", "Service", names.service(owner.name)),
+        ("v1", "ConfigMap", names.config(owner.name)),
+    ):
+        deleted += kube.delete(api_version, kind, owner.namespace, name)
+    return deleted
+
+
+def _delete_pods(kube: Kube, owner: Owner, roles: tuple[str, ...] | None) -> int:
+    """Pods are the Jobs' to delete, but garbage collection may lag (or, in tests, not exist)."""
+    deleted = 0
+    for pod in kube.list("v1", "Pod", owner.namespace, {names.LABEL_RUN: owner.name}):
+        meta = pod["metadata"]
+        if (roles is None or _role(pod) in roles) and not meta.get("deletionTimestamp"):
+            deleted += kube.delete("v1", "Pod", owner.namespace, meta["name"])
+    return deleted
+
+
+def fit_job_active(kube: Kube, owner: Owner, number: int) -> bool:
+    """Whether fit Job `number` exists and has not finished (a finished one may have expired)."""
+    if number < 1:
+        return False
+    job = kube.find("batch/v1", "Job", owner.namespace, names.fit_job(owner.name, number))
+    if job is None:
+        return False
+    status = job.get("status") or {}
+    finished = any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return not finished and not status.get("succeeded") and not status.get("completionTime")
+
+
+def create_fit_job(kube: Kube, run: ScaleRLRun, owner: Owner, number: int, images: Images) -> bool:
+    return kube.create(manifests.fit_job(run, owner, number, images)) is not None
+
+
+def _role(obj: dict[str, Any]) -> str | None:
+    return (obj.get("metadata", {}).get("labels") or {}).get(names.LABEL_ROLE)

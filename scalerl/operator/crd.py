@@ -1,0 +1,195 @@
+"""The ScaleRLRun CustomResourceDefinition, generated from `scalerl.spec`.
+
+`scalerl.spec` is the one source of defaults and validation; this module converts its pydantic
+JSON schema into the structural OpenAPI v3 subset Kubernetes accepts (no `$ref`, no `anyOf`,
+`nullable` instead of null variants, one object for the tagged loss union) and adds what JSON
+schema cannot say: CEL rules for checks that span fields (pydantic model validators) and for fields
+that must not change once a run exists. `make crds` writes `crds/scalerlruns.scalerl.dev.yaml`;
+a test fails when the committed file differs from a fresh generation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scalerl.operator import schema
+from scalerl.operator.names import MAX_RUN_NAME, RUN_NAME_PATTERN
+from scalerl.spec import RunSpec
+
+GROUP = "scalerl.dev"
+VERSION = "v1alpha1"
+KIND = "ScaleRLRun"
+PLURAL = "scalerlruns"
+SINGULAR = "scalerlrun"
+SHORT_NAME = "srl"
+CATEGORY = "scalerl"
+CRD_FILE = Path("crds") / f"{PLURAL}.{GROUP}.yaml"
+HEADER = "# Generated from scalerl/spec.py by `make crds` (scalerl/operator/crd.py); do not edit.\n"
+
+# Changing these would make the curve so far belong to a different experiment: a run's evaluations
+# are only comparable under one model, data set, recipe, evaluation protocol and seed. The budget,
+# fit cadence, failure policy, replicas and suspend stay editable.
+IMMUTABLE = ("model", "data", "recipe", "evaluation", "seed")
+IMMUTABLE_MESSAGE = (
+    "is immutable: a run's curve belongs to one experiment; create a new ScaleRLRun instead"
+)
+
+# Cross-field rules: the pydantic model validators of scalerl.spec, restated in CEL. A null
+# nullable field counts as absent for has(), so has(self.model.thinkEnd) means "not null".
+SPEC_RULES = [
+    {
+        "rule": "has(self.model.thinkEnd) || !self.recipe.length.interruption.enabled",
+        "message": "recipe.length.interruption.enabled must be false when model.thinkEnd is null "
+        "(a model that does not think cannot be interrupted)",
+        "fieldPath": ".recipe.length.interruption.enabled",
+    },
+    {
+        "rule": "!has(self.checkpoint.claimName) == !has(oldSelf.checkpoint.claimName) && "
+        "(!has(self.checkpoint.claimName) || "
+        "self.checkpoint.claimName == oldSelf.checkpoint.claimName)",
+        "message": "checkpoint.claimName is immutable: the run's checkpoints live on that volume",
+        "fieldPath": ".checkpoint.claimName",
+    },
+]
+LENGTH_RULES = [
+    {
+        "rule": "!self.interruption.enabled || (0 < self.interruption.window[0] && "
+        "self.interruption.window[0] <= self.interruption.window[1] && "
+        "self.interruption.window[1] <= self.thinkingBudget)",
+        "message": "interruption.window must satisfy 0 < start <= end <= thinkingBudget",
+        "fieldPath": ".interruption.window",
+    }
+]
+# Child names append "-generator-<index>" (an Indexed Job's pod hostname, a DNS label of at most
+# 63 characters) and Services need a DNS-1035 label: stricter than scalerl.spec's DNS label.
+ROOT_RULES = [
+    {
+        "rule": f"self.metadata.name.matches('{RUN_NAME_PATTERN}')",
+        "message": f"metadata.name must start with a letter, use a-z, 0-9 and '-', and have at "
+        f"most {MAX_RUN_NAME} characters (child names append '-generator-<index>')",
+    }
+]
+
+PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
+    {
+        "name": "PassRate",
+        "type": "number",
+        "jsonPath": ".status.progress.evalPassRate",
+        "description": "Held-out pass rate at the last evaluation.",
+    },
+    {
+        "name": "A",
+        "type": "number",
+        "jsonPath": ".status.prediction.A",
+        "description": "Predicted asymptotic pass rate.",
+    },
+    {
+        "name": "C_mid",
+        "type": "number",
+        "jsonPath": ".status.prediction.C_mid",
+        "description": "Compute (GPU-hours) at half of the predicted gain.",
+    },
+    {
+        "name": "Trunc",
+        "type": "number",
+        "jsonPath": ".status.progress.truncationRate",
+        "description": "Fraction of the last batch's samples cut at the length budget.",
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def spec_schema() -> dict[str, Any]:
+    """The structural schema of `spec`, with scalerl.spec's defaults, bounds and descriptions."""
+    out = schema.convert(RunSpec.model_json_schema(by_alias=True, mode="validation"))
+    out["description"] = (
+        "A ScaleRL post-training run; every field is documented in scalerl/spec.py."
+    )
+    props = out["properties"]
+    props["data"]["properties"]["reward"]["pattern"] = schema.REWARD_PATTERN
+    props["recipe"]["properties"]["length"]["x-kubernetes-validations"] = LENGTH_RULES
+    for name in IMMUTABLE:
+        props[name]["x-kubernetes-validations"] = [
+            {"rule": "self == oldSelf", "message": f"{name} {IMMUTABLE_MESSAGE}"}
+        ]
+    out["x-kubernetes-validations"] = SPEC_RULES
+    return out
+
+
+def build_crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": [SHORT_NAME],
+                "categories": [CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": _root_schema()},
+                }
+            ],
+        },
+    }
+
+
+def _root_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "ScaleRLRun: a reinforcement-learning post-training run and its prediction.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(),
+            "status": schema.status_schema(),
+        },
+        "x-kubernetes-validations": ROOT_RULES,
+    }
+
+
+def render_crd() -> str:
+    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write (or check) the ScaleRLRun CRD file.")
+    parser.add_argument("--out", type=Path, default=CRD_FILE, help=f"default {CRD_FILE}")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    args = parser.parse_args(argv)
+    text = render_crd()
+    if args.check:
+        current = args.out.read_text() if args.out.exists() else ""
+        if current != text:
+            print(f"{args.out} is stale: run `make crds`", file=sys.stderr)
+            return 1
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

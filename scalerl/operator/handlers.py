@@ -1,0 +1,168 @@
+"""kopf handlers: short, each one calls scalerl.operator.lifecycle under the run's lock.
+
+Handlers are sync functions: kopf runs them in worker threads, where our blocking API client is
+at home. One lock per run serializes the handlers of a run (its own events, its pods' events and
+the periodic check), so the operator never acts on a run from two threads at once.
+
+Errors are chosen on purpose: a transient API error or a conflict is a TemporaryError (kopf
+retries the handler); a request the server refuses (400/403/422: a manifest or RBAC bug) is a
+PermanentError, since retrying cannot fix it. A bad spec is no error at all: it is reported in
+the run's status and an Event, and the update handler runs again when the spec is fixed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import kopf
+
+from scalerl.kube import Kube, KubeError
+from scalerl.operator import lifecycle, names
+from scalerl.operator.children import StaleWorkload
+from scalerl.operator.manifests import Images
+
+RUNS = ("scalerl.dev", "v1alpha1", "scalerlruns")
+FINALIZER = "scalerl.dev/cleanup"
+ANNOTATIONS = "scalerl.dev"  # kopf's bookkeeping annotations live under our own prefix
+CHECK_INTERVAL_S = 30.0  # the periodic level-triggered check that catches missed events
+
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+@contextmanager
+def run_lock(namespace: str, name: str) -> Iterator[None]:
+    with _locks_guard:
+        lock = _locks.setdefault((namespace, name), threading.Lock())
+    with lock:
+        yield
+
+
+def images_from_environ() -> Images:
+    """Image overrides for the operator's Deployment (the chart sets them)."""
+    default = Images()
+    return Images(
+        trainer=os.environ.get("SCALERL_TRAINER_IMAGE", default.trainer),
+        generator=os.environ.get("SCALERL_GENERATOR_IMAGE", default.generator),
+        fit=os.environ.get("SCALERL_FIT_IMAGE", default.fit),
+    )
+
+
+def post_event(run: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    kopf.event(run, type=type_, reason=reason, message=message[:1024])
+
+
+def act(memo: Any, run: Any, what: Callable[[lifecycle.Context], object]) -> None:
+    """Run `what` for the run under its lock; API errors mapped to kopf's retry semantics."""
+    meta = run["metadata"]
+    owner = lifecycle.owner_of({"metadata": dict(meta)})
+    context = lifecycle.Context(memo.kube, memo.images, owner, post_event)
+    try:
+        with run_lock(owner.namespace, owner.name):
+            what(context)
+    except StaleWorkload as err:
+        raise kopf.TemporaryError(f"waiting for the old gang to go: {err}", delay=2) from None
+    except KubeError as err:
+        if err.transient or err.conflict:
+            raise kopf.TemporaryError(str(err), delay=5) from None
+        raise kopf.PermanentError(f"the API server refused: {err}") from None
+
+
+def register(
+    registry: kopf.OperatorRegistry, *, check_interval_s: float = CHECK_INTERVAL_S
+) -> None:
+    """Register every handler of the operator in `registry`."""
+
+    @kopf.on.startup(registry=registry, id="configure")
+    def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+        settings.persistence.finalizer = FINALIZER
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATIONS)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATIONS)
+        settings.posting.level = logging.WARNING  # only our explicit Events, no log chatter
+        settings.peering.standalone = True  # one replica (Recreate): no peering objects needed
+        if getattr(memo, "kube", None) is None:
+            memo.kube = Kube.connect()
+        if getattr(memo, "images", None) is None:
+            memo.images = images_from_environ()
+
+    @kopf.on.create(*RUNS, registry=registry, id="create")
+    def created(body: kopf.Body, memo: Any, **_: Any) -> None:
+        act(memo, body, lambda ctx: lifecycle.reconcile(ctx, new=True))
+
+    @kopf.on.resume(*RUNS, registry=registry, id="resume")
+    @kopf.on.update(*RUNS, registry=registry, id="update", field="spec")
+    @kopf.timer(
+        *RUNS,
+        registry=registry,
+        id="check",
+        interval=check_interval_s,
+        initial_delay=check_interval_s,
+    )
+    def reconcile(body: kopf.Body, memo: Any, **_: Any) -> None:
+        act(memo, body, lifecycle.reconcile)
+
+    @kopf.on.event(*RUNS, registry=registry, id="status")
+    def status_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+        # Every progress patch lands here: decide from the event's own body, without API calls,
+        # whether anything may be due before taking the lock and reading afresh.
+        if type != "DELETED" and lifecycle.wants_action(_plain(body)):
+            act(memo, body, lifecycle.on_status)
+
+    @kopf.on.event(
+        "", "v1", "pods", registry=registry, id="pods", labels={names.LABEL_RUN: kopf.PRESENT}
+    )
+    def pod_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+        pod = _plain(body)
+        if type != "DELETED":
+            act(memo, _run_of(pod), lambda ctx: lifecycle.on_pod(ctx, pod))
+
+    @kopf.on.event(
+        "batch",
+        "v1",
+        "jobs",
+        registry=registry,
+        id="fit-jobs",
+        labels={names.LABEL_ROLE: names.ROLE_FIT},
+    )
+    def fit_job_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+        # A finished fit lets the next one start: without this, a fit that fell due while one
+        # ran would wait for the next status change, which never comes once the run has ended.
+        job = _plain(body)
+        if type != "DELETED" and (job.get("status") or {}).get("conditions"):
+            act(memo, _run_of(job), lifecycle.on_status)
+
+    @kopf.on.delete(*RUNS, registry=registry, id="delete")
+    def delete(body: kopf.Body, memo: Any, **_: Any) -> None:
+        run = _plain(body)
+        act(memo, body, lambda ctx: lifecycle.cleanup(ctx, run))
+
+
+def _plain(body: kopf.Body) -> dict[str, Any]:
+    """A plain dict copy of kopf's read-only body view."""
+    return _to_plain(body)  # type: ignore[no-any-return]
+
+
+def _to_plain(value: Any) -> Any:
+    if hasattr(value, "items"):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def _run_of(child: dict[str, Any]) -> dict[str, Any]:
+    """The run a labelled child belongs to, enough to lock it; lifecycle reads it afresh (uid
+    included: pods are owned by their Jobs, not by the run)."""
+    meta = child["metadata"]
+    return {
+        "metadata": {
+            "name": meta["labels"][names.LABEL_RUN],
+            "namespace": meta["namespace"],
+            "uid": "",
+        }
+    }

@@ -1,0 +1,403 @@
+"""What the operator does for a run, level-triggered and restart-safe; kopf-free.
+
+Phases: Pending (gang created, trainer not running yet) -> Running -> Succeeded | Failed, and
+Suspended while `spec.suspend` is true. Succeeded means trainer 0 exited 0: it reached the budget
+(its own last evaluation and checkpoint written). Every earlier end is Failed with a reason, as
+Kubernetes Jobs end Failed on `activeDeadlineSeconds`: a gang that failed more often than
+`failurePolicy.maxRestarts`, or a run stopped by `budget.stopWhen` because its predicted A interval
+lies below the target (Stopped=True says so). Automation that promotes Succeeded checkpoints must
+not promote those.
+
+Each status change is a guarded transition: read, check the guard, write with a resourceVersion
+precondition. Two handlers racing on one run (or an operator restarting half-way) cannot restart
+a gang twice or resurrect a finished run. Events are posted only for transitions that happened.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scalerl.errors import SpecError
+from scalerl.kube import Kube, KubeError
+from scalerl.operator import children, names
+from scalerl.operator.manifests import Images, Owner
+from scalerl.operator.prediction import stop_reason
+from scalerl.spec import ScaleRLRun, parse_run
+from scalerl.status.conditions import set_condition
+from scalerl.status.kubernetes import RunStatus
+
+PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
+    "Pending",
+    "Running",
+    "Suspended",
+    "Succeeded",
+    "Failed",
+)
+TERMINAL = (SUCCEEDED, FAILED)
+NORMAL, WARNING = "Normal", "Warning"
+RECREATE_WAIT_S = 10.0
+
+# (run object, event type, reason, message)
+Emit = Callable[[dict[str, Any], str, str, str], None]
+ConditionArgs = tuple[str, bool, str, str]
+Guard = Callable[[dict[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class Context:
+    kube: Kube
+    images: Images
+    owner: Owner
+    emit: Emit
+
+    @property
+    def status(self) -> RunStatus:
+        return RunStatus(self.kube, self.owner.namespace, self.owner.name)
+
+    def bound(self, run_obj: dict[str, Any]) -> Context:
+        """This context with the owner (uid included) of a fresh read of the run."""
+        return replace(self, owner=owner_of(run_obj))
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            return self.status.read()
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
+
+def owner_of(run: dict[str, Any]) -> Owner:
+    meta = run["metadata"]
+    return Owner(meta["name"], meta["namespace"], meta["uid"])
+
+
+def parse(run: dict[str, Any]) -> tuple[ScaleRLRun | None, list[str]]:
+    """The parsed run, or the problems (one line per bad field) that stop it."""
+    try:
+        parsed = parse_run(run)
+    except SpecError as err:
+        return None, err.problems
+    problems = names.name_problems(parsed.name)
+    return (None, problems) if problems else (parsed, [])
+
+
+def status_of(run: dict[str, Any]) -> dict[str, Any]:
+    status = run.get("status")
+    return status if isinstance(status, dict) else {}
+
+
+def transition(
+    status: RunStatus,
+    guard: Guard,
+    *,
+    phase: str | None = None,
+    message: str | None = None,
+    conditions: Iterable[ConditionArgs] = (),
+    fields: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Write what differs, if `guard(status)` holds on a fresh read; the fields written."""
+    wanted = list(conditions)
+
+    def change(run: dict[str, Any]) -> dict[str, Any] | None:
+        current = status_of(run)
+        if not guard(current):
+            return None
+        out = dict(fields or {})
+        if phase is not None:
+            out["phase"] = phase
+        if message is not None:
+            out["message"] = message
+        if wanted:
+            conds = list(current.get("conditions") or [])
+            for args in wanted:
+                conds = set_condition(conds, *args)
+            out["conditions"] = conds
+        return {k: v for k, v in out.items() if current.get(k) != v} or None
+
+    return status.update(change)
+
+
+def not_terminal(status: dict[str, Any]) -> bool:
+    return status.get("phase") not in TERMINAL
+
+
+def same_attempt(attempt: int, phases: tuple[str | None, ...]) -> Guard:
+    """Still gang `attempt`, in one of `phases`: a pod event is acted on once, never late."""
+
+    def guard(status: dict[str, Any]) -> bool:
+        return status.get("phase") in phases and status.get("restarts", 0) == attempt
+
+    return guard
+
+
+def fit_jobs(status: dict[str, Any]) -> int:
+    return int((status.get("fit") or {}).get("jobs", 0))
+
+
+# --- create, resume, spec changes, the periodic check --------------------------------------------
+
+
+def reconcile(ctx: Context, *, new: bool = False) -> None:
+    """Bring the children in line with the spec and the phase (idempotent). `new`: the run was
+    just created, so its children are created without looking for them first."""
+    run_obj = ctx.read()
+    if run_obj is None or run_obj["metadata"].get("deletionTimestamp"):
+        return
+    ctx = ctx.bound(run_obj)
+    run, problems = parse(run_obj)
+    generation = {"observedGeneration": run_obj["metadata"].get("generation", 1)}
+    if run is None:
+        message = "\n".join(problems)
+        written = transition(
+            ctx.status,
+            not_terminal,
+            phase=status_of(run_obj).get("phase") or PENDING,
+            conditions=[("Ready", False, "InvalidSpec", message)],
+            fields=generation,
+        )
+        if written and "conditions" in written:
+            ctx.emit(run_obj, WARNING, "InvalidSpec", "; ".join(problems))
+        return
+    if status_of(run_obj).get("phase") in TERMINAL:
+        children.remove_workloads(ctx.kube, ctx.owner)
+        return
+    children.ensure_static(ctx.kube, run, ctx.owner, new=new)
+    if run.spec.suspend:
+        suspend(ctx, run_obj, generation)
+    else:
+        start(ctx, run, run_obj, generation, new=new)
+
+
+def suspend(ctx: Context, run_obj: dict[str, Any], generation: dict[str, Any]) -> None:
+    written = transition(
+        ctx.status,
+        not_terminal,
+        phase=SUSPENDED,
+        message="suspended: pods removed, checkpoints kept",
+        conditions=[
+            ("Ready", True, "Reconciled", "children in place"),
+            ("Suspended", True, "SuspendRequested", "spec.suspend is true; compute clock stopped"),
+        ],
+        fields=generation,
+    )
+    children.remove_workloads(ctx.kube, ctx.owner)
+    if written and "phase" in written:
+        ctx.emit(run_obj, NORMAL, "Suspended", "pods removed; checkpoints kept")
+
+
+def start(
+    ctx: Context,
+    run: ScaleRLRun,
+    run_obj: dict[str, Any],
+    generation: dict[str, Any],
+    *,
+    new: bool = False,
+) -> None:
+    status = status_of(run_obj)
+    attempt = int(status.get("restarts", 0))
+    created = children.ensure_workloads(ctx.kube, run, ctx.owner, attempt, ctx.images, new=new)
+    was = status.get("phase")
+    conditions: list[ConditionArgs] = [("Ready", True, "Reconciled", "children in place")]
+    if was == SUSPENDED:
+        conditions.append(("Suspended", False, "Resumed", "resumed from the last checkpoint"))
+    written = transition(
+        ctx.status,
+        not_terminal,
+        phase=PENDING if was in (None, SUSPENDED) else was,
+        message=f"gang attempt {attempt} created" if created else None,
+        conditions=conditions,
+        fields={**generation, "restarts": attempt},
+    )
+    if written and "phase" in written:
+        reason = "Resumed" if was == SUSPENDED else "Created"
+        ctx.emit(run_obj, NORMAL, reason, f"gang attempt {attempt}: {', '.join(created)}")
+
+
+# --- pods ----------------------------------------------------------------------------------------
+
+
+def pod_attempt(pod: dict[str, Any]) -> int | None:
+    value = (pod["metadata"].get("labels") or {}).get(names.LABEL_ATTEMPT)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
+    """React to one pod of the gang reaching Running, Succeeded or Failed."""
+    meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
+    if meta.get("deletionTimestamp") or phase not in (RUNNING, SUCCEEDED, FAILED):
+        return  # a pod we are deleting may fail on SIGTERM: that is no failure of the run
+    labels = meta.get("labels") or {}
+    role = labels.get(names.LABEL_ROLE)
+    run_obj = ctx.read()
+    if run_obj is None or role not in names.WORKLOAD_ROLES:
+        return
+    ctx = ctx.bound(run_obj)
+    status = status_of(run_obj)
+    attempt = pod_attempt(pod)
+    if status.get("phase") in (*TERMINAL, SUSPENDED) or attempt != status.get("restarts", 0):
+        return  # a pod of an earlier gang, or of a run that no longer runs
+    run, _ = parse(run_obj)
+    if run is None:
+        return
+    trainer0 = role == names.ROLE_TRAINER and labels.get(names.LABEL_JOB_INDEX, "0") == "0"
+    if phase == FAILED:
+        gang_failed(ctx, run, run_obj, pod, attempt)
+    elif phase == SUCCEEDED and trainer0:
+        finish(ctx, run_obj, "trainer 0 exited 0: the budget is reached")
+    elif phase == RUNNING and trainer0 and status.get("phase") == PENDING:
+        if transition(
+            ctx.status,
+            same_attempt(attempt, (PENDING,)),
+            phase=RUNNING,
+            message="trainer 0 is running",
+        ):
+            ctx.emit(run_obj, NORMAL, "Running", f"gang attempt {attempt} is running")
+
+
+def pod_failure(pod: dict[str, Any]) -> str:
+    """`pod <name> failed: <why>` from the pod's own account of it."""
+    status = pod.get("status") or {}
+    why = status.get("reason") or status.get("message") or ""
+    for container in status.get("containerStatuses") or []:
+        ended = (container.get("state") or {}).get("terminated") or {}
+        if ended:
+            why = f"exit code {ended.get('exitCode')}" + (
+                f" ({ended['reason']})" if ended.get("reason") else ""
+            )
+    return f"pod {pod['metadata']['name']} failed" + (f": {why}" if why else "")
+
+
+def gang_failed(
+    ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], pod: dict[str, Any], attempt: int
+) -> None:
+    limit = run.spec.failure_policy.max_restarts
+    why = pod_failure(pod)
+    guard = same_attempt(attempt, (None, PENDING, RUNNING))
+    if attempt >= limit:
+        message = f"{why}; {limit} gang restarts used (failurePolicy.maxRestarts)"
+        written = transition(
+            ctx.status,
+            guard,
+            phase=FAILED,
+            message=message,
+            conditions=[("Ready", False, "RestartLimitExceeded", message)],
+        )
+        if written:
+            children.remove_workloads(ctx.kube, ctx.owner)
+            ctx.emit(run_obj, WARNING, "RestartLimitExceeded", message)
+        return
+    message = f"{why}; restarting the gang from the last checkpoint ({attempt + 1}/{limit})"
+    if transition(
+        ctx.status, guard, phase=PENDING, message=message, fields={"restarts": attempt + 1}
+    ):
+        ctx.emit(run_obj, WARNING, "GangRestart", message)
+        recreate_gang(ctx, run, attempt + 1)
+
+
+def recreate_gang(ctx: Context, run: ScaleRLRun, attempt: int) -> None:
+    """Delete the old gang and create the new; if the old Jobs linger, the periodic
+    reconcile finishes the job."""
+    children.remove_workloads(ctx.kube, ctx.owner)
+    deadline = time.monotonic() + RECREATE_WAIT_S
+    while True:
+        try:
+            children.ensure_workloads(ctx.kube, run, ctx.owner, attempt, ctx.images)
+            return
+        except children.StaleWorkload:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.2)
+
+
+def finish(ctx: Context, run_obj: dict[str, Any], message: str) -> None:
+    written = transition(
+        ctx.status,
+        not_terminal,
+        phase=SUCCEEDED,
+        message=message,
+        conditions=[("Ready", False, SUCCEEDED, message)],
+    )
+    if written:
+        children.remove_workloads(ctx.kube, ctx.owner)
+        ctx.emit(run_obj, NORMAL, "BudgetReached", message)
+
+
+# --- status changes: fits and the prediction-driven stop -----------------------------------------
+
+
+def fit_due(status: dict[str, Any], every: int) -> bool:
+    """`every` new evaluations since the last fit Job; at the end, any new one (a last fit)."""
+    new = int(status.get("evaluationCount", 0)) - int(
+        (status.get("fit") or {}).get("evaluations", 0)
+    )
+    return new >= every or (status.get("phase") == SUCCEEDED and new > 0)
+
+
+def wants_action(run_obj: dict[str, Any]) -> bool:
+    """Cheap check on a watch event: is a fit or a stop possibly due? (No API calls.)"""
+    status = status_of(run_obj)
+    if status.get("phase") in (SUSPENDED, FAILED) or run_obj["metadata"].get("deletionTimestamp"):
+        return False
+    run, _ = parse(run_obj)
+    if run is None:
+        return False
+    stop = status.get("phase") != SUCCEEDED and stop_reason(
+        run.spec.budget, status.get("prediction")
+    )
+    return bool(stop) or fit_due(status, run.spec.fit.every_evaluations)
+
+
+def on_status(ctx: Context) -> None:
+    """Start a fit Job when one is due, or stop a run its prediction condemns."""
+    run_obj = ctx.read()
+    if run_obj is None or not wants_action(run_obj):
+        return
+    ctx = ctx.bound(run_obj)
+    run, _ = parse(run_obj)
+    assert run is not None  # wants_action parsed it
+    status = status_of(run_obj)
+    reason = stop_reason(run.spec.budget, status.get("prediction"))
+    if reason is not None and status.get("phase") != SUCCEEDED:
+        stop(ctx, run_obj, reason)
+    elif fit_due(status, run.spec.fit.every_evaluations):
+        start_fit(ctx, run, run_obj)
+
+
+def stop(ctx: Context, run_obj: dict[str, Any], reason: str) -> None:
+    message = f"stopped: {reason}"
+    written = transition(
+        ctx.status,
+        lambda s: s.get("phase") in (None, PENDING, RUNNING),
+        phase=FAILED,
+        message=message,
+        conditions=[
+            ("Stopped", True, "PredictedBelowTarget", reason),
+            ("Ready", False, "Stopped", message),
+        ],
+    )
+    if written:
+        children.remove_workloads(ctx.kube, ctx.owner)
+        ctx.emit(run_obj, WARNING, "PredictedBelowTarget", message)
+
+
+def start_fit(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any]) -> None:
+    """One fit Job at a time: the next waits until the previous one finished."""
+    status = status_of(run_obj)
+    jobs = fit_jobs(status)
+    if children.fit_job_active(ctx.kube, ctx.owner, jobs):
+        return
+    count = int(status.get("evaluationCount", 0))
+    created = children.create_fit_job(ctx.kube, run, ctx.owner, jobs + 1, ctx.images)
+    fields = {"fit": {"jobs": jobs + 1, "evaluations": count}}
+    if transition(ctx.status, lambda s: fit_jobs(s) == jobs, fields=fields) and created:
+        name = names.fit_job(ctx.owner.name, jobs + 1)
+        ctx.emit(run_obj, NORMAL, "FitStarted", f"Job {name} fits {count} evaluations")
+
+
+def cleanup(ctx: Context, run_obj: dict[str, Any]) -> int:
+    """The run is being deleted: remove every child (owner references alone may lag)."""
+    return children.remove_all(ctx.kube, ctx.owner, fit_jobs(status_of(run_obj)))

@@ -1,0 +1,318 @@
+"""Pure builders: a parsed ScaleRLRun -> the Kubernetes objects that run it (plain dicts).
+
+Workloads are Indexed Jobs, not StatefulSets: a process that exits must stay exited. A StatefulSet
+restarts a failed container in place (restartPolicy Always), which would rejoin a weight-sync
+group whose peers are mid-collective; an Indexed Job with `restartPolicy: Never` and
+`backoffLimit: 0` turns any failure into a Failed pod, and the operator restarts the whole gang
+from the last checkpoint. A trainer that reaches its budget exits 0, so "Succeeded" means what it
+says. Each pod learns its index from the Job (JOB_COMPLETION_INDEX); the rest of its process is
+fully described by the container command and the environment contract of scalerl.environment.
+
+Storage convention: `spec.checkpoint.claimName` is one volume laid out as `models/`, `data/` and
+`runs/<run>/`, mounted at /models and /data (read-only) and /checkpoints (the run directory), so a
+spec names its model and data as /models/... and /data/... . Without a claim, checkpoints live in
+an emptyDir and do not survive a gang restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scalerl.environment import ProcessEnv
+from scalerl.operator import names
+from scalerl.spec import API_VERSION, KIND, ReplicaSpec, ScaleRLRun
+
+IMAGE_TAG = "0.1.0"
+CONFIG_DIR = "/etc/scalerl"
+SPEC_FILE = "run.yaml"
+RUN_DIR = "/checkpoints"
+CHANNEL_PORT = 5555
+SYNC_PORT = 29500
+METRICS_PORT = 9400
+FIT_TTL_S = 600  # finished fit Jobs expire; their result is in status.prediction
+FIT_DEADLINE_S = 900
+GPU = "nvidia.com/gpu"
+_INDEX_VAR = "SCALERL_GENERATOR_INDEX"
+
+
+@dataclass(frozen=True)
+class Images:
+    trainer: str = f"scalerl/trainer:{IMAGE_TAG}"
+    generator: str = f"scalerl/generator:{IMAGE_TAG}"
+    fit: str = f"scalerl/operator:{IMAGE_TAG}"  # the fit needs scipy, not torch
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The run as the owner of its children."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def metadata(self, name: str, role: str, **extra_labels: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": {**names.labels(self.name, role), **extra_labels},
+            "ownerReferences": [self.reference()],
+        }
+
+
+def children(run: ScaleRLRun, owner: Owner, attempt: int, images: Images) -> list[dict[str, Any]]:
+    """Everything a running run has, in creation order (the workloads last)."""
+    return [*static_children(run, owner), *workloads(run, owner, attempt, images)]
+
+
+def static_children(run: ScaleRLRun, owner: Owner) -> list[dict[str, Any]]:
+    """Children that live as long as the run: config, Service and the status RBAC."""
+    return [
+        config_map(run, owner),
+        service_account(owner),
+        role(owner),
+        role_binding(owner),
+        service(owner),
+    ]
+
+
+def workloads(run: ScaleRLRun, owner: Owner, attempt: int, images: Images) -> list[dict[str, Any]]:
+    return [
+        workload(run, owner, names.ROLE_TRAINER, attempt, images.trainer),
+        workload(run, owner, names.ROLE_GENERATOR, attempt, images.generator),
+    ]
+
+
+def run_document(run: ScaleRLRun, namespace: str) -> dict[str, Any]:
+    """The ScaleRLRun the processes read: the spec as parsed, every default filled in."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": run.name, "namespace": namespace},
+        "spec": run.spec.model_dump(by_alias=True, mode="json"),
+    }
+
+
+def config_map(run: ScaleRLRun, owner: Owner) -> dict[str, Any]:
+    text = yaml.safe_dump(run_document(run, owner.namespace), sort_keys=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": owner.metadata(names.config(owner.name), "config"),
+        "data": {SPEC_FILE: text},
+    }
+
+
+def service(owner: Owner) -> dict[str, Any]:
+    """Headless: its DNS name resolves straight to trainer 0's pod, which binds the ports."""
+    selector = {
+        names.LABEL_RUN: owner.name,
+        names.LABEL_ROLE: names.ROLE_TRAINER,
+        names.LABEL_JOB_INDEX: "0",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": owner.metadata(names.service(owner.name), names.ROLE_TRAINER),
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector,
+            # Peers rendezvous before anything is "ready"; there is no readiness to wait for.
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
+                for name, port in _ports()
+            ],
+        },
+    }
+
+
+def service_account(owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": owner.metadata(names.account(owner.name), "status"),
+    }
+
+
+def role(owner: Owner) -> dict[str, Any]:
+    """The run's processes may read and patch this run's status, and nothing else."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": owner.metadata(names.account(owner.name), "status"),
+        "rules": [
+            {
+                "apiGroups": [API_VERSION.split("/")[0]],
+                "resources": ["scalerlruns/status"],
+                "resourceNames": [owner.name],
+                "verbs": ["get", "patch"],
+            }
+        ],
+    }
+
+
+def role_binding(owner: Owner) -> dict[str, Any]:
+    account = names.account(owner.name)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": owner.metadata(account, "status"),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": owner.namespace}],
+    }
+
+
+def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, str]:
+    """The environment contract, as the local runner writes it, for one role's pods."""
+    spec = run.spec
+    processes = spec.trainers.replicas + spec.generators.replicas
+    env = ProcessEnv(
+        spec=Path(CONFIG_DIR) / SPEC_FILE,
+        run_dir=Path(RUN_DIR),
+        trainer_host=f"{names.service(owner.name)}.{owner.namespace}.svc",
+        channel_port=CHANNEL_PORT,
+        sync_port=SYNC_PORT,
+        metrics_port=METRICS_PORT,
+        # GPU-hours; a CPU run counts process-hours like the local runner.
+        compute_units=spec.compute_units or processes,
+        status=f"kubernetes:{owner.namespace}/{owner.name}",
+    )
+    environ = env.to_environ()
+    if role_name == names.ROLE_GENERATOR:
+        # One template serves every generator: each takes its index from its Indexed Job pod
+        # (JOB_COMPLETION_INDEX, see ProcessEnv.from_environ).
+        del environ[_INDEX_VAR]
+    return environ
+
+
+def workload(
+    run: ScaleRLRun, owner: Owner, role_name: str, attempt: int, image: str
+) -> dict[str, Any]:
+    """The Indexed Job of one role (trainer or generator) for one gang attempt."""
+    replicas: ReplicaSpec = (
+        run.spec.trainers if role_name == names.ROLE_TRAINER else run.spec.generators
+    )
+    extra = {names.LABEL_ATTEMPT: str(attempt)}
+    pod_labels = {**names.labels(owner.name, role_name), **extra}
+    container = {
+        "name": role_name,
+        "image": replicas.image or image,
+        "command": ["scalerl", role_name],
+        "env": [
+            {"name": k, "value": v}
+            for k, v in sorted(process_environ(run, owner, role_name).items())
+        ],
+        "ports": [{"name": name, "containerPort": port} for name, port in _ports()],
+        "resources": _resources(replicas),
+        "volumeMounts": _mounts(run),
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "subdomain": names.service(owner.name),
+        "containers": [container],
+        "volumes": _volumes(run, owner),
+    }
+    if role_name == names.ROLE_TRAINER:
+        pod_spec["serviceAccountName"] = names.account(owner.name)
+    else:
+        pod_spec["automountServiceAccountToken"] = False  # generators never call the API
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": owner.metadata(names.workload(owner.name, role_name), role_name, **extra),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": replicas.replicas,
+            "parallelism": replicas.replicas,
+            "backoffLimit": 0,  # the operator restarts the gang; a lone retry would desync it
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+        },
+    }
+
+
+def fit_job(run: ScaleRLRun, owner: Owner, number: int, images: Images) -> dict[str, Any]:
+    """The curve fit: reads status.evaluations, writes status.prediction, exits."""
+    command = ["scalerl", "fit", "--run", owner.name, "--namespace", owner.namespace]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": owner.metadata(names.fit_job(owner.name, number), names.ROLE_FIT),
+        "spec": {
+            "backoffLimit": 1,
+            "activeDeadlineSeconds": FIT_DEADLINE_S,
+            "ttlSecondsAfterFinished": FIT_TTL_S,
+            "template": {
+                "metadata": {"labels": names.labels(owner.name, names.ROLE_FIT)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": names.account(owner.name),
+                    "containers": [
+                        {
+                            "name": names.ROLE_FIT,
+                            "image": images.fit,
+                            "command": command,
+                            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+                            "securityContext": {"allowPrivilegeEscalation": False},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _ports() -> list[tuple[str, int]]:
+    return [("channel", CHANNEL_PORT), ("sync", SYNC_PORT), ("metrics", METRICS_PORT)]
+
+
+def _resources(replicas: ReplicaSpec) -> dict[str, Any]:
+    """The user's resources, with `gpus` as the GPU request (it is also the compute count)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in replicas.resources.items()}
+    for kind in ("requests", "limits"):
+        out.setdefault(kind, {}).pop(GPU, None)
+        if replicas.gpus:
+            out[kind][GPU] = replicas.gpus  # extended resources: requests == limits
+        if not out[kind]:
+            del out[kind]
+    return out
+
+
+def _mounts(run: ScaleRLRun) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "shm", "mountPath": "/dev/shm"},  # NCCL and vLLM need more than 64 MiB
+    ]
+    if run.spec.checkpoint.claim_name is None:
+        return [*mounts, {"name": "checkpoints", "mountPath": RUN_DIR}]
+    return [
+        *mounts,
+        {"name": "store", "mountPath": "/models", "subPath": "models", "readOnly": True},
+        {"name": "store", "mountPath": "/data", "subPath": "data", "readOnly": True},
+        {"name": "store", "mountPath": RUN_DIR, "subPath": f"runs/{run.name}"},
+    ]
+
+
+def _volumes(run: ScaleRLRun, owner: Owner) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": names.config(owner.name)}},
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+    ]
+    claim = run.spec.checkpoint.claim_name
+    if claim is None:
+        return [*volumes, {"name": "checkpoints", "emptyDir": {}}]
+    return [*volumes, {"name": "store", "persistentVolumeClaim": {"claimName": claim}}]

@@ -1,0 +1,289 @@
+"""Pydantic JSON schema -> Kubernetes structural OpenAPI v3, and the ScaleRLRun status schema.
+
+Structural schemas (required by apiextensions.k8s.io/v1) have a type at every level and no
+`$ref`, `anyOf` of types or `prefixItems`; numeric exclusive bounds are booleans beside
+minimum/maximum (OpenAPI 3.0), not numbers (JSON Schema 2020-12, what pydantic writes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scalerl import spec as _spec
+
+# The reward field_validator's own regex: pydantic's JSON schema cannot carry a validator.
+REWARD_PATTERN = _spec._REWARD.pattern
+
+_KEPT = (
+    "type",
+    "description",
+    "enum",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "pattern",
+)
+_NUMERIC_BOUND = {"exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum"}
+
+
+class SchemaError(ValueError):
+    """scalerl.spec uses a schema construct this converter does not translate."""
+
+
+def convert(root: dict[str, Any]) -> dict[str, Any]:
+    """The structural form of a pydantic JSON schema (its `$defs` inlined)."""
+    return _node(root, root.get("$defs", {}))
+
+
+def _node(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        target = _node(defs[node["$ref"].rsplit("/", 1)[1]], defs)
+        return _with_field_keys(target, node)
+    if "anyOf" in node:
+        return _with_field_keys(_nullable(node["anyOf"], defs), node)
+    if "oneOf" in node:
+        return _with_field_keys(_tagged_union(node, defs), node)
+    out: dict[str, Any] = {k: node[k] for k in _KEPT if k in node}
+    for key, bound in _NUMERIC_BOUND.items():
+        if key in node:
+            out[bound], out[key] = node[key], True
+    if "const" in node:
+        out["enum"] = [node["const"]]
+    if node.get("type") == "object":
+        _object(node, out, defs)
+    if node.get("type") == "array":
+        _array(node, out, defs)
+    return _with_field_keys(out, node)
+
+
+def _with_field_keys(out: dict[str, Any], field: dict[str, Any]) -> dict[str, Any]:
+    """A field's own description and default win over its type's (a $ref'd model's docstring)."""
+    out = dict(out)
+    if "description" in field:
+        out["description"] = field["description"]
+    if "default" in field:
+        default = field["default"]
+        if default is None:
+            out.pop("default", None)  # null defaults are what absence means already
+        elif out.get("type") == "object" and "properties" in out and "oneOf" not in field:
+            # {} lets the API server fill every nested default, exactly as pydantic does for an
+            # absent sub-model; a spelled-out copy would duplicate (and could contradict) them.
+            out["default"] = {}
+        else:
+            out["default"] = default
+    return out
+
+
+def _object(node: dict[str, Any], out: dict[str, Any], defs: dict[str, Any]) -> None:
+    props = node.get("properties")
+    if props is None:
+        if node.get("additionalProperties") is True:  # free maps (container resources)
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        return
+    out["properties"] = {name: _node(sub, defs) for name, sub in props.items()}
+    if node.get("required"):
+        out["required"] = list(node["required"])
+
+
+def _array(node: dict[str, Any], out: dict[str, Any], defs: dict[str, Any]) -> None:
+    if "prefixItems" in node:  # a fixed-length tuple of one type
+        items = [_node(i, defs) for i in node["prefixItems"]]
+        if any(i != items[0] for i in items):
+            raise SchemaError("tuples of mixed item types have no structural form")
+        out["items"] = items[0]
+        out["minItems"] = out["maxItems"] = len(items)
+    elif "items" in node:
+        out["items"] = _node(node["items"], defs)
+
+
+def _nullable(variants: list[dict[str, Any]], defs: dict[str, Any]) -> dict[str, Any]:
+    kept = [v for v in variants if v.get("type") != "null"]
+    if len(kept) != 1:
+        raise SchemaError(f"only `X | None` unions are supported, got {variants}")
+    out = _node(kept[0], defs)
+    if len(kept) < len(variants):
+        out["nullable"] = True
+    return out
+
+
+def _tagged_union(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A discriminated union as one object: `type` is an enum of the tags, the properties are
+    those of every variant, and CEL rules keep each property to the variants that have it.
+    Variant defaults that disagree (dapo's epsilonLow 0.2, gspo's 3e-3) cannot be one schema
+    default, so variant fields carry none; the parsed spec fills them."""
+    tag = node["discriminator"]["propertyName"]
+    variants = [_node(v, defs) for v in node["oneOf"]]
+    tags = [v["properties"][tag]["enum"][0] for v in variants]
+    merged: dict[str, dict[str, Any]] = {}
+    owners: dict[str, list[str]] = {}
+    for name_tag, variant in zip(tags, variants, strict=True):
+        for prop, sub in variant["properties"].items():
+            sub = {k: v for k, v in sub.items() if k not in ("default", "description")}
+            if prop != tag and prop in merged and merged[prop] != sub:
+                raise SchemaError(f"variants disagree on the bounds of {prop}; add a CEL rule")
+            merged[prop] = sub
+            owners.setdefault(prop, []).append(name_tag)
+    merged[tag] = {"type": "string", "enum": tags}
+    rules = [
+        {
+            "rule": f"!has(self.{prop}) || self.{tag} in {_cel_list(names)}",
+            "message": f"{prop} applies only to {tag} {', '.join(names)}",
+            "fieldPath": f".{prop}",
+        }
+        for prop, names in owners.items()
+        if prop != tag and len(names) < len(tags)
+    ]
+    descriptions = [
+        f"{t}: {v['description']}"
+        for t, v in zip(tags, variants, strict=True)
+        if "description" in v
+    ]
+    out: dict[str, Any] = {
+        "type": "object",
+        "description": f"Tagged by {tag}: {' | '.join(tags)}. " + " ".join(descriptions),
+        "required": [tag],
+        "properties": merged,
+    }
+    if rules:
+        out["x-kubernetes-validations"] = rules
+    return out
+
+
+def _cel_list(items: list[str]) -> str:
+    return "[" + ", ".join(f"'{i}'" for i in items) + "]"
+
+
+# --- status --------------------------------------------------------------------------------------
+
+PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
+# At most this many evaluations stay in the status (etcd refuses objects over 1.5 MiB; about 100
+# bytes each). The sink thins to EVALUATIONS_KEPT; the schema leaves room above it.
+EVALUATIONS_KEPT = 300
+EVALUATIONS_MAX = 1000
+
+
+def _num(description: str, **bounds: Any) -> dict[str, Any]:
+    return {"type": "number", "description": description, **bounds}
+
+
+def _int(description: str) -> dict[str, Any]:
+    return {"type": "integer", "description": description, "minimum": 0}
+
+
+def _interval(description: str) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": description,
+        "items": {"type": "number"},
+        "minItems": 2,
+        "maxItems": 2,
+        "nullable": True,
+    }
+
+
+def _condition() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {
+                "type": "string",
+                "description": "Ready, Suspended, Predicted, LearningSignal or Stopped.",
+            },
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string", "description": "CamelCase reason."},
+            "message": {"type": "string"},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "observedGeneration": {"type": "integer", "minimum": 0},
+        },
+    }
+
+
+def _progress() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Live progress, patched by trainer 0 after every step.",
+        "properties": {
+            "step": _int("Optimizer steps taken."),
+            "policyVersion": _int("Version of the weights generators sample with."),
+            "maxSteps": _int("spec.budget.maxSteps as the trainer read it."),
+            "computeHours": _num("Compute spent (GPU-hours; suspended time excluded)."),
+            "passRate": _num("Train pass rate of the last batch."),
+            "evalPassRate": _num("Held-out pass rate of the last evaluation.", nullable=True),
+            "truncationRate": _num("Fraction of the last batch's samples cut at the budget."),
+            "entropy": _num("Mean token entropy of the last batch."),
+            "policyLag": _num("Mean policy lag (steps) of the last batch's tokens."),
+            "updatedAt": {"type": "string", "format": "date-time"},
+        },
+    }
+
+
+def _evaluations() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": f"Held-out evaluations, at most about {EVALUATIONS_KEPT} (thinned evenly on "
+        "log compute; the full history is history.jsonl on the checkpoint volume).",
+        "maxItems": EVALUATIONS_MAX,
+        "items": {
+            "type": "object",
+            "required": ["step", "computeHours", "passRate"],
+            "properties": {
+                "step": _int("Step of the evaluation."),
+                "computeHours": _num("Compute at the evaluation (GPU-hours)."),
+                "passRate": _num("Held-out mean@k pass rate."),
+                "truncationRate": _num("Fraction of held-out samples cut at the budget."),
+            },
+        },
+    }
+
+
+def _prediction() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "The sigmoidal scaling law fitted to status.evaluations by the fit Job.",
+        "properties": {
+            "A": _num("Asymptotic pass rate."),
+            "B": _num("Scaling exponent (compute efficiency)."),
+            "C_mid": _num("Compute (GPU-hours) at half of the gain from R0 to A."),
+            "R0": _num("Pass rate at the start."),
+            "A_interval": _interval("Bootstrap interval of A."),
+            "predictedAtBudget": _num("Predicted pass rate at spec.budget.maxComputeHours."),
+            "budget": _num("The compute budget predictedAtBudget refers to."),
+            "points": _int("Evaluations the fit used."),
+            "fittedAt": {"type": "string", "format": "date-time"},
+        },
+    }
+
+
+def status_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Written by the operator, trainer 0 (progress, evaluations) and fit Jobs.",
+        "properties": {
+            "phase": {"type": "string", "enum": list(PHASES)},
+            "message": {"type": "string", "description": "Why the run is in its phase."},
+            "observedGeneration": _int("metadata.generation the operator last acted on."),
+            "restarts": _int("Gang restarts from a checkpoint so far (the attempt number)."),
+            "conditions": {
+                "type": "array",
+                "items": _condition(),
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+            "progress": _progress(),
+            "evaluationCount": _int("Evaluations made (status.evaluations may be thinned)."),
+            "evaluations": _evaluations(),
+            "prediction": _prediction(),
+            "fit": {
+                "type": "object",
+                "description": "Fit Jobs the operator created.",
+                "properties": {
+                    "jobs": _int("Fit Jobs created so far."),
+                    "evaluations": _int("evaluationCount when the last fit Job was created."),
+                },
+            },
+        },
+    }

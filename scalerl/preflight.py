@@ -1,0 +1,174 @@
+"""Checks made before any process of a run starts (`scalerl validate --deep`, `scalerl run`).
+
+Everything a run needs from the user's model folder and data is checked here, once, with one line
+per problem naming the field to change: the model loads (config and tokenizer), it has an EOS,
+`thinkEnd` is one token when set, a chat template exists when asked for, the data files have the
+fields and enough rows, the reward resolves, and the longest tokenized prompt plus the budgets
+fits the model's context. The generators compute their engine's `max_model_len` with the same
+function (`model_len_needed`), so what was checked is what runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from scalerl.errors import InputError, SpecError
+from scalerl.spec import RunSpec, ScaleRLRun
+
+# config.json keys that hold a model's context length, in the order transformers models use them.
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def check(run: ScaleRLRun) -> None:
+    """Raise SpecError listing every problem found (nothing is started by the caller then)."""
+    problems = problems_of(run)
+    if problems:
+        raise SpecError(problems)
+
+
+def problems_of(run: ScaleRLRun) -> list[str]:
+    spec = run.spec
+    problems: list[str] = []
+    tokenizer = _tokenizer(spec, problems)
+    examples = _examples(spec, problems)
+    _reward(spec, problems)
+    if tokenizer is not None:
+        _tokens(spec, tokenizer, problems)
+        if examples is not None:
+            _lengths(spec, tokenizer, examples, problems)
+    return problems
+
+
+def model_limit(model_path: str | Path) -> int | None:
+    """The model's context length from its config.json (None when it does not say)."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    for key in _CONTEXT_KEYS:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def model_len_needed(spec: RunSpec, tokenizer: Any, longest_prompt: int) -> int:
+    """Tokens one sequence can reach: the longest prompt, the completion budgets, and the
+    interruption phrase when it can be injected (it comes on top of the thinking)."""
+    phrase = 0
+    if spec.thinks and spec.recipe.length.interruption.enabled:
+        phrase = len(tokenizer.encode(spec.interruption_phrase, add_special_tokens=False))
+    return longest_prompt + spec.max_completion_tokens + phrase
+
+
+def _tokenizer(spec: RunSpec, problems: list[str]) -> Any:
+    path = Path(spec.model.path)
+    if not (path / "config.json").is_file():
+        what = "does not exist" if not path.exists() else "has no config.json"
+        problems.append(
+            f"spec.model.path: {path} {what}; it must be a Hugging Face model directory"
+        )
+        return None
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        AutoConfig.from_pretrained(str(path))
+    except (OSError, ValueError, KeyError) as err:
+        problems.append(f"spec.model.path: {path}/config.json does not load: {_first_line(err)}")
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        problems.append(f"spec.model.path: {path} has no loadable tokenizer: {_first_line(err)}")
+        return None
+
+
+def _examples(spec: RunSpec, problems: list[str]) -> list[Any] | None:
+    from scalerl.generator.prompts import train_and_validation
+
+    for name, value in (
+        ("spec.data.train", spec.data.train),
+        ("spec.data.validation.path", spec.data.validation.path),
+    ):
+        if value is not None and not Path(value).is_file():
+            problems.append(f"{name}: {value} does not exist")
+            return None
+    try:
+        train, validation = train_and_validation(spec.data, spec.seed)
+    except InputError as err:
+        problems.append(f"spec.data: {err}")
+        return None
+    if len(train) < spec.generators.replicas:
+        problems.append(
+            f"spec.data.train: {len(train)} training prompts cannot be shared by "
+            f"{spec.generators.replicas} generators (spec.generators.replicas)"
+        )
+    return train + validation
+
+
+def _reward(spec: RunSpec, problems: list[str]) -> None:
+    from scalerl.generator.rewards import load_reward
+
+    try:
+        load_reward(spec.data.reward)
+    except InputError as err:
+        problems.append(f"spec.data.reward: {err}")
+
+
+def _tokens(spec: RunSpec, tokenizer: Any, problems: list[str]) -> None:
+    from scalerl.generator.tokens import eos_ids, think_end_id
+
+    for check in (
+        lambda: eos_ids(spec.model.path, tokenizer),
+        lambda: think_end_id(tokenizer, spec.model.think_end),
+    ):
+        try:
+            check()
+        except InputError as err:
+            problems.append(str(err) if str(err).startswith("spec.") else f"spec.model: {err}")
+    if spec.data.chat_template and not getattr(tokenizer, "chat_template", None):
+        problems.append(
+            f"spec.data.chatTemplate: the tokenizer at {spec.model.path} has no chat template; "
+            "set chatTemplate: false to send raw prompts"
+        )
+
+
+def _lengths(spec: RunSpec, tokenizer: Any, examples: list[Any], problems: list[str]) -> None:
+    from scalerl.generator.prompts import PromptEncoder
+
+    length = spec.recipe.length
+    encoder = PromptEncoder.for_data(tokenizer, spec.data, length.max_prompt_tokens)
+    try:
+        sizes = [len(ids) for ids in encoder.batch_ids([e.prompt for e in examples])]
+    except (ValueError, TypeError, KeyError) as err:  # a chat template that fails to render
+        problems.append(f"spec.data.chatTemplate: formatting a prompt failed: {_first_line(err)}")
+        return
+    longest = max(sizes, default=0)
+    over = sum(size > length.max_prompt_tokens for size in sizes)
+    if over:
+        problems.append(
+            f"spec.recipe.length.maxPromptTokens: {over} of {len(sizes)} prompts are longer than "
+            f"{length.max_prompt_tokens} tokens (longest {longest}); raise it or shorten them"
+        )
+    needed = model_len_needed(spec, tokenizer, longest)
+    limit = model_limit(spec.model.path)
+    if limit is not None and needed > limit:
+        problems.append(
+            f"spec.recipe.length: the longest prompt ({longest} tokens) plus the completion "
+            f"budget ({_budget(spec)}) needs {needed} tokens, over the model's "
+            f"max_position_embeddings {limit}; lower the budgets"
+        )
+
+
+def _budget(spec: RunSpec) -> str:
+    length = spec.recipe.length
+    if not spec.thinks:
+        return f"answerBudget {length.answer_budget}"
+    phrase = " + interruption phrase" if length.interruption.enabled else ""
+    return f"thinkingBudget {length.thinking_budget} + answerBudget {length.answer_budget}{phrase}"
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]

@@ -1,0 +1,47 @@
+"""The local end of the status sink: files in the run directory.
+
+`history.jsonl` (one line per evaluation; the input of `scalerl fit`), `progress.json` (live
+progress, replaced atomically) and `status.json` (conditions), read by the local runner's display
+and by users.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from scalerl.status.conditions import set_condition
+from scalerl.trainer.history import RunFiles, atomic_write
+
+STATUS_FILE = "status.json"
+
+
+class FileStatus:
+    def __init__(self, run_dir: Path) -> None:
+        self.files = RunFiles(run_dir)
+        self.path = run_dir / STATUS_FILE
+        self.conditions: list[dict[str, Any]] = read_status(self.path).get("conditions", [])
+
+    def restore(self, evaluations: list[dict[str, Any]]) -> None:
+        self.files.rewrite_history(evaluations)
+
+    def progress(self, progress: dict[str, Any]) -> None:
+        self.files.write_progress(progress)
+
+    def evaluation(self, entry: dict[str, Any]) -> None:
+        self.files.append_history(entry)
+
+    def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        updated = set_condition(self.conditions, type_, status, reason, message)
+        if updated != self.conditions:
+            self.conditions = updated
+            atomic_write(self.path, json.dumps({"conditions": updated}, indent=2))
+
+
+def read_status(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,222 @@
+"""The cluster end of the status sink: the ScaleRLRun's status subresource.
+
+Trainer 0 patches `status.progress` after every step and `status.evaluations` after every
+evaluation, with the run's own ServiceAccount (its Role allows get/patch on this run's status
+only). The status stays small: evaluations are thinned evenly on log compute to at most
+EVALUATIONS_KEPT points, while the full history goes to `history.jsonl` on the checkpoint volume
+(the same files a local run writes). API errors are retried a few times, then logged: losing a
+status update must never stop training.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from scalerl.errors import InputError
+from scalerl.kube import Kube, KubeError, retrying
+from scalerl.status.conditions import now_rfc3339, set_condition
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "scalerl.dev/v1alpha1"
+KIND = "ScaleRLRun"
+EVALUATIONS_KEPT = 300
+# Trainer progress keys -> status.progress keys (the CRD's names).
+PROGRESS_KEYS = {
+    "step": "step",
+    "version": "policyVersion",
+    "max_steps": "maxSteps",
+    "compute": "computeHours",
+    "pass_rate": "passRate",
+    "eval_pass_rate": "evalPassRate",
+    "truncation_rate": "truncationRate",
+    "entropy": "entropy",
+    "policy_lag": "policyLag",
+}
+_INTEGERS = frozenset({"step", "policyVersion", "maxSteps"})
+
+Change = Callable[[dict[str, Any]], dict[str, Any] | None]
+
+
+def round_value(value: float) -> float:
+    """Six significant digits: readable in `kubectl get`, far below any noise in the numbers."""
+    return float(f"{value:.6g}")
+
+
+def status_progress(progress: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"updatedAt": now_rfc3339()}
+    for key, name in PROGRESS_KEYS.items():
+        value = progress.get(key)
+        if isinstance(value, int | float) and math.isfinite(value):
+            out[name] = int(value) if name in _INTEGERS else round_value(value)
+    return out
+
+
+def status_evaluation(entry: dict[str, Any]) -> dict[str, Any]:
+    """One history entry (the trainer's keys) in the status's shape."""
+    out = {
+        "step": int(entry["step"]),
+        "computeHours": round_value(float(entry["compute"])),
+        "passRate": round_value(float(entry["pass_rate"])),
+    }
+    truncation = entry.get("eval_truncation_rate")
+    if isinstance(truncation, int | float):
+        out["truncationRate"] = round_value(truncation)
+    return out
+
+
+def thin(entries: list[dict[str, Any]], keep: int = EVALUATIONS_KEPT) -> list[dict[str, Any]]:
+    """At most `keep` entries spread evenly on log compute; the first and last always stay.
+
+    The first (R0, at almost no compute) anchors the fit; the curve's shape lives on a log axis,
+    so even spacing there keeps its early rise as well as its plateau.
+    """
+    if len(entries) <= keep:
+        return list(entries)
+    logs = [math.log(max(float(e["computeHours"]), 1e-12)) for e in entries]
+    first, last = logs[0], logs[-1]
+    chosen = {0, len(entries) - 1}
+    for i in range(1, keep - 1):
+        target = first + (last - first) * i / (keep - 1)
+        at = min(max(bisect.bisect_left(logs, target), 1), len(entries) - 1)
+        nearest = at if abs(logs[at] - target) <= abs(logs[at - 1] - target) else at - 1
+        chosen.add(nearest)
+    return [entries[i] for i in sorted(chosen)]
+
+
+class RunStatus:
+    """One ScaleRLRun's status subresource."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str, attempts: int = 5) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+        self.attempts = attempts
+
+    def read(self) -> dict[str, Any]:
+        """The whole run, as the status subresource serves it."""
+        return dict(
+            retrying(
+                lambda: self.kube.get(API_VERSION, KIND, self.namespace, self.name, "status"),
+                attempts=self.attempts,
+            )
+        )
+
+    def merge(self, status: dict[str, Any]) -> None:
+        """Merge-patch status fields only this writer owns (lists are replaced whole)."""
+        retrying(
+            lambda: self.kube.patch(
+                API_VERSION, KIND, self.namespace, self.name, {"status": status}, sub="status"
+            ),
+            attempts=self.attempts,
+        )
+
+    def update(self, change: Change) -> dict[str, Any] | None:
+        """Read, let `change(run)` say which status fields to set (None: nothing), and write them
+        only if nobody wrote in between (a JSON patch that tests resourceVersion); else again.
+
+        For fields several writers share, such as the conditions list.
+        """
+
+        def attempt() -> dict[str, Any] | None:
+            run = self.read()
+            fields = change(run)
+            if not fields:
+                return None
+            ops = _json_patch(run, fields)
+            self.kube.patch(
+                API_VERSION, KIND, self.namespace, self.name, ops, sub="status", json_patch=True
+            )
+            return fields
+
+        return retrying(attempt, attempts=self.attempts, conflicts=True)
+
+
+def _json_patch(run: dict[str, Any], fields: dict[str, Any]) -> list[dict[str, Any]]:
+    version = run["metadata"]["resourceVersion"]
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": version}
+    ]
+    status = run.get("status")
+    if not isinstance(status, dict):
+        value = {k: v for k, v in fields.items() if v is not None}
+        return [*ops, {"op": "add", "path": "/status", "value": value}]
+    for key, value in fields.items():
+        if value is not None:
+            ops.append({"op": "add", "path": f"/status/{key}", "value": value})  # add replaces
+        elif key in status:
+            ops.append({"op": "remove", "path": f"/status/{key}"})
+    return ops
+
+
+def conditions_change(type_: str, status: bool, reason: str, message: str) -> Change:
+    """A `RunStatus.update` change that sets one condition (None when it is already so)."""
+
+    def change(run: dict[str, Any]) -> dict[str, Any] | None:
+        current = list((run.get("status") or {}).get("conditions") or [])
+        updated = set_condition(current, type_, status, reason, message)
+        return None if updated == current else {"conditions": updated}
+
+    return change
+
+
+class KubernetesStatus:
+    """StatusSink writing the run's status through the API (and its files on the volume)."""
+
+    def __init__(self, status: RunStatus, local: Any = None, keep: int = EVALUATIONS_KEPT) -> None:
+        self.status = status
+        self.local = local  # a FileStatus on the run directory, or None
+        self.keep = keep
+        self.evaluations: list[dict[str, Any]] = []
+
+    @classmethod
+    def from_target(cls, target: str, run_dir: Path) -> KubernetesStatus:
+        """`target` is "<namespace>/<name>"; credentials as kubectl finds them."""
+        namespace, _, name = target.partition("/")
+        if not namespace or not name or "/" in name:
+            raise InputError(f"status target {target!r} is not kubernetes:<namespace>/<name>")
+        from scalerl.status.files import FileStatus  # late: it brings the trainer's file code
+
+        return cls(RunStatus(Kube.connect(), namespace, name), FileStatus(run_dir))
+
+    def restore(self, evaluations: list[dict[str, Any]]) -> None:
+        if self.local is not None:
+            self.local.restore(evaluations)
+        self.evaluations = [status_evaluation(e) for e in evaluations]
+        self._write("restore", self._evaluation_fields())
+
+    def progress(self, progress: dict[str, Any]) -> None:
+        if self.local is not None:
+            self.local.progress(progress)
+        self._write("progress", {"progress": status_progress(progress)})
+
+    def evaluation(self, entry: dict[str, Any]) -> None:
+        if self.local is not None:
+            self.local.evaluation(entry)
+        self.evaluations.append(status_evaluation(entry))
+        fields = self._evaluation_fields()
+        fields["progress"] = {"evalPassRate": self.evaluations[-1]["passRate"]}
+        self._write("evaluation", fields)
+
+    def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        if self.local is not None:
+            self.local.condition(type_, status, reason, message)
+        try:
+            self.status.update(conditions_change(type_, status, reason, message))
+        except KubeError as err:
+            log.warning("status: condition %s not written: %s", type_, err)
+
+    def _evaluation_fields(self) -> dict[str, Any]:
+        return {
+            "evaluations": thin(self.evaluations, self.keep),
+            "evaluationCount": len(self.evaluations),
+        }
+
+    def _write(self, what: str, fields: dict[str, Any]) -> None:
+        try:
+            self.status.merge(fields)
+        except KubeError as err:
+            log.warning("status: %s not written: %s", what, err)

@@ -1,0 +1,92 @@
+"""Fixtures shared by every test folder.
+
+`user_model` builds what a new user brings, unlike the demo's model on purpose: EOS `<eos>`, no
+BOS, a pad token, an EOS list in generation_config.json, a short context, optionally a
+single-token `</think>` and a chat template.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+USER_EOS, USER_PAD, USER_UNK = "<eos>", "<pad>", "<unk>"
+USER_END_OF_TURN = "<|end|>"  # a second EOS, listed only in generation_config.json
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ '<|end|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+UserModel = Callable[..., Path]
+
+
+def build_user_model(
+    path: Path,
+    *,
+    think_end: str | None = None,
+    max_positions: int = 64,
+    chat_template: str | None = None,
+) -> Path:
+    """A random tiny Llama with a character-level tokenizer of its own."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [USER_PAD, USER_EOS, USER_UNK, USER_END_OF_TURN]
+    characters = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
+    vocab = {tok: i for i, tok in enumerate(specials + characters)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=USER_UNK))
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token=USER_EOS, pad_token=USER_PAD, unk_token=USER_UNK
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": [USER_END_OF_TURN]})
+    for role in ("system", "user", "assistant"):
+        tokenizer.add_tokens([f"<|{role}|>"], special_tokens=True)
+    if think_end is not None:
+        tokenizer.add_tokens([think_end])
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(path))
+    eos, end_of_turn = tokenizer.convert_tokens_to_ids([USER_EOS, USER_END_OF_TURN])
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        bos_token_id=None,
+        eos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(str(path), safe_serialization=True)
+    GenerationConfig(eos_token_id=[eos, end_of_turn], pad_token_id=tokenizer.pad_token_id).save_pretrained(
+        str(path)
+    )
+    return path
+
+
+@pytest.fixture
+def user_model(tmp_path: Path) -> UserModel:
+    """`user_model(name, **options)` builds a model folder under tmp_path (see build_user_model)."""
+
+    def make(name: str = "model", **options: object) -> Path:
+        return build_user_model(tmp_path / name, **options)  # type: ignore[arg-type]
+
+    return make
+
+
+
+@pytest.fixture
+def chat_template() -> str:
+    """The Jinja chat template `user_model(chat_template=...)` tests use."""
+    return CHAT_TEMPLATE

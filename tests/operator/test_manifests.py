@@ -1,0 +1,235 @@
+"""The manifest builders, on their output: names, labels, owners, the environment contract."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scalerl.environment import ProcessEnv
+from scalerl.operator import manifests, names
+from scalerl.operator.manifests import Images, Owner
+from scalerl.spec import load_run, parse_run
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = load_run(ROOT / "examples" / "run.yaml")
+OWNER = Owner(RUN.name, "research", "uid-1")
+IMAGES = Images()
+
+
+def children() -> list[dict[str, Any]]:
+    return manifests.children(RUN, OWNER, 0, IMAGES)
+
+
+def by_kind(kind: str, role: str | None = None) -> dict[str, Any]:
+    return next(
+        c
+        for c in children()
+        if c["kind"] == kind and (role is None or c["metadata"]["labels"][names.LABEL_ROLE] == role)
+    )
+
+
+def container(role: str) -> dict[str, Any]:
+    return by_kind("Job", role)["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(role: str) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container(role)["env"]}
+
+
+def test_children_have_deterministic_names() -> None:
+    assert [(c["kind"], c["metadata"]["name"]) for c in children()] == [
+        ("ConfigMap", "math-8b-config"),
+        ("ServiceAccount", "math-8b-status"),
+        ("Role", "math-8b-status"),
+        ("RoleBinding", "math-8b-status"),
+        ("Service", "math-8b-trainer"),
+        ("Job", "math-8b-trainer"),
+        ("Job", "math-8b-generator"),
+    ]
+    assert manifests.fit_job(RUN, OWNER, 3, IMAGES)["metadata"]["name"] == "math-8b-fit-3"
+
+
+def test_every_child_is_owned_by_the_run_and_labelled() -> None:
+    for child in [*children(), manifests.fit_job(RUN, OWNER, 1, IMAGES)]:
+        meta = child["metadata"]
+        assert meta["namespace"] == "research"
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "scalerl.dev/v1alpha1",
+                "kind": "ScaleRLRun",
+                "name": "math-8b",
+                "uid": "uid-1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"][names.LABEL_RUN] == "math-8b"
+        assert meta["labels"][names.LABEL_ROLE]
+
+
+def test_the_config_map_holds_the_parsed_spec_with_defaults() -> None:
+    text = by_kind("ConfigMap")["data"]["run.yaml"]
+    reparsed = parse_run(yaml.safe_load(text))
+    assert reparsed.spec == RUN.spec
+    assert yaml.safe_load(text)["spec"]["recipe"]["loss"] == {"type": "cispo", "epsilonMax": 4.0}
+
+
+def test_the_headless_service_selects_trainer_zero_on_every_port() -> None:
+    service = by_kind("Service")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {
+        names.LABEL_RUN: "math-8b",
+        names.LABEL_ROLE: "trainer",
+        names.LABEL_JOB_INDEX: "0",
+    }
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert ports == {"channel": 5555, "sync": 29500, "metrics": 9400}
+
+
+def test_workloads_are_indexed_jobs_that_never_retry_a_pod() -> None:
+    for role, replicas in (("trainer", 2), ("generator", 8)):
+        spec = by_kind("Job", role)["spec"]
+        assert spec["completionMode"] == "Indexed"
+        assert spec["completions"] == spec["parallelism"] == replicas
+        assert spec["backoffLimit"] == 0
+        assert spec["template"]["spec"]["restartPolicy"] == "Never"
+        assert spec["template"]["metadata"]["labels"][names.LABEL_ATTEMPT] == "0"
+        assert container(role)["command"] == ["scalerl", role]
+
+
+def test_gpus_are_requested_per_replica() -> None:
+    for role in ("trainer", "generator"):
+        resources = container(role)["resources"]
+        assert resources["limits"]["nvidia.com/gpu"] == 8
+        assert resources["requests"]["nvidia.com/gpu"] == 8
+
+
+def test_user_resources_are_kept_and_gpus_come_from_the_gpus_field() -> None:
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    raw["spec"]["generators"]["resources"] = {
+        "requests": {"cpu": "16", "nvidia.com/gpu": 1},
+        "limits": {"memory": "200Gi"},
+    }
+    run = parse_run(raw)
+    job = manifests.workload(run, OWNER, "generator", 0, "img")
+    resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {
+        "requests": {"cpu": "16", "nvidia.com/gpu": 8},
+        "limits": {"memory": "200Gi", "nvidia.com/gpu": 8},
+    }
+
+
+def test_cpu_runs_request_no_gpus_and_count_processes_as_compute() -> None:
+    run = load_run(ROOT / "examples" / "local.yaml")
+    job = manifests.workload(run, Owner("demo", "default", "u"), "trainer", 0, "img")
+    pod = job["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in str(pod["containers"][0]["resources"])
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["SCALERL_COMPUTE_UNITS"] == "3"  # 1 trainer + 2 generators, like the local runner
+
+
+def test_pods_carry_the_local_runners_environment_contract() -> None:
+    trainer = ProcessEnv.from_environ(env_of("trainer"))
+    assert trainer.trainer_host == "math-8b-trainer.research.svc"
+    assert trainer.spec == Path("/etc/scalerl/run.yaml")
+    assert trainer.run_dir == Path("/checkpoints")
+    assert trainer.compute_units == 8 * 8 + 2 * 8
+    assert trainer.status == "kubernetes:research/math-8b"
+    assert trainer.generator_index == -1
+    generator_env = env_of("generator")
+    assert "SCALERL_GENERATOR_INDEX" not in generator_env  # one template for every index
+    generator = ProcessEnv.from_environ({**generator_env, "JOB_COMPLETION_INDEX": "5"})
+    assert generator.generator_index == 5
+    assert {**trainer.to_environ(), "SCALERL_GENERATOR_INDEX": "5"} == generator.to_environ()
+
+
+def test_an_explicit_generator_index_wins_over_the_job_index() -> None:
+    environ = {**env_of("trainer"), "JOB_COMPLETION_INDEX": "1"}
+    assert ProcessEnv.from_environ(environ).generator_index == -1
+
+
+def test_the_checkpoint_claim_holds_models_data_and_the_run_directory() -> None:
+    pod = by_kind("Job", "trainer")["spec"]["template"]["spec"]
+    claim = next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)
+    assert claim["persistentVolumeClaim"] == {"claimName": "rl-ckpt"}
+    mounts = {m["mountPath"]: m for m in container("trainer")["volumeMounts"]}
+    assert mounts["/checkpoints"]["subPath"] == "runs/math-8b"
+    assert mounts["/models"]["readOnly"] and mounts["/data"]["readOnly"]
+    assert mounts["/etc/scalerl"]["name"] == "config"
+
+
+def test_without_a_claim_checkpoints_live_in_an_empty_dir() -> None:
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    del raw["spec"]["checkpoint"]["claimName"]
+    job = manifests.workload(parse_run(raw), OWNER, "trainer", 0, "img")
+    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["checkpoints"] == {"name": "checkpoints", "emptyDir": {}}
+
+
+def test_only_the_trainer_may_call_the_api() -> None:
+    trainer = by_kind("Job", "trainer")["spec"]["template"]["spec"]
+    generator = by_kind("Job", "generator")["spec"]["template"]["spec"]
+    assert trainer["serviceAccountName"] == "math-8b-status"
+    assert generator["automountServiceAccountToken"] is False
+
+
+def test_the_role_allows_only_get_and_patch_of_this_runs_status() -> None:
+    assert by_kind("Role")["rules"] == [
+        {
+            "apiGroups": ["scalerl.dev"],
+            "resources": ["scalerlruns/status"],
+            "resourceNames": ["math-8b"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    binding = by_kind("RoleBinding")
+    assert binding["roleRef"]["name"] == "math-8b-status"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "math-8b-status", "namespace": "research"}
+    ]
+
+
+def test_the_fit_job_runs_the_fit_command_and_expires() -> None:
+    job = manifests.fit_job(RUN, OWNER, 1, IMAGES)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == [
+        "scalerl", "fit", "--run", "math-8b", "--namespace", "research",
+    ]  # fmt: skip
+    assert pod["serviceAccountName"] == "math-8b-status"
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+    assert pod["restartPolicy"] == "Never"
+
+
+def test_a_replicas_image_overrides_the_default() -> None:
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    raw["spec"]["trainers"]["image"] = "registry.local/trainer:dev"
+    job = manifests.workload(parse_run(raw), OWNER, "trainer", 0, IMAGES.trainer)
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.local/trainer:dev"
+
+
+def test_builders_are_pure() -> None:
+    assert children() == children()
+    before = copy.deepcopy(RUN.model_dump())
+    children()
+    assert RUN.model_dump() == before
+
+
+@pytest.mark.parametrize("name", ["7up", "x" * 48, "Upper"])
+def test_names_children_cannot_carry_are_problems(name: str) -> None:
+    assert names.name_problems(name)
+
+
+def test_the_longest_allowed_name_fits_every_child() -> None:
+    name = "r" * names.MAX_RUN_NAME
+    assert names.name_problems(name) == []
+    assert len(f"{names.workload(name, 'generator')}-9999") <= 63
+
+
+def test_every_manifest_validates_against_kubernetes_schemas() -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="not installed")
+    for obj in [*children(), manifests.fit_job(RUN, OWNER, 1, IMAGES)]:
+        kubernetes_validate.validate(obj, "1.30.0", strict=True)
