@@ -62,8 +62,9 @@ def add_fit_parser(subparsers: Subparsers) -> None:
         "sorted by compute. With --run, the evaluations in a ScaleRLRun's status instead; the "
         "prediction goes back into its status (the operator's fit Job).",
     )
-    p.add_argument("file", nargs="?", help="curve file (.csv or .jsonl)")
-    p.add_argument(
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("file", nargs="?", help="curve file (.csv or .jsonl)")
+    source.add_argument(
         "--run",
         metavar="NAME",
         help="fit the ScaleRLRun NAME's status.evaluations and write status.prediction "
@@ -91,8 +92,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     if args.run is not None:
         return cmd_fit_run(args)
-    if args.file is None:
-        raise InputError("give a curve FILE, or --run NAME for a run in a cluster")
     curve, result = _fit_file(args.file, args)
     predicted = [_prediction(result, c) for c in args.predict_at]
     if args.plot:
