@@ -1,10 +1,11 @@
-"""The second built-in task: add two numbers below 100, asked as a chat question.
+"""The second built-in task: the larger of two different numbers below 100, asked in a chat.
 
-Chosen to share nothing with the demo's string reversal but the exact-match reward: answers are
-computed, not copied from the prompt (a sum's leading digit depends on a carry from the digits
-below), they take one to three tokens, and the data is Parquet with the field names many
-published datasets use (`question`, `solution`). A 3-layer, hidden-128 Llama learns it in about a
-minute on 2 CPU cores when digits are separate tokens.
+Chosen to share nothing with the demo's string reversal but the exact-match reward: the answer is
+decided by comparing digits (tens first, then units) rather than by position, it takes one or two
+tokens, and the data is Parquet with the field names many published datasets use (`question`,
+`solution`). A 3-layer, hidden-128 Llama learns it in a minute or two on 2 CPU cores when digits
+are separate tokens. (Addition was tried first: after 1,200 warm-up steps such a model still
+answered only ~7 % of held-out sums right even greedily, so RL had no mode to sharpen.)
 
 Splits are disjoint as unordered pairs: with `3 + 48` held out, `48 + 3` is held out too, so a
 held-out question cannot be answered from a memorised mirror image.
@@ -22,39 +23,39 @@ TRAIN_FILE = "train.parquet"
 VALIDATION_FILE = "validation.parquet"
 PROMPT_FIELD = "question"
 ANSWER_FIELD = "solution"
-SYSTEM_PROMPT = "Add the two numbers. Reply with the sum only."
+SYSTEM_PROMPT = "Reply with the larger number only."
 DIGITS = "0123456789"
 
 Row = dict[str, str]
 
 
 @dataclass(frozen=True)
-class AdditionTask:
-    """`a + b` for whole numbers `a`, `b` in `0..max_operand`; the answer is the decimal sum."""
+class LargerTask:
+    """Which of two different whole numbers in `0..max_operand` is larger; the answer is it."""
 
     max_operand: int = 99
 
     def question(self, a: int, b: int) -> str:
-        return f"What is {a} + {b}?"
+        return f"Which is larger, {a} or {b}?"
 
     def row(self, a: int, b: int, row_id: str) -> Row:
-        return {"id": row_id, PROMPT_FIELD: self.question(a, b), ANSWER_FIELD: str(a + b)}
+        return {"id": row_id, PROMPT_FIELD: self.question(a, b), ANSWER_FIELD: str(max(a, b))}
 
     def pairs(self) -> int:
-        """How many unordered pairs exist."""
+        """How many unordered pairs of different numbers exist."""
         n = self.max_operand + 1
-        return n * (n + 1) // 2
+        return n * (n - 1) // 2
 
 
 def _draw_pairs(
-    task: AdditionTask, count: int, used: set[tuple[int, int]], rng: random.Random
+    task: LargerTask, count: int, used: set[tuple[int, int]], rng: random.Random
 ) -> list[tuple[int, int]]:
     """`count` unordered pairs not in `used` (updated in place), each in a random order."""
     drawn: list[tuple[int, int]] = []
     while len(drawn) < count:
         a, b = rng.randint(0, task.max_operand), rng.randint(0, task.max_operand)
         key = (min(a, b), max(a, b))
-        if key in used:
+        if a == b or key in used:
             continue
         used.add(key)
         drawn.append((a, b))
@@ -62,7 +63,7 @@ def _draw_pairs(
 
 
 def make_splits(
-    task: AdditionTask, *, train: int, validation: int, seed: int
+    task: LargerTask, *, train: int, validation: int, seed: int
 ) -> tuple[list[Row], list[Row]]:
     """Deterministic train and validation rows whose unordered pairs are disjoint.
 
@@ -111,7 +112,7 @@ def read_parquet(path: Path) -> list[Row]:
 
 
 def write_task(
-    directory: Path, *, train: int, validation: int, seed: int, task: AdditionTask
+    directory: Path, *, train: int, validation: int, seed: int, task: LargerTask
 ) -> tuple[Path, Path]:
     """Write `train.parquet` and `validation.parquet` into `directory`; return their paths."""
     directory = Path(directory)

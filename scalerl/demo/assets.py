@@ -38,7 +38,7 @@ from scalerl.errors import DataError
 log = logging.getLogger(__name__)
 
 # Bump when the build's code changes what it produces, so stale caches are not reused.
-ASSETS_VERSION = 1
+ASSETS_VERSION = 2  # 2: chat-arith asks for the larger number (addition did not warm up)
 MODEL_DIR = "model"
 MANIFEST = "manifest.json"
 SCRATCH_PREFIX = ".building-"
@@ -81,7 +81,7 @@ ARITH_WARMUP = WarmupConfig(steps=600, batch=64, lr=3e-3, noise=0.5)
 class ChatArithParams:
     """Everything the chat-arith assets depend on; its hash names the cache entry."""
 
-    task: arith.AdditionTask = field(default_factory=arith.AdditionTask)
+    task: arith.LargerTask = field(default_factory=arith.LargerTask)
     train: int = 3000
     validation: int = 256
     seed: int = 0

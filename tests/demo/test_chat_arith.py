@@ -1,4 +1,4 @@
-"""The chat-arith built-in: a byte-level BPE chat model on Parquet addition data, checked as a user
+"""The chat-arith built-in: a byte-level BPE chat model on Parquet number-comparison data, checked as a user
 would check their own model before training it, and its cached build."""
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ QUICK = ChatArithParams(
     shape=TinyModelShape(hidden=32, layers=1, heads=1, intermediate=64, max_positions=96),
     warmup=WarmupConfig(steps=2, batch=8, warmup_steps=1),
 )
-QUESTION = re.compile(r"^What is (\d+) \+ (\d+)\?$")
+QUESTION = re.compile(r"^Which is larger, (\d+) or (\d+)\?$")
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> PreTrainedTokenizerFast:
-    rows, _ = arith.make_splits(arith.AdditionTask(), train=500, validation=10, seed=0)
+    rows, _ = arith.make_splits(arith.LargerTask(), train=500, validation=10, seed=0)
     return bpe.build_tokenizer([arith.SYSTEM_PROMPT, *(r["question"] for r in rows)])
 
 
@@ -116,18 +116,19 @@ def test_chat_template_refuses_an_unknown_role(tokenizer: PreTrainedTokenizerFas
 # --- task and data -------------------------------------------------------------------------------
 
 
-def test_answers_are_the_exact_sums() -> None:
-    train, validation = arith.make_splits(arith.AdditionTask(), train=2000, validation=256, seed=0)
+def test_answers_are_the_larger_of_two_different_numbers() -> None:
+    train, validation = arith.make_splits(arith.LargerTask(), train=2000, validation=256, seed=0)
     for row in train + validation:
         match = QUESTION.match(row["question"])
         assert match is not None, row
-        assert row["solution"] == str(int(match[1]) + int(match[2]))
+        a, b = int(match[1]), int(match[2])
+        assert a != b and row["solution"] == str(max(a, b))
     lengths = {len(row["solution"]) for row in train}
-    assert lengths == {1, 2, 3}
+    assert lengths == {1, 2}
 
 
 def test_splits_are_disjoint_as_unordered_pairs() -> None:
-    train, validation = arith.make_splits(arith.AdditionTask(), train=3000, validation=256, seed=0)
+    train, validation = arith.make_splits(arith.LargerTask(), train=3000, validation=256, seed=0)
 
     def pairs(rows: list[arith.Row]) -> set[frozenset[str]]:
         return {frozenset(QUESTION.match(r["question"]).groups()) for r in rows}  # type: ignore[union-attr]
@@ -137,15 +138,15 @@ def test_splits_are_disjoint_as_unordered_pairs() -> None:
 
 
 def test_validation_does_not_change_when_train_grows() -> None:
-    task = arith.AdditionTask()
+    task = arith.LargerTask()
     _, small = arith.make_splits(task, train=10, validation=50, seed=3)
     _, large = arith.make_splits(task, train=3000, validation=50, seed=3)
     assert small == large
 
 
 def test_asking_for_more_pairs_than_exist_is_an_input_error() -> None:
-    with pytest.raises(InputError, match="only 6"):
-        arith.make_splits(arith.AdditionTask(max_operand=2), train=6, validation=1, seed=0)
+    with pytest.raises(InputError, match="only 3"):
+        arith.make_splits(arith.LargerTask(max_operand=2), train=3, validation=1, seed=0)
 
 
 def test_parquet_files_have_the_fields_and_no_overlap(quick: DemoAssets) -> None:
