@@ -223,16 +223,20 @@ class BatchSpec(_Model):
 
 
 class OptimizerSpec(_Model):
-    lr: Float = Field(
-        5e-7, gt=0, le=1, description="AdamW lr, constant after warm-up; paper 5e-7."
-    )
+    lr: Float = Field(5e-7, gt=0, le=1, description="AdamW lr, constant after warm-up; paper 5e-7.")
     weight_decay: Float = Field(0.01, ge=0, le=10)
     eps: Float = Field(1e-15, gt=0, le=1, description="AdamW epsilon; paper 1e-15.")
     warmup_steps: Int = Field(
         100, ge=0, le=MAX_STEPS, description="Linear warm-up steps; paper 100."
     )
     max_grad_norm: Float | None = Field(
-        None, gt=0, le=1e6, description="Gradient clipping (not in the paper; off by default)."
+        1.0,
+        gt=0,
+        le=1e6,
+        description="Clip the total gradient norm to this (null: no clipping). Not stated in the "
+        "paper; 1.0 as TRL, chosen by bench/stability_bench.py: at lr 3e-4 it cut the largest "
+        "importance ratio from 2.2 to 1.3 and the gradient-norm spikes from 23 to 8, with a "
+        "higher B.",
     )
 
 
@@ -274,7 +278,10 @@ class FitSpec(_Model):
         5, ge=1, le=10_000, description="Refit after this many new evaluations."
     )
     min_compute: Float = Field(
-        1500, ge=0, le=1e9, description="Exclude points below this compute (GPU-hours); paper ~1.5k."
+        1500,
+        ge=0,
+        le=1e9,
+        description="Exclude points below this compute (GPU-hours); paper ~1.5k.",
     )
 
 

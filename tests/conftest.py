@@ -33,8 +33,12 @@ def build_user_model(
     """A random tiny Llama with a character-level tokenizer of its own."""
     import torch
     from tokenizers import Tokenizer, decoders, models
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-    from transformers import PreTrainedTokenizerFast
+    from transformers import (
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedTokenizerFast,
+    )
 
     specials = [USER_PAD, USER_EOS, USER_UNK, USER_END_OF_TURN]
     characters = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
@@ -69,9 +73,9 @@ def build_user_model(
     )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(str(path), safe_serialization=True)
-    GenerationConfig(eos_token_id=[eos, end_of_turn], pad_token_id=tokenizer.pad_token_id).save_pretrained(
-        str(path)
-    )
+    GenerationConfig(
+        eos_token_id=[eos, end_of_turn], pad_token_id=tokenizer.pad_token_id
+    ).save_pretrained(str(path))
     return path
 
 
@@ -83,7 +87,6 @@ def user_model(tmp_path: Path) -> UserModel:
         return build_user_model(tmp_path / name, **options)  # type: ignore[arg-type]
 
     return make
-
 
 
 @pytest.fixture

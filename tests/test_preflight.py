@@ -51,8 +51,12 @@ def run_of(model: Path, train: Path, **spec: Any) -> dict[str, Any]:
     }
     for key, value in spec.items():
         body[key] = {**body.get(key, {}), **value}
-    return {"apiVersion": "scalerl.dev/v1alpha1", "kind": "ScaleRLRun", "metadata": {"name": "u"},
-            "spec": body}
+    return {
+        "apiVersion": "scalerl.dev/v1alpha1",
+        "kind": "ScaleRLRun",
+        "metadata": {"name": "u"},
+        "spec": body,
+    }
 
 
 def problems(obj: dict[str, Any]) -> list[str]:
@@ -76,8 +80,12 @@ def test_budgets_over_the_models_context_are_one_line_naming_both(user_model, tm
 def test_a_multi_token_think_end_is_named(user_model, tmp_path: Path) -> None:
     obj = run_of(user_model(), write_data(tmp_path))
     obj["spec"]["model"]["thinkEnd"] = "</think>"
-    obj["spec"]["recipe"]["length"] = {"thinkingBudget": 8, "answerBudget": 8,
-                                       "maxPromptTokens": 16, "interruption": {"enabled": False}}
+    obj["spec"]["recipe"]["length"] = {
+        "thinkingBudget": 8,
+        "answerBudget": 8,
+        "maxPromptTokens": 16,
+        "interruption": {"enabled": False},
+    }
     [line] = problems(obj)
     assert line.startswith("spec.model.thinkEnd: '</think>' is 8 tokens")
 
@@ -86,7 +94,9 @@ def test_a_thinking_model_counts_the_interruption_phrase(user_model, tmp_path: P
     obj = run_of(user_model(think_end="</think>", max_positions=512), write_data(tmp_path))
     obj["spec"]["model"]["thinkEnd"] = "</think>"
     obj["spec"]["recipe"]["length"] = {
-        "maxPromptTokens": 16, "thinkingBudget": 16, "answerBudget": 8,
+        "maxPromptTokens": 16,
+        "thinkingBudget": 16,
+        "answerBudget": 8,
         "interruption": {"enabled": True, "window": [12, 16]},
     }
     run = parse_run(obj)

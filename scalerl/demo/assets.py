@@ -4,8 +4,8 @@
 `prepare_chat_arith(cache_dir)` to `train.parquet`, `validation.parquet` and its model. The first
 call builds them (~30-60 s on 2 idle cores: a random tiny Llama, then the supervised warm-up);
 later calls with the same parameters find them under `cache_dir/<name>-<hash>` and return at
-once. The hash covers every parameter and `ASSETS_VERSION`, so a change to either builds afresh
-beside the old copy instead of reusing a stale one.
+once. The hash covers every parameter and the built-in's `VERSION`, so a change to either builds
+afresh beside the old copy instead of reusing a stale one.
 
 Safe for concurrent callers: each builds in a private temporary directory and renames it into
 place; a rename is atomic, so a cache entry is either complete or absent. If two processes race,
@@ -37,8 +37,6 @@ from scalerl.errors import DataError
 
 log = logging.getLogger(__name__)
 
-# Bump when the build's code changes what it produces, so stale caches are not reused.
-ASSETS_VERSION = 2  # 2: chat-arith asks for the larger number (addition did not warm up)
 MODEL_DIR = "model"
 MANIFEST = "manifest.json"
 SCRATCH_PREFIX = ".building-"
@@ -66,6 +64,9 @@ class DemoParams:
     shape: TinyModelShape = field(default_factory=TinyModelShape)
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
 
+    # Bump when the build's code changes what it produces, so a stale cache entry is not reused.
+    VERSION = 1
+
     def key(self) -> str:
         return _key(self)
 
@@ -89,12 +90,14 @@ class ChatArithParams:
     shape: TinyModelShape = ARITH_SHAPE
     warmup: WarmupConfig = ARITH_WARMUP
 
+    VERSION = 2  # 2: asks for the larger number (addition did not warm up)
+
     def key(self) -> str:
         return _key(self)
 
 
 def _key(params: Any) -> str:
-    blob = json.dumps({"version": ASSETS_VERSION, **asdict(params)}, sort_keys=True)
+    blob = json.dumps({"version": params.VERSION, **asdict(params)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -217,7 +220,7 @@ def _cached(
     scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=cache_dir))
     try:
         facts = build(scratch)
-        manifest = {"version": ASSETS_VERSION, "params": asdict(params), **facts}
+        manifest = {"version": params.VERSION, "params": asdict(params), **facts}
         (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         try:
             os.rename(scratch, entry)

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from scalerl.errors import DataError, InputError, PeerError, ScaleRLError, WeightSyncError
 from scalerl.generator.length import LengthControl, Segment
-from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.generator.tokens import eos_ids, think_end_id
+from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
 from scalerl.spec import INTERRUPTION_PHRASE, THINK_END
 

@@ -33,6 +33,7 @@ from scalerl.generator.prompts import (
 from scalerl.generator.rewards import RewardFn, load_reward
 from scalerl.generator.tokens import ModelTokens
 from scalerl.metrics import GeneratorMetrics
+from scalerl.preflight import model_len_needed, model_limit
 from scalerl.recipe import InterruptionPlan, NoPositiveResampling
 from scalerl.rollout.records import (
     EvalResult,
@@ -47,7 +48,6 @@ from scalerl.rollout.records import (
     UpdateWeights,
 )
 from scalerl.rollout.stream import GeneratorChannel
-from scalerl.preflight import model_len_needed, model_limit
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 
 log = logging.getLogger("scalerl.generator")
@@ -146,7 +146,9 @@ class Generator:
     async def sample_group(self, example: Example, n: int) -> list[Sample]:
         samples = await self.engine.generate(self.prompts.encode(example), n)
         for sample in samples:
-            sample.reward = self.reward(self.tokens.answer_text(sample.completion_ids), example.answer)
+            sample.reward = self.reward(
+                self.tokens.answer_text(sample.completion_ids), example.answer
+            )
         return samples
 
     async def produce(

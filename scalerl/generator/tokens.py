@@ -39,9 +39,7 @@ class ModelTokens:
         return [t for t in ids if t not in self.eos_ids]
 
     def answer_text(self, completion_ids: Sequence[int]) -> str:
-        text: str = self.tokenizer.decode(
-            self.answer_ids(completion_ids), skip_special_tokens=True
-        )
+        text: str = self.tokenizer.decode(self.answer_ids(completion_ids), skip_special_tokens=True)
         return text.strip()
 
 

@@ -1,5 +1,5 @@
-"""The chat-arith built-in: a byte-level BPE chat model on Parquet number-comparison data, checked as a user
-would check their own model before training it, and its cached build."""
+"""The chat-arith built-in: a byte-level BPE chat model on Parquet number-comparison data, checked
+as a user would check their own model before training it, and its cached build."""
 
 from __future__ import annotations
 

@@ -44,6 +44,7 @@ class ResourceType:
     columns: tuple[Column, ...] = ()
     singular: str = ""
     storage_version: str = ""  # where the objects live; "" means this very version
+    custom: bool = False  # served from a CustomResourceDefinition
 
     @property
     def api_version(self) -> str:
@@ -192,6 +193,7 @@ def _crd_version(
         columns=columns,
         singular=names.get("singular", ""),
         storage_version=storage_version,
+        custom=True,
     )
 
 

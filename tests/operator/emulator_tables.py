@@ -1,7 +1,8 @@
 """Server-side printing: `meta.k8s.io/v1` Table responses, as kubectl requests for `get`.
 
 kubectl asks with `Accept: application/json;as=Table;v=v1;g=meta.k8s.io, …`; the columns are the
-object's NAME, the resource type's printer columns (a CRD's `additionalPrinterColumns`), and AGE.
+object's NAME and the resource type's printer columns: a CRD's `additionalPrinterColumns` (AGE only
+when it declares none, as the real server does), a built-in's own columns and AGE.
 Dates are shown as ages (`12s`, `5m3s`, `2d`), as the API server does.
 """
 
@@ -86,6 +87,14 @@ def _typed(kind: str, value: Any, now: datetime.datetime) -> Any:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _printer_columns(rtype: ResourceType) -> tuple[Column, ...]:
+    """After NAME: a CRD's own columns, which replace the default AGE (apiextensions-apiserver's
+    serveDefaultColumnsIfEmpty: a CRD that wants an age declares it); a built-in's, then AGE."""
+    if rtype.custom:
+        return rtype.columns or (AGE,)
+    return (*rtype.columns, AGE)
+
+
 def _definition(column: Column) -> dict[str, Any]:
     return {
         "name": column.name,
@@ -116,7 +125,7 @@ def table(
     now: datetime.datetime,
     include_object: str = "Metadata",
 ) -> dict[str, Any]:
-    columns = (NAME, *rtype.columns, AGE)
+    columns = (NAME, *_printer_columns(rtype))
     rows = [
         {"cells": [_cell(c, obj, now) for c in columns], "object": _row_object(obj, include_object)}
         for obj in objs

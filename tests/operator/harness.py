@@ -3,8 +3,8 @@ and a stand-in for the Job controller the emulator lacks.
 
 The fake Job controller makes what Kubernetes' would for an Indexed Job (pods named
 "<job>-<index>-<suffix>" with the completion-index label, annotation and JOB_COMPLETION_INDEX) and
-keeps the Job's status in line with its pods. Pods stay Pending until a test sets their phase (a
-later test kubelet runs their command with their environment instead).
+keeps the Job's status in line with its pods. Pods stay Pending until a test sets their phase, or
+the test kubelet (kubelet.py) runs their command with their environment.
 """
 
 from __future__ import annotations
@@ -260,9 +260,10 @@ def job_pod(job: dict[str, Any], index: int) -> dict[str, Any]:
     }
     spec = template["spec"]
     spec["hostname"] = f"{meta['name']}-{index}"
-    for container in spec["containers"]:
+    index_field = f"metadata.annotations['{names.LABEL_JOB_INDEX}']"
+    for container in spec["containers"]:  # as Kubernetes sets it: the downward API
         container.setdefault("env", []).append(
-            {"name": "JOB_COMPLETION_INDEX", "value": str(index)}
+            {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": index_field}}}
         )
     return {
         "apiVersion": "v1",

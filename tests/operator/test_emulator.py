@@ -91,7 +91,7 @@ def test_kubectl_get_shows_the_crd_printer_columns(widgets: Any) -> None:
     status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     widgets.patch("widgets", "w1", {"status": status}, subresource="status")
     header, full, empty = rows(widgets.kubectl("get", "wd").stdout)
-    assert header == ["NAME", "PHASE", "SIZE", "READY", "AGE"]
+    assert header == ["NAME", "PHASE", "SIZE", "READY"]  # no AGE: the CRD's columns declare none
     assert full[:4] == ["w1", "Running", "7", "True"]
     assert empty[:2] == ["w2", "2"]  # PHASE and READY are blank: their paths are missing
 

@@ -37,8 +37,12 @@ def trainer(tmp_path: Path, no_signal_steps: int) -> Trainer:
     env = ProcessEnv(tmp_path / "run.yaml", tmp_path, "127.0.0.1", 1, 2, 0, 1)
     parts = dict(policy=None, optimizer=None, scheduler=None, channel=None, clock=None)
     return Trainer(
-        run, env, state=TrainerState(), status=FileStatus(tmp_path),
-        metrics=TrainerMetrics("s"), **parts,  # type: ignore[arg-type]
+        run,
+        env,
+        state=TrainerState(),
+        status=FileStatus(tmp_path),
+        metrics=TrainerMetrics("s"),
+        **parts,  # type: ignore[arg-type]
     )
 
 

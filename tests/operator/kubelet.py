@@ -1,0 +1,432 @@
+"""A test kubelet: runs the emulator's pods as local processes and keeps their status true.
+
+One node with no GPU. Every pod not bound to another node is this node's (the emulator has no
+scheduler). A Pending pod's container runs as a local process (see kubelet_plan.py for how paths,
+Service names and ports are made local) in a process group of its own, with stdout and stderr in a
+log file. The pod's status follows the process: Running once it started, then Succeeded or Failed
+with the container's exit code (128 + signal when killed, as container runtimes report it). A
+pod that is deleted gets SIGTERM, then SIGKILL after its grace period (capped: tests wait on it);
+when a container's main process ends, the rest of its group is killed, as a container's are.
+
+Leaks are checked, not assumed away: every process carries a marker in its environment, which its
+descendants inherit even when they leave the process group, and at exit the kubelet looks for any
+process still carrying it (`leftovers`). A process is also sent SIGKILL should the kubelet's thread
+die (`setpriv --pdeathsig`), so a test killed mid-way leaves nothing either.
+
+    with Kubelet(k8s) as kubelet, JobController(k8s), operator(k8s):
+        kubelet.claim_dir("default", "store")    # a PVC's directory, to stage files in
+        ...
+        os.kill(kubelet.pid(pod_name), signal.SIGKILL)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubelet_plan import (
+    SCALERL_PORTS,
+    Cluster,
+    Network,
+    NotReady,
+    PortVariables,
+    ProcessPlan,
+    Unsupported,
+    plan_pod,
+)
+
+MARKER = "TEST_KUBELET_ID"  # in every process's environment: what leftovers() looks for
+DEFAULT_GRACE_S = 30.0  # terminationGracePeriodSeconds when a pod does not say
+MAX_GRACE_S = 10.0
+TICK_S = 0.2  # process exits are polled; API writes wake the loop at once
+SETPRIV = shutil.which("setpriv")
+# The "image" is this machine: its environment, less what would steer a process past its pod's.
+HOST_ONLY = ("SCALERL_", "KUBERNETES_", "VLLM_", "KUBECONFIG", "JOB_COMPLETION_INDEX", MARKER)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def exit_code(returncode: int) -> int:
+    """A container's exit code: a process killed by signal N exits 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@dataclass
+class Container:
+    """One pod's process. Only the kubelet's thread polls and signals it (until it stopped)."""
+
+    pod: str
+    namespace: str
+    uid: str
+    plan: ProcessPlan
+    process: subprocess.Popen[bytes]
+    grace_s: float
+    kill_at: float | None = None  # set once the pod is deleted
+    finished: bool = False  # the main process ended and was reaped: never signal its group again
+
+    def main_ended(self) -> bool:
+        """Whether the main process ended, without reaping it: while it is a zombie its pid, the
+        group's id, cannot be reused, so signalling the group still reaches only its own."""
+        try:
+            return (
+                os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                is not None
+            )
+        except ChildProcessError:
+            return True
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        if not self.finished:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, sig)
+
+    def finish(self) -> int:
+        """The container ends with its main process: kill what is left of it, reap, exit code."""
+        self.signal_group(signal.SIGKILL)
+        self.process.wait()
+        self.finished = True
+        return exit_code(self.process.returncode)
+
+
+@dataclass
+class Kubelet:
+    k8s: Any
+    node: str = "kubelet-0"
+    port_variables: PortVariables = field(default_factory=lambda: dict(SCALERL_PORTS))
+    logs_dir: Path | None = None  # where pod logs stay (default: in the root, removed at exit)
+    max_grace_s: float = MAX_GRACE_S
+
+    def __post_init__(self) -> None:
+        # A short root: vLLM puts Unix sockets (107 bytes at most) under a pod's directories.
+        self.root = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
+        self.logs_dir = self.logs_dir or self.root / "logs"
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.marker = uuid.uuid4().hex
+        self.network = Network()
+        self.containers: dict[str, Container] = {}  # by pod uid
+        self.ended: dict[str, int] = {}  # pod name -> exit code, of every container that ended
+        self.waiting: dict[str, str] = {}  # pod uid -> why it is still Pending
+        self.errors: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.changed = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="kubelet", daemon=True)
+
+    # --- for tests --------------------------------------------------------------------------------
+
+    def claim_dir(self, namespace: str, claim: str) -> Path:
+        """The directory behind a PersistentVolumeClaim (made on first use)."""
+        path = self.root / "pv" / namespace / claim
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def pid(self, pod: str) -> int:
+        """The main process of a running pod."""
+        with self.lock:
+            found = [c for c in self.containers.values() if c.pod == pod and not c.finished]
+        assert found, f"pod {pod} has no running process"
+        return found[0].process.pid
+
+    def log(self, pod: str) -> str:
+        assert self.logs_dir is not None
+        path = self.logs_dir / f"{pod}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def logs_tail(self, lines: int = 25) -> str:
+        """The end of every pod's log: what a failing test prints."""
+        assert self.logs_dir is not None
+        out = []
+        for path in sorted(self.logs_dir.glob("*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {path.stem} ---\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def service_port(self, namespace: str, service: str, port: int) -> int:
+        """Where a Service's port is on 127.0.0.1."""
+        with self.lock:
+            return self.network.service_port(namespace, service, port)
+
+    def leftovers(self) -> list[int]:
+        """Processes still alive that one of our pods started (descendants included)."""
+        needle = f"{MARKER}={self.marker}".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue  # gone, or a zombie
+            if needle in environ.split(b"\0"):
+                found.append(int(entry.name))
+        return found
+
+    def wait_for_leftovers(self, timeout_s: float = 10.0) -> list[str]:
+        """What is left once killed processes had `timeout_s` to die: a process stays readable
+        in /proc for a moment after SIGKILL, longer on a loaded machine. Described, for a report."""
+        deadline = time.monotonic() + timeout_s
+        while (left := self.leftovers()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return [_describe(pid) for pid in left]
+
+    # --- life cycle ------------------------------------------------------------------------------
+
+    def __enter__(self) -> Kubelet:
+        self.k8s.call(self.k8s.emulator.store.listeners.append, self.changed.set)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.changed.set()
+        self.thread.join(30)
+        left = self.wait_for_leftovers()
+        for pid in self.leftovers():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ValueError):
+            self.k8s.call(self.k8s.emulator.store.listeners.remove, self.changed.set)
+        shutil.rmtree(self.root, ignore_errors=True)  # claims included: tests read them before
+        assert not self.thread.is_alive(), "the kubelet did not stop"
+        assert not left, f"processes left behind by pods: {left}"
+        assert not self.errors, f"the kubelet failed: {self.errors!r}"
+
+    def _kill_all(self) -> None:
+        """SIGTERM every process group, SIGKILL what is left after a short grace."""
+        with self.lock:
+            containers = list(self.containers.values())
+        for c in containers:
+            c.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + 5.0
+        for c in containers:
+            while not c.finished and not c.main_ended() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not c.finished:
+                c.finish()
+
+    def _loop(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.changed.clear()
+                try:
+                    self.sync()
+                except Exception as err:  # keep going; the test sees it at exit
+                    self.errors.append(err)
+                self.changed.wait(TICK_S)
+        finally:
+            # On this thread: its end sends SIGKILL to every process it started (pdeathsig),
+            # so the orderly SIGTERM must come first, from here.
+            self._kill_all()
+
+    # --- one pass ---------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        pods = {p["metadata"]["uid"]: p for p in self.k8s.objects("pods") if self._mine(p)}
+        live = {uid for uid, p in pods.items() if not p["metadata"].get("deletionTimestamp")}
+        for uid, container in list(self.containers.items()):
+            if uid not in live and container.kill_at is None:
+                self._terminate(container)
+            self._reap(container, pods.get(uid))
+        for uid in live - set(self.containers):
+            pod = pods[uid]
+            if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+                self._start(pod)
+
+    def _mine(self, pod: dict[str, Any]) -> bool:
+        return pod["spec"].get("nodeName") in (None, self.node)
+
+    def _terminate(self, container: Container) -> None:
+        """The pod was deleted: SIGTERM now, SIGKILL after the grace period."""
+        container.signal_group(signal.SIGTERM)
+        container.kill_at = time.monotonic() + container.grace_s
+
+    def _reap(self, container: Container, pod: dict[str, Any] | None) -> None:
+        if container.kill_at is not None and time.monotonic() >= container.kill_at:
+            container.signal_group(signal.SIGKILL)
+        if not container.finished and container.main_ended():
+            code = container.finish()
+            self.ended[container.pod] = code
+            if pod is not None and container.kill_at is None:
+                self._write_status(pod, _terminated(pod, code))
+        if container.finished and container.kill_at is not None:
+            with self.lock:
+                del self.containers[container.uid]
+
+    def _start(self, pod: dict[str, Any]) -> None:
+        scratch = self.root / "pods" / pod["metadata"]["uid"][:8]
+        try:
+            with self.lock:
+                cluster, env = self._cluster(), self._base_env()
+                plan = plan_pod(pod, cluster, self.network, scratch, env, self.port_variables)
+            argv = self._argv(plan)
+        except NotReady as why:
+            self._wait(pod, why.reason, str(why))
+            return
+        except Unsupported as err:
+            if pod["metadata"]["uid"] not in self.waiting:
+                self.errors.append(err)
+            self._wait(pod, "Unsupported", str(err))
+            return
+        if self._ports_busy(plan):
+            return  # a deleted pod's process still holds its ports; next pass
+        self._launch(pod, plan, argv)
+
+    def _ports_busy(self, plan: ProcessPlan) -> bool:
+        """Pods of a deleted gang may still be shutting down on the ports the new gang uses (in a
+        cluster the new pods would have new IP addresses): wait until those processes are gone."""
+        with self.lock:
+            dying = [
+                c for c in self.containers.values() if c.kill_at is not None and not c.finished
+            ]
+        return any(c.plan.ports & plan.ports for c in dying)
+
+    def _launch(self, pod: dict[str, Any], plan: ProcessPlan, argv: list[str]) -> None:
+        meta = pod["metadata"]
+        for path in plan.dirs:
+            path.mkdir(parents=True, exist_ok=True)
+        for path, text in plan.files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        assert self.logs_dir is not None
+        log_path = self.logs_dir / f"{meta['name']}.log"
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                argv,
+                env={**plan.env, MARKER: self.marker},
+                cwd=plan.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: killed as one, like a container
+            )
+        grace = pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+        container = Container(
+            meta["name"],
+            meta["namespace"],
+            meta["uid"],
+            plan,
+            process,
+            min(float(grace), self.max_grace_s),
+        )
+        with self.lock:
+            self.containers[meta["uid"]] = container
+            self.waiting.pop(meta["uid"], None)
+        self._write_status(pod, _running(pod))
+
+    def _argv(self, plan: ProcessPlan) -> list[str]:
+        executable = shutil.which(plan.argv[0], path=plan.env.get("PATH"))
+        if executable is None:
+            raise Unsupported(f"{plan.argv[0]!r} is not on the pod's PATH")
+        argv = [executable, *plan.argv[1:]]
+        # SIGKILL when the thread that started it dies: nothing outlives a killed test.
+        return [SETPRIV, "--pdeathsig", "KILL", "--", *argv] if SETPRIV else argv
+
+    def _base_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(HOST_ONLY)}
+        # This venv's console scripts (`scalerl`) stand in for the image's.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        return env
+
+    def _cluster(self) -> Cluster:
+        def config_map(namespace: str, name: str) -> dict[str, Any] | None:
+            return self.k8s.get("configmaps", name, namespace)  # type: ignore[no-any-return]
+
+        def claim(namespace: str, name: str) -> Path | None:
+            if self.k8s.get("persistentvolumeclaims", name, namespace) is None:
+                return None
+            return self.claim_dir(namespace, name)
+
+        return Cluster(self.k8s.objects("services"), config_map, claim, self.k8s.url)
+
+    def _wait(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        """Keep the pod Pending and say why (once per reason)."""
+        uid = pod["metadata"]["uid"]
+        if self.waiting.get(uid) == message:
+            return
+        self.waiting[uid] = message
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason}
+        self._write_status(
+            pod, {"phase": "Pending", "conditions": [{**condition, "message": message}]}
+        )
+
+    def _write_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
+        reply = self.k8s.api(
+            "PATCH", path, {"status": status}, content_type="application/merge-patch+json"
+        )
+        if reply.status not in (200, 404):  # 404: deleted meanwhile, nothing to report to
+            raise AssertionError(f"pod status of {meta['name']}: {reply.status} {reply.body!r}")
+
+
+def _describe(pid: int) -> str:
+    """pid, process group, state and command line of a process (as far as it is still there)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        state, _ppid, pgid = stat[stat.rindex(")") + 2 :].split()[:3]
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except (OSError, ValueError):
+        return f"{pid} (gone)"
+    return f"{pid} pgid {pgid} state {state}: {argv}"
+
+
+def _running(pod: dict[str, Any]) -> dict[str, Any]:
+    now = _now()
+    container = pod["spec"]["containers"][0]["name"]
+    return {
+        "phase": "Running",
+        "hostIP": "127.0.0.1",
+        "podIP": "127.0.0.1",
+        "startTime": now,
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [
+            {
+                "name": container,
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+        ],
+    }
+
+
+def _terminated(pod: dict[str, Any], code: int) -> dict[str, Any]:
+    """As harness.set_phase writes it, with the times a kubelet adds."""
+    container = pod["spec"]["containers"][0]["name"]
+    ended = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",
+        "finishedAt": _now(),
+    }
+    return {
+        "phase": "Succeeded" if code == 0 else "Failed",
+        "containerStatuses": [
+            {"name": container, "ready": False, "started": False, "state": {"terminated": ended}}
+        ],
+    }
+
+
+@contextlib.contextmanager
+def printing_logs_on_failure(kubelet: Kubelet) -> Iterator[None]:
+    """Show the pods' logs when the block fails: the first thing one looks at."""
+    try:
+        yield
+    except BaseException:
+        print(kubelet.logs_tail())
+        raise
