@@ -3,8 +3,8 @@
 RL can only sharpen what the policy already samples. The warm-up teaches the task's structure
 (the demo: `</think>`, the reversed word, EOS; chat-arith: the larger number's digits, then the
 turn's end) but aims each answer letter at a blurred target: the right letter with probability
-`1 - noise`, a uniformly random letter of the alphabet otherwise. The model thus puts about `1 - noise + noise / len(alphabet)` on the right letter —
-still the mode — and, sampled at temperature 1, writes whole answers right only now and then
+`1 - noise`, a uniformly random letter of the alphabet otherwise. The model thus puts about
+`1 - noise + noise / len(alphabet)` on the right letter — still the mode — and, sampled at temperature 1, writes whole answers right only now and then
 (held-out pass rate ~0.1-0.25): a base policy that RL can clearly improve.
 
 The blur is applied in two places: the letters the model reads back are corrupted by sampling
