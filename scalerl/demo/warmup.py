@@ -1,11 +1,12 @@
 """Supervised warm-up of a built-in base model towards a deliberately blurred policy.
 
-RL can only sharpen what the policy already samples. The warm-up teaches the task's structure
-(the demo: `</think>`, the reversed word, EOS; chat-arith: the larger number's digits, then the
-turn's end) but aims each answer letter at a blurred target: the right letter with probability
-`1 - noise`, a uniformly random letter of the alphabet otherwise. The model thus puts about
-`1 - noise + noise / len(alphabet)` on the right letter — still the mode — and, sampled at temperature 1, writes whole answers right only now and then
-(held-out pass rate ~0.1-0.25): a base policy that RL can clearly improve.
+RL can only sharpen what the policy already samples. The warm-up teaches the task's structure (the
+demo: `</think>`, the reversed word, EOS; chat-arith: the larger number's digits, then the turn's
+end) but aims each answer letter at a blurred target: the right letter with probability `1 - noise`,
+a uniformly random letter of the alphabet otherwise. The model thus puts about `1 - noise + noise /
+len(alphabet)` on the right letter — still the mode — and, sampled at temperature 1, writes whole
+answers right only now and then (held-out pass rate ~0.1-0.25): a base policy that RL can clearly
+improve.
 
 The blur is applied in two places: the letters the model reads back are corrupted by sampling
 (so it learns to carry on after its own mistakes, as it must when sampling), and the loss at each
