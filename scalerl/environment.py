@@ -32,6 +32,9 @@ class ProcessEnv:
     generator_index: int = -1
     peer_timeout_s: float = 300.0  # how long to wait for a silent peer before failing
     status: str = "files"  # the status sink: files in run_dir, or kubernetes:<namespace>/<name>
+    # Where this process listens (rollout stream, sync store, /metrics): loopback by default, so a
+    # local run is not open to its network; "0.0.0.0" in pods, behind the run's NetworkPolicy.
+    bind_host: str = "127.0.0.1"
 
     def to_environ(self) -> dict[str, str]:
         return {
@@ -45,6 +48,7 @@ class ProcessEnv:
             _PREFIX + "GENERATOR_INDEX": str(self.generator_index),
             _PREFIX + "PEER_TIMEOUT": str(self.peer_timeout_s),
             _PREFIX + "STATUS": self.status,
+            _PREFIX + "BIND_HOST": self.bind_host,
         }
 
     @classmethod
@@ -75,4 +79,5 @@ class ProcessEnv:
             generator_index=integer("GENERATOR_INDEX", environ.get(_JOB_INDEX, "-1")),
             peer_timeout_s=float(get("PEER_TIMEOUT", "300")),
             status=get("STATUS", "files"),
+            bind_host=get("BIND_HOST", "127.0.0.1"),
         )

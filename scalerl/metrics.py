@@ -109,7 +109,7 @@ class _Metrics:
         except KeyError:
             raise AttributeError(name) from None
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+    def serve(self, port: int, addr: str) -> None:
         """Serve `/metrics` on a background thread (port 0: do not serve)."""
         if port:
             start_http_server(port, addr=addr, registry=self.registry)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -74,6 +75,36 @@ def scrape(url: str) -> str:
         return response.read().decode()
 
 
+def run_ports(processes: dict[str, dict[str, object]]) -> list[int]:
+    """The rollout stream and sync store of trainer 0 (from its environment), every /metrics."""
+    environ = Path(f"/proc/{processes['trainer']['pid']}/environ").read_bytes().split(b"\0")
+    env = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
+    ports = [int(env["SCALERL_CHANNEL_PORT"]), int(env["SCALERL_SYNC_PORT"])]
+    return ports + [
+        int(str(p["metrics"]).rsplit(":", 1)[1].split("/")[0]) for p in processes.values()
+    ]
+
+
+def listening_hosts(port: int) -> set[str]:
+    """Addresses with a TCP socket listening on `port` (from /proc/net/tcp and tcp6)."""
+    hosts = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                hosts.add(_address(address))
+    return hosts
+
+
+def _address(hex_address: str) -> str:
+    raw = bytes.fromhex(hex_address)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))  # per-word little endian
+    return socket.inet_ntop(socket.AF_INET6, words)
+
+
 def kill(out: Path, role: str) -> None:
     process = json.loads((out / "processes.json").read_text())[role]
     os.kill(process["pid"], signal.SIGKILL)
@@ -85,8 +116,14 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     proc = start_run(write_spec(tmp_path), out)
     try:
         wait_for_step(out, 5, proc, timeout_s=300)
-        trainer = json.loads((out / "processes.json").read_text())["trainer"]
+        processes = json.loads((out / "processes.json").read_text())
+        trainer = processes["trainer"]
         assert "scalerl_policy_version" in scrape(trainer["metrics"])
+        # Nothing the run listens on is reachable from the network: loopback only.
+        ports = run_ports(processes)
+        assert {port: listening_hosts(port) for port in ports} == {
+            port: {"127.0.0.1"} for port in ports
+        }
         kill(out, "trainer")  # kill -9 mid-run: the gang restarts from the step-4 checkpoint
         wait_for_step(out, 9, proc, timeout_s=300)
         kill(out, "generator-1")  # a generator dies: the same again, from step 8

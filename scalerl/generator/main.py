@@ -365,7 +365,7 @@ async def serve(env: ProcessEnv) -> None:
     from transformers import AutoTokenizer
 
     metrics = GeneratorMetrics(run.name)
-    metrics.serve(env.metrics_port)
+    metrics.serve(env.metrics_port, env.bind_host)
     train, validation = train_and_validation(spec.data, spec.seed)
     count = spec.generators.replicas
     tokenizer = AutoTokenizer.from_pretrained(str(model))

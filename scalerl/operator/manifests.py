@@ -190,6 +190,7 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
         # GPU-hours; a CPU run counts process-hours like the local runner.
         compute_units=spec.compute_units or processes,
         status=f"kubernetes:{owner.namespace}/{owner.name}",
+        bind_host="0.0.0.0",  # peers reach the pod through its Service, not its hostname
     )
     environ = env.to_environ()
     if role_name == names.ROLE_GENERATOR:

@@ -12,6 +12,7 @@ raises at once instead of pairing up with the wrong message. Reconnect to recove
 
 from __future__ import annotations
 
+import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -137,8 +138,9 @@ def connect(
 ) -> SyncGroup:
     """Join the weight-sync group; blocks until all `world_size` ranks joined or `timeout_s`.
 
-    Rank 0 creates the TCPStore, listening on all interfaces (in a pod the Service DNS name that
-    the others use is not the pod's hostname); the others connect to `host:port`. `backend` is
+    Rank 0 creates the TCPStore listening on `host:port` only ("127.0.0.1" in local runs, so no
+    one else on the network can join; "0.0.0.0" in a pod, where the Service DNS name the others
+    use is not the pod's own); the others connect to `host:port`. `backend` is
     "gloo", "nccl" or None (NCCL when CUDA is available, else gloo). `timeout_s` is also the
     default limit of every later collective.
     """
@@ -176,18 +178,33 @@ def _open_store(host: str, port: int, rank: int, timeout_s: float, where: str) -
     is_master = rank == 0
     try:
         return dist.TCPStore(
-            "0.0.0.0" if is_master else host,
+            host,
             port,
             None,
             is_master,
             timedelta(seconds=timeout_s),
             wait_for_workers=False,
+            # TCPStore's own server listens on every interface whatever `host` says; a socket we
+            # bind ourselves keeps it to `host`. detach(): the store owns the descriptor now.
+            master_listen_fd=_listen(host, port).detach() if is_master else None,
         )
     except Exception as err:  # DistNetworkError, TimeoutError, RuntimeError
         action = "could not listen on the store port" if is_master else "could not reach the store"
         raise WeightSyncError(
             f"{where}: {action} within {timeout_s:g} s: {_first_line(err)}"
         ) from err
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(socket.SOMAXCONN)
+    except OSError:
+        listener.close()
+        raise
+    return listener
 
 
 def _join(store: dist.Store, rank: int, world_size: int, deadline: float, where: str) -> None:

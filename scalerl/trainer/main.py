@@ -93,7 +93,7 @@ class Trainer:
                 ),
             )
         self.group = connect(
-            "0.0.0.0", self.env.sync_port, count + 1, 0, timeout_s=self.env.peer_timeout_s
+            self.env.bind_host, self.env.sync_port, count + 1, 0, timeout_s=self.env.peer_timeout_s
         )
         self.sender = WeightSender(self.group)
         if self.state.version > 0:  # resumed: generators start from the base weights
@@ -372,8 +372,8 @@ def build_trainer(run: ScaleRLRun, env: ProcessEnv) -> Trainer:
         log.info("resumed from %s (step %d)", newest, state.step)
     status.restore(state.evaluations)
     metrics = TrainerMetrics(run.name)
-    metrics.serve(env.metrics_port)
-    channel = TrainerChannel(f"tcp://*:{env.channel_port}")
+    metrics.serve(env.metrics_port, env.bind_host)
+    channel = TrainerChannel(f"tcp://{env.bind_host}:{env.channel_port}")
     clock = ComputeClock(env.compute_units, state.compute_hours)
     return Trainer(run, env, policy, optimizer, scheduler, state, status, metrics, channel, clock)
 

@@ -37,6 +37,8 @@ GPU = "nvidia.com/gpu"
 PortVariables = Mapping[str, str | None]
 # ScaleRL's environment contract (scalerl/environment.py): trainer 0 serves the channel and the
 # sync store at SCALERL_TRAINER_HOST; every process serves its own /metrics.
+# Where a pod's processes listen ("0.0.0.0" in a real pod).
+BIND_VARIABLE = "SCALERL_BIND_HOST"
 SCALERL_PORTS: dict[str, str | None] = {
     "SCALERL_CHANNEL_PORT": "SCALERL_TRAINER_HOST",
     "SCALERL_SYNC_PORT": "SCALERL_TRAINER_HOST",
@@ -311,6 +313,8 @@ def _environment(
         name: LOCALHOST if service_of(value, namespace, cluster.services) else value
         for name, value in ((n, rewrite_paths(v, mounts)) for n, v in resolved.items())
     }
+    if BIND_VARIABLE in env:  # the pod network is this machine's loopback: listen there only
+        env[BIND_VARIABLE] = LOCALHOST
     for variable, host_variable in port_variables.items():
         if not env.get(variable, "").isdigit() or int(env[variable]) == 0:
             continue

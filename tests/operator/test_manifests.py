@@ -147,6 +147,16 @@ def test_pods_carry_the_local_runners_environment_contract() -> None:
     assert {**trainer.to_environ(), "SCALERL_GENERATOR_INDEX": "5"} == generator.to_environ()
 
 
+def test_pods_listen_on_every_interface_and_local_processes_on_loopback_only() -> None:
+    # In a pod, peers arrive through the Service; on one machine nothing else may connect.
+    assert {env_of(role)["SCALERL_BIND_HOST"] for role in ("trainer", "generator")} == {"0.0.0.0"}
+    local = ProcessEnv.from_environ({"SCALERL_SPEC": "s", "SCALERL_RUN_DIR": "r"} | PORTS)
+    assert local.bind_host == "127.0.0.1"
+
+
+PORTS = {"SCALERL_CHANNEL_PORT": "1", "SCALERL_SYNC_PORT": "2"}
+
+
 def test_an_explicit_generator_index_wins_over_the_job_index() -> None:
     environ = {**env_of("trainer"), "JOB_COMPLETION_INDEX": "1"}
     assert ProcessEnv.from_environ(environ).generator_index == -1
