@@ -26,6 +26,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from scalerl.errors import InputError
+from scalerl.generator.prompts import chat_text
 
 IGNORE = -100
 Example = tuple[str, str]  # (prompt, answer)
@@ -87,22 +88,13 @@ class Framing:
 
     def context(self, prompt: str) -> list[int]:
         if self.chat_template:
-            return self.ids(self._chat_text(prompt))
+            return self.ids(chat_text(self.tokenizer, prompt, self.system_prompt))
         bos = self.tokenizer.bos_token_id
         return self.ids(prompt) if bos is None else [bos, *self.ids(prompt)]
 
     def completion(self, answer: str) -> list[int]:
         """What the policy should write before its end token: `thinkEnd` (if any), the answer."""
         return self.ids(answer if self.think_end is None else f"{self.think_end}{answer}")
-
-    def _chat_text(self, prompt: str) -> str:
-        messages = [{"role": "user", "content": prompt}]
-        if self.system_prompt is not None:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
-        text: str = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
-        return text
 
 
 def alphabet_ids(framing: Framing, alphabet: str) -> list[int]:

@@ -100,6 +100,16 @@ def shard(examples: list[Example], index: int, count: int) -> list[Example]:
     return examples[index::count]
 
 
+def chat_text(tokenizer: Any, prompt: str, system_prompt: str | None) -> str:
+    """`prompt` as a user turn (after the system turn, if any), formatted by the tokenizer's own
+    chat template with the assistant's generation prompt."""
+    messages = [{"role": "user", "content": prompt}]
+    if system_prompt is not None:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    text: str = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return text
+
+
 @dataclass(frozen=True)
 class PromptEncoder:
     """Prompt text -> the token ids the engine sees.
@@ -129,20 +139,11 @@ class PromptEncoder:
         if not prompts:
             return []
         if self.chat_template:
-            texts = [self._chat_text(p) for p in prompts]
+            texts = [chat_text(self.tokenizer, p, self.system_prompt) for p in prompts]
             return [list(i) for i in self.tokenizer(texts, add_special_tokens=False).input_ids]
         bos = self.tokenizer.bos_token_id
         encoded = self.tokenizer(list(prompts), add_special_tokens=False).input_ids
         return [list(i) if bos is None or i[:1] == [bos] else [bos, *i] for i in encoded]
-
-    def _chat_text(self, prompt: str) -> str:
-        messages = [{"role": "user", "content": prompt}]
-        if self.system_prompt is not None:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
-        text: str = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
-        return text
 
     def encode(self, example: Example) -> list[int]:
         ids = self.ids(example.prompt)
