@@ -93,3 +93,20 @@ def user_model(tmp_path: Path) -> UserModel:
 def chat_template() -> str:
     """The Jinja chat template `user_model(chat_template=...)` tests use."""
     return CHAT_TEMPLATE
+
+
+@pytest.fixture
+def history_entry() -> Callable[..., dict[str, object]]:
+    """`history_entry(step, compute, pass_rate=0.3)`: one evaluation as the trainer records it."""
+
+    def make(step: int, compute: float, pass_rate: float = 0.3) -> dict[str, object]:
+        return {
+            "step": step,
+            "version": step,
+            "compute": compute,
+            "pass_rate": pass_rate,
+            "eval_truncation_rate": 0.01,
+            "loss": 0.1,
+        }
+
+    return make

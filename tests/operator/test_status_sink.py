@@ -17,18 +17,6 @@ from scalerl.status.kubernetes import KubernetesStatus, RunStatus
 NS = "default"
 
 
-def entry(step: int, compute: float, pass_rate: float = 0.3) -> dict[str, Any]:
-    """A history entry as the trainer writes it."""
-    return {
-        "step": step,
-        "version": step,
-        "compute": compute,
-        "pass_rate": pass_rate,
-        "eval_truncation_rate": 0.01,
-        "loss": 0.1,
-    }
-
-
 @pytest.fixture
 def run(k8s: Any) -> Any:
     k8s.install_crd(crd.build_crd())
@@ -53,10 +41,12 @@ def stored(k8s: Any) -> dict[str, Any]:
     return dict(k8s.get("scalerlruns", "r1").get("status") or {})
 
 
-def test_progress_and_evaluations_reach_the_status_and_the_volume(run: Any, tmp_path: Path) -> None:
+def test_progress_and_evaluations_reach_the_status_and_the_volume(
+    run: Any, tmp_path: Path, history_entry
+) -> None:
     status = sink(run, tmp_path)
     status.progress({"step": 5, "version": 5, "compute": 0.5, "pass_rate": 0.4})
-    status.evaluation(entry(5, 0.5, 0.31))
+    status.evaluation(history_entry(5, 0.5, 0.31))
     got = stored(run)
     assert got["progress"]["step"] == 5 and got["progress"]["evalPassRate"] == 0.31
     assert got["evaluations"] == [
@@ -64,24 +54,28 @@ def test_progress_and_evaluations_reach_the_status_and_the_volume(run: Any, tmp_
     ]
     assert got["evaluationCount"] == 1
     history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
-    assert history == [entry(5, 0.5, 0.31)]  # the full entry, every key the trainer wrote
+    assert history == [history_entry(5, 0.5, 0.31)]  # the full entry, every key the trainer wrote
 
 
-def test_the_status_keeps_a_bounded_thinned_history(run: Any, tmp_path: Path) -> None:
+def test_the_status_keeps_a_bounded_thinned_history(
+    run: Any, tmp_path: Path, history_entry
+) -> None:
     status = sink(run, tmp_path, keep=20)
-    status.restore([entry(i, 0.1 * (i + 1)) for i in range(60)])
-    status.evaluation(entry(60, 6.1))
+    status.restore([history_entry(i, 0.1 * (i + 1)) for i in range(60)])
+    status.evaluation(history_entry(60, 6.1))
     got = stored(run)
     assert len(got["evaluations"]) <= 20 and got["evaluationCount"] == 61
     assert got["evaluations"][0]["step"] == 0 and got["evaluations"][-1]["step"] == 60
     assert len((tmp_path / "history.jsonl").read_text().splitlines()) == 61
 
 
-def test_a_restore_drops_evaluations_after_the_checkpoint(run: Any, tmp_path: Path) -> None:
+def test_a_restore_drops_evaluations_after_the_checkpoint(
+    run: Any, tmp_path: Path, history_entry
+) -> None:
     status = sink(run, tmp_path)
     for i in range(5):
-        status.evaluation(entry(i, 0.1 * (i + 1)))
-    status.restore([entry(i, 0.1 * (i + 1)) for i in range(3)])
+        status.evaluation(history_entry(i, 0.1 * (i + 1)))
+    status.restore([history_entry(i, 0.1 * (i + 1)) for i in range(3)])
     assert [e["step"] for e in stored(run)["evaluations"]] == [0, 1, 2]
     assert stored(run)["evaluationCount"] == 3
 
@@ -97,11 +91,13 @@ def test_conditions_are_set_without_losing_the_others(run: Any, tmp_path: Path) 
     assert conditions["LearningSignal"]["reason"] == "NoSignal"
 
 
-def test_the_sink_needs_only_get_and_patch_on_the_status(run: Any, tmp_path: Path) -> None:
+def test_the_sink_needs_only_get_and_patch_on_the_status(
+    run: Any, tmp_path: Path, history_entry
+) -> None:
     before = len(run.requests)
     status = sink(run, tmp_path)
     status.progress({"step": 1})
-    status.evaluation(entry(1, 0.1))
+    status.evaluation(history_entry(1, 0.1))
     status.condition("LearningSignal", True, "Learning", "ok")
     calls = run.requests[before:]
     assert {(c.verb, c.rbac_resource, c.name) for c in calls} <= {
@@ -111,14 +107,14 @@ def test_the_sink_needs_only_get_and_patch_on_the_status(run: Any, tmp_path: Pat
 
 
 def test_an_unreachable_api_is_logged_and_training_goes_on(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, history_entry
 ) -> None:
     status = KubernetesStatus(
         RunStatus(Kube.connect("http://127.0.0.1:9"), NS, "r1", attempts=2), FileStatus(tmp_path)
     )
     with caplog.at_level(logging.WARNING, logger="scalerl.status.kubernetes"):
         status.progress({"step": 1})
-        status.evaluation(entry(1, 0.1))
+        status.evaluation(history_entry(1, 0.1))
         status.condition("Ready", True, "x", "y")
     assert len([r for r in caplog.records if "not written" in r.message]) == 3
     assert (tmp_path / "history.jsonl").exists()  # the volume still has everything

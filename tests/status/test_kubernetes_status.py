@@ -5,34 +5,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 from scalerl.status import FileStatus, open_status
 from scalerl.status.kubernetes import status_evaluation, status_progress, thin
 
-
-def entry(step: int, compute: float, pass_rate: float = 0.3) -> dict[str, Any]:
-    """A history entry as the trainer writes it."""
-    return {
-        "step": step,
-        "version": step,
-        "compute": compute,
-        "pass_rate": pass_rate,
-        "eval_truncation_rate": 0.01,
-        "loss": 0.1,
-    }
-
-
 # --- pure --------------------------------------------------------------------------------------
 
 
-def test_thin_keeps_everything_below_the_bound() -> None:
-    points = [status_evaluation(entry(i, 1.0 + i)) for i in range(10)]
+def test_thin_keeps_everything_below_the_bound(history_entry) -> None:
+    points = [status_evaluation(history_entry(i, 1.0 + i)) for i in range(10)]
     assert thin(points, 300) == points
 
 
-def test_thin_spreads_points_evenly_on_log_compute() -> None:
-    points = [status_evaluation(entry(i, 1.001**i)) for i in range(8000)]  # even on log compute
+def test_thin_spreads_points_evenly_on_log_compute(history_entry) -> None:
+    points = [
+        status_evaluation(history_entry(i, 1.001**i)) for i in range(8000)
+    ]  # even on log compute
     kept = thin(points, 300)
     assert 290 <= len(kept) <= 300
     assert kept[0] == points[0] and kept[-1] == points[-1]
@@ -41,10 +29,10 @@ def test_thin_spreads_points_evenly_on_log_compute() -> None:
     assert max(gaps) < 2 * (logs[-1] - logs[0]) / 299  # no hole anywhere on the log axis
 
 
-def test_thin_keeps_the_sparse_early_points_of_a_linear_schedule() -> None:
+def test_thin_keeps_the_sparse_early_points_of_a_linear_schedule(history_entry) -> None:
     # Evaluations every N steps are even on linear compute: the early ones are far apart on the
     # log axis, where the curve rises, and all of them stay.
-    points = [status_evaluation(entry(i, 0.01 * (i + 1))) for i in range(5000)]
+    points = [status_evaluation(history_entry(i, 0.01 * (i + 1))) for i in range(5000)]
     kept = thin(points, 300)
     assert len(kept) <= 300
     assert kept[:20] == points[:20] and kept[-1] == points[-1]
