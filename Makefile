@@ -36,9 +36,11 @@ bench: setup
 	$(BIN)/python bench/stability_bench.py
 	$(BIN)/python bench/trl_bench.py
 
-# The ScaleRLRun CRD, generated from scalerl/spec.py (tests/operator/test_crd.py fails when stale).
+# The ScaleRLRun CRD, generated from scalerl/spec.py, for kubectl and for the chart
+# (tests/operator/test_crd.py fails when either is stale).
 crds: setup
 	$(BIN)/python -m scalerl.operator.crd --out crds/scalerlruns.scalerl.dev.yaml
+	$(BIN)/python -m scalerl.operator.crd --out helm/scalerl/crds/scalerlruns.scalerl.dev.yaml
 
 lint: setup
 	$(BIN)/ruff check scalerl tests bench

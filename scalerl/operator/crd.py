@@ -29,6 +29,8 @@ SINGULAR = "scalerlrun"
 SHORT_NAME = "srl"
 CATEGORY = "scalerl"
 CRD_FILE = Path("crds") / f"{PLURAL}.{GROUP}.yaml"
+# The chart ships the same file (Helm installs crds/ once; see the chart's NOTES.txt).
+CHART_CRD_FILE = Path("helm/scalerl") / CRD_FILE
 HEADER = "# Generated from scalerl/spec.py by `make crds` (scalerl/operator/crd.py); do not edit.\n"
 
 # Changing these would make the curve so far belong to a different experiment: a run's evaluations

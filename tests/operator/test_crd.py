@@ -39,9 +39,10 @@ def with_spec(**spec: Any) -> dict[str, Any]:
     return run
 
 
-def test_committed_crd_file_is_a_fresh_generation() -> None:
-    committed = (ROOT / crd.CRD_FILE).read_text()
-    assert committed == crd.render_crd(), "crds/ is stale: run `make crds`"
+@pytest.mark.parametrize("path", [crd.CRD_FILE, crd.CHART_CRD_FILE], ids=str)
+def test_committed_crd_files_are_a_fresh_generation(path: Path) -> None:
+    committed = (ROOT / path).read_text()
+    assert committed == crd.render_crd(), f"{path} is stale: run `make crds`"
 
 
 def test_crd_names_the_resource_as_documented() -> None:

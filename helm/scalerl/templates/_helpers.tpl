@@ -1,0 +1,38 @@
+{{/* The release's full name, a DNS label. */}}
+{{- define "scalerl.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "scalerl.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "scalerl.labels" -}}
+{{ include "scalerl.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "scalerl.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "scalerl.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "scalerl.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The label kube-prometheus-stack selects monitors and rules by. */}}
+{{- define "scalerl.monitoringLabels" -}}
+{{ include "scalerl.labels" . }}
+release: {{ .Values.monitoring.release | quote }}
+{{- end -}}
