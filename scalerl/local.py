@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import yaml
 from scalerl import preflight
 from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError
-from scalerl.metrics import RunnerMetrics
+from scalerl.metrics import RunMetrics
 from scalerl.progress import ProgressDisplay
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.status.files import STATUS_FILE, read_status
@@ -31,6 +32,9 @@ from scalerl.trainer.history import HISTORY_FILE, PROGRESS_FILE, read_history
 
 log = logging.getLogger("scalerl.local")
 PROCESSES_FILE = "processes.json"  # role -> pid and /metrics URL of the current attempt
+# The same endpoints as Prometheus file-based discovery reads them (`file_sd_configs`): point a
+# Prometheus at it to watch a local run as a cluster's PodMonitor would.
+TARGETS_FILE = "prometheus-targets.json"
 STOP_GRACE_S = 15.0
 
 
@@ -124,12 +128,27 @@ class Gang:
         return "\n".join(text[-lines:])
 
 
+def write_targets(path: Path, processes: dict[str, dict[str, Any]]) -> None:
+    """One file_sd target group per process, labelled with its role; replaced atomically, since
+    Prometheus rereads the file whenever it changes."""
+    groups = []
+    for role, process in processes.items():
+        url = urllib.parse.urlsplit(process["metrics"])
+        groups.append({"targets": [url.netloc], "labels": {"role": role.split("-")[0]}})
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(groups, indent=2))
+    partial.replace(path)
+
+
 class LocalRun:
     def __init__(self, run: ScaleRLRun, out: Path, *, display: bool = True) -> None:
         self.run, self.out = run, out
         self.spec_path = out / "run.yaml"
         self.display = ProgressDisplay(run.spec.budget.max_steps, enabled=display)
-        self.metrics = RunnerMetrics(run.name)
+        self.metrics = RunMetrics()
+        stop_when = run.spec.budget.stop_when
+        self.metrics.set_target(run.name, stop_when.predicted_a_below if stop_when else None)
+        self.metrics.set_restarts(run.name, 0)
         port = free_port()
         self.metrics.serve(port, addr="127.0.0.1")
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"  # the prediction, for Prometheus
@@ -162,6 +181,7 @@ class LocalRun:
         }
         processes["runner"] = {"pid": os.getpid(), "metrics": self.metrics_url}
         (self.out / PROCESSES_FILE).write_text(json.dumps(processes, indent=2))
+        write_targets(self.out / TARGETS_FILE, processes)
         return gang
 
     def supervise(self, gang: Gang) -> None:
@@ -212,8 +232,7 @@ class LocalRun:
             log.exception("fit of %d evaluations failed", len(history))
             self.display.note(f"fit failed ({type(err).__name__}: {err}); the run goes on")
             return None
-        self.metrics.predicted_asymptote.set(result["A"])
-        self.metrics.predicted_cmid.set(result["C_mid"])
+        self.metrics.set_prediction(self.run.name, result)
         self.display.note(
             f"fit: A={result['A']:.3f} C_mid={result['C_mid']:.3g} "
             f"B={result['B']:.2f} ({result['points']} points)"
@@ -243,6 +262,7 @@ class LocalRun:
             if self.trained_steps() <= started_at or self.restarts >= limit:
                 raise PeerError(f"run failed after {self.restarts} restarts: {err}") from None
             self.restarts += 1
+            self.metrics.set_restarts(self.run.name, self.restarts)
             self.display.note(
                 f"restarting from the last checkpoint ({self.restarts}/{limit}): {err}"
             )

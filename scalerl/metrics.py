@@ -58,21 +58,35 @@ TRAINER_GAUGES = {
     "grad_norm": "Total gradient norm (before clipping) of the last step.",
     "importance_ratio_max": "Largest trainer/generator token probability ratio, last step.",
     "clip_fraction": "Fraction of trained tokens whose ratio the loss capped or clipped.",
+    "max_off_policy_steps": "The run's maxOffPolicySteps: the policy lag it allows.",
 }
 HISTOGRAMS = {
     "weight_sync_seconds": "Seconds to send (trainer) or receive and load (generator) weights.",
     "step_seconds": "Seconds of one optimizer step (forward, backward, update).",
 }
-PREDICTION_GAUGES = {
+# Per run, from whoever watches the run as a whole: the local runner, or the operator (one
+# series per run it manages).
+RUN_GAUGES = {
     "predicted_asymptote": "Fitted asymptotic pass rate A of the scaling curve.",
     "predicted_cmid": "Fitted compute midpoint C_mid (GPU-hours; process-hours locally).",
+    "predicted_slope": "Fitted scaling exponent B of the scaling curve.",
+    "predicted_r0": "Pass rate at zero compute the fit anchors the curve at (R0).",
+    "target_asymptote": "The run's target: spec.budget.stopWhen.predictedABelow (absent if none).",
+    "gang_restarts": "Gang restarts from the last checkpoint so far.",
+}
+# Fit result key -> the gauge it sets.
+_PREDICTION = {
+    "A": "predicted_asymptote",
+    "C_mid": "predicted_cmid",
+    "B": "predicted_slope",
+    "R0": "predicted_r0",
 }
 
 
 def all_metric_names() -> set[str]:
     """Every series name as Prometheus stores it (counters with `_total`, histogram parts)."""
     names = {f"{PREFIX}{n}_total" for n in {**GENERATOR_COUNTERS, **TRAINER_COUNTERS}}
-    names |= {f"{PREFIX}{n}" for n in {**GENERATOR_GAUGES, **TRAINER_GAUGES, **PREDICTION_GAUGES}}
+    names |= {f"{PREFIX}{n}" for n in {**GENERATOR_GAUGES, **TRAINER_GAUGES, **RUN_GAUGES}}
     for n in HISTOGRAMS:
         names |= {f"{PREFIX}{n}_{part}" for part in ("bucket", "sum", "count")}
     return names
@@ -126,8 +140,40 @@ class TrainerMetrics(_Metrics):
         super().__init__(run, TRAINER_COUNTERS, TRAINER_GAUGES, HISTOGRAMS)
 
 
-class RunnerMetrics(_Metrics):
-    """The local runner's own endpoint: the prediction it refits as evaluations arrive."""
+class RunMetrics:
+    """Run-level gauges for any number of runs: the local runner serves its one run, the operator
+    every run it manages (a run's series go when the run goes)."""
 
-    def __init__(self, run: str) -> None:
-        super().__init__(run, {}, PREDICTION_GAUGES, {})
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._gauges = {
+            name: Gauge(PREFIX + name, doc, LABELS, registry=self.registry)
+            for name, doc in RUN_GAUGES.items()
+        }
+
+    def set_prediction(self, run: str, result: dict[str, Any]) -> None:
+        for key, name in _PREDICTION.items():
+            if result.get(key) is not None:
+                self._gauges[name].labels(run=run).set(float(result[key]))
+
+    def set_target(self, run: str, target: float | None) -> None:
+        if target is None:
+            self._remove("target_asymptote", run)
+        else:
+            self._gauges["target_asymptote"].labels(run=run).set(target)
+
+    def set_restarts(self, run: str, restarts: int) -> None:
+        self._gauges["gang_restarts"].labels(run=run).set(restarts)
+
+    def forget(self, run: str) -> None:
+        for name in self._gauges:
+            self._remove(name, run)
+
+    def _remove(self, name: str, run: str) -> None:
+        try:
+            self._gauges[name].remove(run)
+        except KeyError:
+            pass  # never set
+
+    def serve(self, port: int, addr: str) -> None:
+        start_http_server(port, addr=addr, registry=self.registry)

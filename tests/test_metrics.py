@@ -5,7 +5,7 @@ from __future__ import annotations
 import urllib.request
 
 from scalerl.local import free_port
-from scalerl.metrics import GeneratorMetrics, RunnerMetrics, TrainerMetrics, all_metric_names
+from scalerl.metrics import GeneratorMetrics, RunMetrics, TrainerMetrics, all_metric_names
 
 DESIGN_NAMES = [
     "truncated_sequences_total",
@@ -27,7 +27,7 @@ DESIGN_NAMES = [
 ]
 
 
-def scrape(*processes: TrainerMetrics | GeneratorMetrics | RunnerMetrics) -> str:
+def scrape(*processes: TrainerMetrics | GeneratorMetrics | RunMetrics) -> str:
     text = ""
     for metrics in processes:
         port = free_port()
@@ -37,8 +37,17 @@ def scrape(*processes: TrainerMetrics | GeneratorMetrics | RunnerMetrics) -> str
     return text
 
 
+def run_metrics(run: str) -> RunMetrics:
+    """The runner's (or operator's) gauges once a run has a fit, a target and a restart."""
+    metrics = RunMetrics()
+    metrics.set_prediction(run, {"A": 0.8, "B": 1.5, "C_mid": 120.0, "R0": 0.1})
+    metrics.set_target(run, 0.5)
+    metrics.set_restarts(run, 1)
+    return metrics
+
+
 def test_every_design_metric_is_served_by_some_process() -> None:
-    text = scrape(TrainerMetrics("demo"), GeneratorMetrics("demo"), RunnerMetrics("demo"))
+    text = scrape(TrainerMetrics("demo"), GeneratorMetrics("demo"), run_metrics("demo"))
     for name in DESIGN_NAMES:
         series = f"scalerl_{name}"
         if name.endswith("_seconds"):
@@ -47,7 +56,7 @@ def test_every_design_metric_is_served_by_some_process() -> None:
 
 
 def test_all_metric_names_lists_what_is_served() -> None:
-    text = scrape(TrainerMetrics("x"), GeneratorMetrics("x"), RunnerMetrics("x"))
+    text = scrape(TrainerMetrics("x"), GeneratorMetrics("x"), run_metrics("x"))
     served = {line.split("{")[0] for line in text.splitlines() if line and line[0] != "#"}
     assert served == all_metric_names()
 
@@ -59,3 +68,13 @@ def test_values_land_in_the_run_series() -> None:
     text = scrape(trainer)
     assert 'scalerl_zero_variance_groups_total{run="math-8b"} 3.0' in text
     assert 'scalerl_step_seconds_count{run="math-8b"} 1.0' in text
+
+
+def test_run_gauges_keep_one_series_per_run_until_it_is_forgotten() -> None:
+    metrics = run_metrics("a")
+    metrics.set_prediction("b", {"A": 0.6, "B": 2.0, "C_mid": 50.0, "R0": 0.0})
+    metrics.forget("a")
+    text = scrape(metrics)
+    assert 'scalerl_predicted_asymptote{run="b"} 0.6' in text
+    assert 'run="a"' not in text
+    assert 'scalerl_target_asymptote{run="b"}' not in text  # b has no stopWhen target

@@ -372,6 +372,7 @@ def build_trainer(run: ScaleRLRun, env: ProcessEnv) -> Trainer:
         log.info("resumed from %s (step %d)", newest, state.step)
     status.restore(state.evaluations)
     metrics = TrainerMetrics(run.name)
+    metrics.max_off_policy_steps.set(run.spec.recipe.max_off_policy_steps)
     metrics.serve(env.metrics_port, env.bind_host)
     channel = TrainerChannel(f"tcp://{env.bind_host}:{env.channel_port}")
     clock = ComputeClock(env.compute_units, state.compute_hours)
