@@ -420,9 +420,22 @@ def add_operator_parser(subparsers: Subparsers) -> None:
         "in-cluster credentials in a pod, else KUBECONFIG or ~/.kube/config. Watches every "
         "namespace unless --namespace limits it.",
     )
-    p.add_argument("--namespace", metavar="NS", help="watch only this namespace")
+    p.add_argument(
+        "--namespace",
+        metavar="NS",
+        action="append",
+        default=[],
+        help="watch only this namespace (repeat for several)",
+    )
     p.add_argument(
         "--liveness", metavar="URL", help="health endpoint, e.g. http://0.0.0.0:8080/healthz"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="serve the runs' predictions and gang restarts on /metrics at this port",
     )
     p.add_argument("--verbose", action="store_true", help="log every handler call")
     p.set_defaults(handler=cmd_operator)
@@ -431,7 +444,12 @@ def add_operator_parser(subparsers: Subparsers) -> None:
 def cmd_operator(args: argparse.Namespace) -> int:
     from scalerl.operator.main import run_operator
 
-    return run_operator(args.namespace, liveness=args.liveness, verbose=args.verbose)
+    return run_operator(
+        args.namespace,
+        liveness=args.liveness,
+        metrics_port=args.metrics_port,
+        verbose=args.verbose,
+    )
 
 
 # Each entry declares one subcommand; add new commands here.

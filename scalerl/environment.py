@@ -35,6 +35,8 @@ class ProcessEnv:
     # Where this process listens (rollout stream, sync store, /metrics): loopback by default, so a
     # local run is not open to its network; "0.0.0.0" in pods, behind the run's NetworkPolicy.
     bind_host: str = "127.0.0.1"
+    # The rollout stream's CURVE keys (scalerl.rollout.keys); None: an unauthenticated stream.
+    stream_keys: Path | None = None
 
     def to_environ(self) -> dict[str, str]:
         return {
@@ -49,6 +51,7 @@ class ProcessEnv:
             _PREFIX + "PEER_TIMEOUT": str(self.peer_timeout_s),
             _PREFIX + "STATUS": self.status,
             _PREFIX + "BIND_HOST": self.bind_host,
+            _PREFIX + "STREAM_KEYS": str(self.stream_keys or ""),
         }
 
     @classmethod
@@ -80,4 +83,5 @@ class ProcessEnv:
             peer_timeout_s=float(get("PEER_TIMEOUT", "300")),
             status=get("STATUS", "files"),
             bind_host=get("BIND_HOST", "127.0.0.1"),
+            stream_keys=Path(keys) if (keys := get("STREAM_KEYS", "")) else None,
         )

@@ -27,6 +27,8 @@ JSON_PATCH = "application/json-patch+json"
 # kind -> plural, for every kind we touch (no discovery round trip needed).
 PLURALS = {
     "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "NetworkPolicy": "networkpolicies",
     "Service": "services",
     "ServiceAccount": "serviceaccounts",
     "Pod": "pods",

@@ -26,6 +26,7 @@ from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError
 from scalerl.metrics import RunMetrics
 from scalerl.progress import ProgressDisplay
+from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.status.files import STATUS_FILE, read_status
 from scalerl.trainer.history import HISTORY_FILE, PROGRESS_FILE, read_history
@@ -35,6 +36,7 @@ PROCESSES_FILE = "processes.json"  # role -> pid and /metrics URL of the current
 # The same endpoints as Prometheus file-based discovery reads them (`file_sd_configs`): point a
 # Prometheus at it to watch a local run as a cluster's PodMonitor would.
 TARGETS_FILE = "prometheus-targets.json"
+KEYS_DIR = "stream-keys"  # the rollout stream's CURVE keys, readable by the run's user only
 STOP_GRACE_S = 15.0
 
 
@@ -158,8 +160,12 @@ class LocalRun:
     def launch(self) -> Gang:
         spec = self.run.spec
         count = spec.generators.replicas
+        keys = self.out / KEYS_DIR
+        if not keys.exists():  # one set per run, kept across gang restarts
+            StreamKeys.generate().write(keys)
         base = dict(
             spec=self.spec_path.resolve(),
+            stream_keys=keys.resolve(),
             run_dir=self.out.resolve(),
             trainer_host="127.0.0.1",
             channel_port=free_port(),

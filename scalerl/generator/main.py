@@ -47,6 +47,7 @@ from scalerl.rollout.records import (
     Stop,
     UpdateWeights,
 )
+from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.rollout.stream import GeneratorChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 
@@ -381,7 +382,10 @@ async def serve(env: ProcessEnv) -> None:
     config = engine_config(spec, env, needed)
     prepare_vllm_environment(config)
     engine = GenerationEngine(config)
-    channel = GeneratorChannel(f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index)
+    keys = StreamKeys.load(env.stream_keys, GENERATOR_FILES) if env.stream_keys else None
+    channel = GeneratorChannel(
+        f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index, keys=keys
+    )
     # SIGTERM (the runner stopping the gang, or Kubernetes) cancels the run, so the finally
     # below shuts the vLLM engine process down instead of orphaning it.
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _cancel(asyncio.current_task()))

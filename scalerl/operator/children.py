@@ -11,7 +11,8 @@ from typing import Any
 
 from scalerl.kube import Kube
 from scalerl.operator import manifests, names
-from scalerl.operator.manifests import Images, Owner
+from scalerl.operator.manifests import Images, NetworkSettings, Owner
+from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import ScaleRLRun
 
 
@@ -19,12 +20,22 @@ class StaleWorkload(Exception):  # noqa: N818 - a signal to come back, not a fai
     """A workload of another gang attempt was in the way and is being deleted."""
 
 
-def ensure_static(kube: Kube, run: ScaleRLRun, owner: Owner, *, new: bool = False) -> list[str]:
-    """Create the config, Service and RBAC where missing; keep the config current (the budget
-    and replicas may change). For a `new` run, create straight away (a conflict means it is
-    there already): half the round trips on the path a user waits on. Returns what was created."""
+def ensure_static(
+    kube: Kube,
+    run: ScaleRLRun,
+    owner: Owner,
+    network: NetworkSettings,
+    *,
+    new: bool = False,
+) -> list[str]:
+    """Create the config, keys, policy, Service and RBAC where missing; keep the config current
+    (the budget and replicas may change). For a `new` run, create straight away (a conflict means
+    it is there already): half the round trips on the path a user waits on. Returns what was
+    created."""
     created = []
-    for obj in manifests.static_children(run, owner):
+    # Fresh keys on every call, but only a missing Secret is created: the run keeps its first.
+    keys = StreamKeys.generate()
+    for obj in manifests.static_children(run, owner, keys, network):
         meta = obj["metadata"]
         current = (
             None
@@ -70,7 +81,7 @@ def remove_workloads(kube: Kube, owner: Owner) -> int:
 
 
 def remove_all(kube: Kube, owner: Owner, fit_jobs: int) -> int:
-    """Every child of the run: gang, fit Jobs, their pods, config, Service, RBAC."""
+    """Every child of the run: gang, fit Jobs, their pods, config, keys, policy, Service, RBAC."""
     jobs = [names.workload(owner.name, role) for role in names.WORKLOAD_ROLES]
     jobs += [names.fit_job(owner.name, number) for number in range(1, fit_jobs + 1)]
     deleted = sum(kube.delete("batch/v1", "Job", owner.namespace, job) for job in jobs)
@@ -82,6 +93,8 @@ def remove_all(kube: Kube, owner: Owner, fit_jobs: int) -> int:
         ("v1", "ServiceAccount", account),
         ("v1", "Service", names.service(owner.name)),
         ("v1", "ConfigMap", names.config(owner.name)),
+        ("v1", "Secret", names.stream_keys(owner.name)),
+        ("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(owner.name)),
     ):
         deleted += kube.delete(api_version, kind, owner.namespace, name)
     return deleted

@@ -21,10 +21,12 @@ from typing import Any
 
 import kopf
 
+from scalerl.errors import InputError
 from scalerl.kube import Kube, KubeError
 from scalerl.operator import lifecycle, names
 from scalerl.operator.children import StaleWorkload
-from scalerl.operator.manifests import Images
+from scalerl.metrics import RunMetrics
+from scalerl.operator.manifests import Images, NetworkSettings
 
 RUNS = ("scalerl.dev", "v1alpha1", "scalerlruns")
 FINALIZER = "scalerl.dev/cleanup"
@@ -53,6 +55,33 @@ def images_from_environ() -> Images:
     )
 
 
+def network_from_environ() -> NetworkSettings:
+    """The runs' NetworkPolicy settings (the chart sets them from its `networkPolicy` values)."""
+    enabled = os.environ.get("SCALERL_NETWORK_POLICY", "true").strip().lower()
+    if enabled not in ("true", "false"):
+        raise InputError(f"SCALERL_NETWORK_POLICY must be true or false, got {enabled!r}")
+    raw = os.environ.get("SCALERL_METRICS_NAMESPACES", "monitoring")
+    return NetworkSettings(
+        enabled=enabled == "true",
+        metrics_namespaces=tuple(ns.strip() for ns in raw.split(",") if ns.strip()),
+    )
+
+
+def export_metrics(metrics: RunMetrics, run: dict[str, Any], deleted: bool) -> None:
+    """The run-level gauges (prediction, target, gang restarts) from the run's own object."""
+    name = run["metadata"]["name"]
+    if deleted:
+        metrics.forget(name)
+        return
+    status = run.get("status") or {}
+    metrics.set_restarts(name, int(status.get("restarts") or 0))
+    if status.get("prediction"):
+        metrics.set_prediction(name, status["prediction"])
+    # Read raw, not parsed: a gauge must not wait for an invalid spec to be fixed.
+    stop_when = ((run.get("spec") or {}).get("budget") or {}).get("stopWhen") or {}
+    metrics.set_target(name, stop_when.get("predictedABelow"))
+
+
 def post_event(run: dict[str, Any], type_: str, reason: str, message: str) -> None:
     kopf.event(run, type=type_, reason=reason, message=message[:1024])
 
@@ -61,7 +90,8 @@ def act(memo: Any, run: Any, what: Callable[[lifecycle.Context], object]) -> Non
     """Run `what` for the run under its lock; API errors mapped to kopf's retry semantics."""
     meta = run["metadata"]
     owner = lifecycle.owner_of({"metadata": dict(meta)})
-    context = lifecycle.Context(memo.kube, memo.images, owner, post_event)
+    network = getattr(memo, "network", None) or NetworkSettings()
+    context = lifecycle.Context(memo.kube, memo.images, owner, post_event, network)
     try:
         with run_lock(owner.namespace, owner.name):
             what(context)
@@ -89,6 +119,8 @@ def register(
             memo.kube = Kube.connect()
         if getattr(memo, "images", None) is None:
             memo.images = images_from_environ()
+        if getattr(memo, "network", None) is None:
+            memo.network = network_from_environ()
 
     @kopf.on.create(*RUNS, registry=registry, id="create")
     def created(body: kopf.Body, memo: Any, **_: Any) -> None:
@@ -108,9 +140,12 @@ def register(
 
     @kopf.on.event(*RUNS, registry=registry, id="status")
     def status_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+        run = _plain(body)
+        if getattr(memo, "metrics", None) is not None:
+            export_metrics(memo.metrics, run, deleted=type == "DELETED")
         # Every progress patch lands here: decide from the event's own body, without API calls,
         # whether anything may be due before taking the lock and reading afresh.
-        if type != "DELETED" and lifecycle.wants_action(_plain(body)):
+        if type != "DELETED" and lifecycle.wants_action(run):
             act(memo, body, lifecycle.on_status)
 
     @kopf.on.event(

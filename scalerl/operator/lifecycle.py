@@ -23,7 +23,7 @@ from typing import Any
 from scalerl.errors import SpecError
 from scalerl.kube import Kube, KubeError
 from scalerl.operator import children, names
-from scalerl.operator.manifests import Images, Owner
+from scalerl.operator.manifests import Images, NetworkSettings, Owner
 from scalerl.operator.prediction import stop_reason
 from scalerl.spec import ScaleRLRun, parse_run
 from scalerl.status.conditions import set_condition
@@ -52,6 +52,7 @@ class Context:
     images: Images
     owner: Owner
     emit: Emit
+    network: NetworkSettings = NetworkSettings()
 
     @property
     def status(self) -> RunStatus:
@@ -165,7 +166,7 @@ def reconcile(ctx: Context, *, new: bool = False) -> None:
     if status_of(run_obj).get("phase") in TERMINAL:
         children.remove_workloads(ctx.kube, ctx.owner)
         return
-    children.ensure_static(ctx.kube, run, ctx.owner, new=new)
+    children.ensure_static(ctx.kube, run, ctx.owner, ctx.network, new=new)
     if run.spec.suspend:
         suspend(ctx, run_obj, generation)
     else:

@@ -5,25 +5,36 @@ from __future__ import annotations
 import asyncio
 
 from scalerl.kube import Kube
+from scalerl.metrics import RunMetrics
 
 
 def run_operator(
-    namespace: str | None, *, liveness: str | None = None, verbose: bool = False
+    namespaces: list[str],
+    *,
+    liveness: str | None = None,
+    metrics_port: int = 0,
+    verbose: bool = False,
 ) -> int:
-    """Watch every namespace, or only `namespace`; returns when the operator stops."""
+    """Watch every namespace, or only `namespaces`; returns when the operator stops."""
     import kopf
 
     import scalerl.operator  # noqa: F401 - registers the handlers in kopf's default registry
-    from scalerl.operator.handlers import images_from_environ
+    from scalerl.operator.handlers import images_from_environ, network_from_environ
 
     kopf.configure(verbose=verbose)
-    # Connect before starting: a missing kubeconfig is a clear error, not a retry loop.
-    memo = kopf.Memo(kube=Kube.connect(), images=images_from_environ())
+    # Connect and read the settings before starting: a missing kubeconfig or a bad setting is a
+    # clear error, not a retry loop.
+    memo = kopf.Memo(
+        kube=Kube.connect(), images=images_from_environ(), network=network_from_environ()
+    )
+    if metrics_port:
+        memo.metrics = RunMetrics()
+        memo.metrics.serve(metrics_port, addr="0.0.0.0")  # noqa: S104 - scraped from outside
     asyncio.run(
         kopf.operator(
             registry=kopf.get_default_registry(),
-            clusterwide=namespace is None,
-            namespaces=[namespace] if namespace else (),
+            clusterwide=not namespaces,
+            namespaces=namespaces,
             standalone=True,
             liveness_endpoint=liveness,
             memo=memo,

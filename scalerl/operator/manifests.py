@@ -24,12 +24,14 @@ import yaml
 
 from scalerl.environment import ProcessEnv
 from scalerl.operator import names
+from scalerl.rollout.keys import GENERATOR_FILES, TRAINER_FILES, StreamKeys
 from scalerl.spec import API_VERSION, KIND, ReplicaSpec, ScaleRLRun
 
 IMAGE_TAG = "0.1.0"
 CONFIG_DIR = "/etc/scalerl"
 SPEC_FILE = "run.yaml"
 RUN_DIR = "/checkpoints"
+KEYS_DIR = "/etc/scalerl/stream-keys"
 CHANNEL_PORT = 5555
 SYNC_PORT = 29500
 METRICS_PORT = 9400
@@ -44,6 +46,15 @@ class Images:
     trainer: str = f"scalerl/trainer:{IMAGE_TAG}"
     generator: str = f"scalerl/generator:{IMAGE_TAG}"
     fit: str = f"scalerl/operator:{IMAGE_TAG}"  # the fit needs scipy, not torch
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """The run's NetworkPolicy (the chart's `networkPolicy` values)."""
+
+    enabled: bool = True
+    # Namespaces (by name) whose pods may scrape the run's /metrics.
+    metrics_namespaces: tuple[str, ...] = ("monitoring",)
 
 
 @dataclass(frozen=True)
@@ -73,15 +84,28 @@ class Owner:
         }
 
 
-def children(run: ScaleRLRun, owner: Owner, attempt: int, images: Images) -> list[dict[str, Any]]:
+def children(
+    run: ScaleRLRun,
+    owner: Owner,
+    attempt: int,
+    images: Images,
+    keys: StreamKeys,
+    network: NetworkSettings = NetworkSettings(),
+) -> list[dict[str, Any]]:
     """Everything a running run has, in creation order (the workloads last)."""
-    return [*static_children(run, owner), *workloads(run, owner, attempt, images)]
+    return [*static_children(run, owner, keys, network), *workloads(run, owner, attempt, images)]
 
 
-def static_children(run: ScaleRLRun, owner: Owner) -> list[dict[str, Any]]:
-    """Children that live as long as the run: config, Service and the status RBAC."""
+def static_children(
+    run: ScaleRLRun, owner: Owner, keys: StreamKeys, network: NetworkSettings = NetworkSettings()
+) -> list[dict[str, Any]]:
+    """Children that live as long as the run: config, stream keys, network policy, Service and
+    the status RBAC. The policy comes before any pod, so no pod is ever unprotected."""
+    policy = [network_policy(owner, network)] if network.enabled else []
     return [
         config_map(run, owner),
+        stream_keys_secret(owner, keys),
+        *policy,
         service_account(owner),
         role(owner),
         role_binding(owner),
@@ -113,6 +137,46 @@ def config_map(run: ScaleRLRun, owner: Owner) -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": owner.metadata(names.config(owner.name), "config"),
         "data": {SPEC_FILE: text},
+    }
+
+
+def stream_keys_secret(owner: Owner, keys: StreamKeys) -> dict[str, Any]:
+    """The rollout stream's CURVE keys; every gang attempt mounts the same Secret."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": owner.metadata(names.stream_keys(owner.name), "keys"),
+        "type": "Opaque",
+        "stringData": keys.text(),
+    }
+
+
+def network_policy(owner: Owner, network: NetworkSettings) -> dict[str, Any]:
+    """Only the run's own pods reach its pods (rollout stream, sync store, and the ephemeral
+    ports gloo and NCCL open for the broadcast itself); /metrics also from the monitoring
+    namespaces. Egress stays open: pods read models and data from wherever the user keeps them."""
+    run_pods = {"matchLabels": {names.LABEL_RUN: owner.name}}
+    monitoring = {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "In",
+                    "values": list(network.metrics_namespaces),
+                }
+            ]
+        }
+    }
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": run_pods}]}]
+    if network.metrics_namespaces:
+        ingress.append(
+            {"from": [monitoring], "ports": [{"protocol": "TCP", "port": METRICS_PORT}]}
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": owner.metadata(names.network_policy(owner.name), "network"),
+        "spec": {"podSelector": run_pods, "policyTypes": ["Ingress"], "ingress": ingress},
     }
 
 
@@ -191,6 +255,7 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
         compute_units=spec.compute_units or processes,
         status=f"kubernetes:{owner.namespace}/{owner.name}",
         bind_host="0.0.0.0",  # peers reach the pod through its Service, not its hostname
+        stream_keys=Path(KEYS_DIR),
     )
     environ = env.to_environ()
     if role_name == names.ROLE_GENERATOR:
@@ -219,14 +284,17 @@ def workload(
         ],
         "ports": [{"name": name, "containerPort": port} for name, port in _ports()],
         "resources": _resources(replicas),
-        "volumeMounts": _mounts(run),
+        "volumeMounts": [
+            *_mounts(run),
+            {"name": "stream-keys", "mountPath": KEYS_DIR, "readOnly": True},
+        ],
         "securityContext": {"allowPrivilegeEscalation": False},
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "subdomain": names.service(owner.name),
         "containers": [container],
-        "volumes": _volumes(run, owner),
+        "volumes": [*_volumes(run, owner), _keys_volume(owner, role_name)],
     }
     if role_name == names.ROLE_TRAINER:
         pod_spec["serviceAccountName"] = names.account(owner.name)
@@ -306,6 +374,19 @@ def _mounts(run: ScaleRLRun) -> list[dict[str, Any]]:
         {"name": "store", "mountPath": "/data", "subPath": "data", "readOnly": True},
         {"name": "store", "mountPath": RUN_DIR, "subPath": f"runs/{run.name}"},
     ]
+
+
+def _keys_volume(owner: Owner, role_name: str) -> dict[str, Any]:
+    """Each role mounts only the keys it uses: a generator never holds the server secret."""
+    files = TRAINER_FILES if role_name == names.ROLE_TRAINER else GENERATOR_FILES
+    return {
+        "name": "stream-keys",
+        "secret": {
+            "secretName": names.stream_keys(owner.name),
+            "defaultMode": 0o400,
+            "items": [{"key": name, "path": name} for name in files],
+        },
+    }
 
 
 def _volumes(run: ScaleRLRun, owner: Owner) -> list[dict[str, Any]]:

@@ -36,6 +36,15 @@ def service(run: str) -> str:
     return f"{run}-trainer"
 
 
+def stream_keys(run: str) -> str:
+    """The Secret with the rollout stream's CURVE keys."""
+    return f"{run}-stream-keys"
+
+
+def network_policy(run: str) -> str:
+    return f"{run}-network"
+
+
 def workload(run: str, role: str) -> str:
     return f"{run}-{role}"
 

@@ -17,6 +17,7 @@ from collections import deque
 import zmq
 
 from scalerl.errors import InputError, PeerError
+from scalerl.rollout.keys import ServerAuth, StreamKeys, apply_client
 from scalerl.rollout.records import Hello, Message, decode, encode
 
 _RETRY_S = 0.005
@@ -38,17 +39,22 @@ def _socket(kind: int, max_in_flight: int, linger_s: float) -> tuple[zmq.Context
 
 
 class TrainerChannel:
-    """The trainer's end: binds `bind` (e.g. "tcp://*:5555"), talks to every generator."""
+    """The trainer's end: binds `bind` (e.g. "tcp://127.0.0.1:5555"), talks to every generator;
+    with `keys`, only generators holding the run's client key."""
 
     def __init__(
         self,
         bind: str,
         *,
+        keys: StreamKeys | None = None,
         max_in_flight: int = 64,
         send_timeout_s: float = 30.0,
         linger_s: float = 1.0,
     ) -> None:
         self._context, self._socket = _socket(zmq.ROUTER, max_in_flight, linger_s)
+        self._auth = ServerAuth(self._context, keys) if keys is not None else None
+        if self._auth is not None:
+            self._auth.apply(self._socket)
         # Unroutable sends raise instead of vanishing; a restarted generator takes its name back.
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -97,6 +103,9 @@ class TrainerChannel:
     def close(self) -> None:
         if not self._socket.closed:
             self._socket.close()
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
         if not self._context.closed:
             self._context.term()
 
@@ -145,13 +154,15 @@ class TrainerChannel:
 
 
 class GeneratorChannel:
-    """A generator's end: connects to the trainer at `connect` as generator `generator`."""
+    """A generator's end: connects to the trainer at `connect` as generator `generator` (with
+    the run's `keys` when the trainer requires them)."""
 
     def __init__(
         self,
         connect: str,
         generator: int,
         *,
+        keys: StreamKeys | None = None,
         max_in_flight: int = 64,
         linger_s: float = 1.0,
     ) -> None:
@@ -161,6 +172,8 @@ class GeneratorChannel:
         self._unsent: tuple[Message, bytes] | None = None  # held by try_send between retries
         self._context, self._socket = _socket(zmq.DEALER, max_in_flight, linger_s)
         self._socket.setsockopt(zmq.IDENTITY, str(generator).encode())
+        if keys is not None:
+            apply_client(self._socket, keys)
         # Queue nothing until the trainer is really there: an unreachable trainer blocks `send`.
         self._socket.setsockopt(zmq.IMMEDIATE, 1)
         try:

@@ -31,6 +31,7 @@ from scalerl.rollout.records import (
     Stop,
     UpdateWeights,
 )
+from scalerl.rollout.keys import TRAINER_FILES, StreamKeys
 from scalerl.rollout.stream import TrainerChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 from scalerl.status import StatusSink, open_status
@@ -374,7 +375,8 @@ def build_trainer(run: ScaleRLRun, env: ProcessEnv) -> Trainer:
     metrics = TrainerMetrics(run.name)
     metrics.max_off_policy_steps.set(run.spec.recipe.max_off_policy_steps)
     metrics.serve(env.metrics_port, env.bind_host)
-    channel = TrainerChannel(f"tcp://{env.bind_host}:{env.channel_port}")
+    keys = StreamKeys.load(env.stream_keys, TRAINER_FILES) if env.stream_keys else None
+    channel = TrainerChannel(f"tcp://{env.bind_host}:{env.channel_port}", keys=keys)
     clock = ComputeClock(env.compute_units, state.compute_hours)
     return Trainer(run, env, policy, optimizer, scheduler, state, status, metrics, channel, clock)
 

@@ -8,6 +8,7 @@ resource at its storage version.
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 import random
@@ -287,6 +288,11 @@ class Store:
             self._crd_status(obj)
         elif created and rtype.kind in ("Pod", "Namespace") and not rtype.group:
             obj["status"] = {"phase": "Pending" if rtype.kind == "Pod" else "Active"}
+        elif rtype.kind == "Secret" and not rtype.group and "stringData" in obj:
+            # stringData is write-only: the server stores it base64-encoded in data.
+            data = obj.setdefault("data", {})
+            for key, text in obj.pop("stringData").items():
+                data[key] = base64.b64encode(text.encode()).decode()
 
     def _crd_status(self, crd: Obj) -> None:
         """Validate a CRD and report it established (there is no schema validation)."""

@@ -346,12 +346,15 @@ class Kubelet:
         def config_map(namespace: str, name: str) -> dict[str, Any] | None:
             return self.k8s.get("configmaps", name, namespace)  # type: ignore[no-any-return]
 
+        def secret(namespace: str, name: str) -> dict[str, Any] | None:
+            return self.k8s.get("secrets", name, namespace)  # type: ignore[no-any-return]
+
         def claim(namespace: str, name: str) -> Path | None:
             if self.k8s.get("persistentvolumeclaims", name, namespace) is None:
                 return None
             return self.claim_dir(namespace, name)
 
-        return Cluster(self.k8s.objects("services"), config_map, claim, self.k8s.url)
+        return Cluster(self.k8s.objects("services"), config_map, secret, claim, self.k8s.url)
 
     def _wait(self, pod: dict[str, Any], reason: str, message: str) -> None:
         """Keep the pod Pending and say why (once per reason)."""

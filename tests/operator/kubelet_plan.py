@@ -19,6 +19,8 @@ virtualises both:
 
 from __future__ import annotations
 
+import base64
+
 import random
 import re
 import socket
@@ -119,6 +121,7 @@ class Cluster:
 
     services: list[dict[str, Any]]
     config_maps: Callable[[str, str], dict[str, Any] | None]  # (namespace, name) -> ConfigMap
+    secrets: Callable[[str, str], dict[str, Any] | None]  # (namespace, name) -> Secret
     claim_dir: Callable[[str, str], Path | None]  # (namespace, claim) -> directory or None
     api_url: str
 
@@ -197,6 +200,9 @@ def _volumes(
         elif "configMap" in volume:
             files.update(_config_map_files(namespace, volume["configMap"], cluster, local))
             dirs.append(local)
+        elif "secret" in volume:
+            files.update(_secret_files(namespace, volume["secret"], cluster, local))
+            dirs.append(local)
         elif "persistentVolumeClaim" in volume:
             claim = volume["persistentVolumeClaim"]["claimName"]
             found = cluster.claim_dir(namespace, claim)
@@ -204,9 +210,31 @@ def _volumes(
                 raise NotReady("Unschedulable", f'persistentvolumeclaim "{claim}" not found')
             local = found
         else:
-            raise Unsupported(f"pod {_name(pod)}: volume {name}: only emptyDir, configMap, PVC")
+            raise Unsupported(
+                f"pod {_name(pod)}: volume {name}: only emptyDir, configMap, secret, PVC"
+            )
         out[name] = local
     return out, files, dirs
+
+
+def _secret_files(
+    namespace: str, source: dict[str, Any], cluster: Cluster, local: Path
+) -> dict[Path, str]:
+    """A Secret's keys (only `items`, when listed) as files, decoded as the kubelet does."""
+    found = cluster.secrets(namespace, source["secretName"])
+    if found is None:
+        raise NotReady("CreateContainerConfigError", f'secret "{source["secretName"]}" not found')
+    data = found.get("data") or {}
+    items = source.get("items") or [{"key": key, "path": key} for key in data]
+    files = {}
+    for item in items:
+        if item["key"] not in data:
+            raise NotReady(
+                "CreateContainerConfigError",
+                f'secret "{source["secretName"]}" has no key "{item["key"]}"',
+            )
+        files[local / item["path"]] = base64.b64decode(data[item["key"]]).decode()
+    return files
 
 
 def _config_map_files(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -25,17 +26,26 @@ from kubelet_plan import (
 
 from scalerl.operator import manifests, names
 from scalerl.operator.manifests import Images, Owner
+from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import parse_run
 
 WAIT = 30.0
 URL = "http://127.0.0.1:1"
 
 
+def served_secret(secret: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A Secret as the API server stores it: stringData base64-encoded into data."""
+    if secret is None:
+        return None
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in secret["stringData"].items()}
+    return {**secret, "data": data}
+
+
 def gang(tmp_path: Path, **spec: Any) -> tuple[dict[str, Any], Cluster]:
     """The pods of r1's gang as the Job controller makes them, and the cluster around them."""
     body = run_manifest(**{"generators": {"gpus": 0}, "trainers": {"gpus": 0}, **spec})
     run, owner = parse_run(body), Owner("r1", NS, "uid-1")
-    objects = manifests.children(run, owner, 0, Images())
+    objects = manifests.children(run, owner, 0, Images(), StreamKeys.generate())
     for obj in objects:
         obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
     by_kind = {(o["kind"], o["metadata"]["name"]): o for o in objects}
@@ -48,6 +58,7 @@ def gang(tmp_path: Path, **spec: Any) -> tuple[dict[str, Any], Cluster]:
     cluster = Cluster(
         services=[o for o in objects if o["kind"] == "Service"],
         config_maps=lambda _ns, name: by_kind.get(("ConfigMap", name)),
+        secrets=lambda _ns, name: served_secret(by_kind.get(("Secret", name))),
         claim_dir=lambda _ns, claim: tmp_path / "pv" / claim,
         api_url=URL,
     )

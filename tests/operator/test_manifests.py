@@ -11,17 +11,19 @@ import yaml
 
 from scalerl.environment import ProcessEnv
 from scalerl.operator import manifests, names
-from scalerl.operator.manifests import Images, Owner
+from scalerl.operator.manifests import Images, NetworkSettings, Owner
+from scalerl.rollout.keys import GENERATOR_FILES, TRAINER_FILES, StreamKeys
 from scalerl.spec import load_run, parse_run
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = load_run(ROOT / "examples" / "run.yaml")
 OWNER = Owner(RUN.name, "research", "uid-1")
 IMAGES = Images()
+KEYS = StreamKeys.generate()
 
 
 def children() -> list[dict[str, Any]]:
-    return manifests.children(RUN, OWNER, 0, IMAGES)
+    return manifests.children(RUN, OWNER, 0, IMAGES, KEYS)
 
 
 def by_kind(kind: str, role: str | None = None) -> dict[str, Any]:
@@ -43,6 +45,8 @@ def env_of(role: str) -> dict[str, str]:
 def test_children_have_deterministic_names() -> None:
     assert [(c["kind"], c["metadata"]["name"]) for c in children()] == [
         ("ConfigMap", "math-8b-config"),
+        ("Secret", "math-8b-stream-keys"),
+        ("NetworkPolicy", "math-8b-network"),
         ("ServiceAccount", "math-8b-status"),
         ("Role", "math-8b-status"),
         ("RoleBinding", "math-8b-status"),
@@ -243,3 +247,35 @@ def test_every_manifest_validates_against_kubernetes_schemas() -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="not installed")
     for obj in [*children(), manifests.fit_job(RUN, OWNER, 1, IMAGES)]:
         kubernetes_validate.validate(obj, "1.30.0", strict=True)
+
+
+def test_each_role_mounts_only_the_stream_keys_it_uses() -> None:
+    secret = by_kind("Secret")
+    assert secret["stringData"] == KEYS.text()
+    for role, files in (
+        (names.ROLE_TRAINER, TRAINER_FILES),
+        (names.ROLE_GENERATOR, GENERATOR_FILES),
+    ):
+        spec = by_kind("Job", role)["spec"]["template"]["spec"]
+        volume = next(v for v in spec["volumes"] if v["name"] == "stream-keys")
+        assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+        assert [item["key"] for item in volume["secret"]["items"]] == list(files)
+        mount = next(m for m in container(role)["volumeMounts"] if m["name"] == "stream-keys")
+        assert env_of(role)["SCALERL_STREAM_KEYS"] == mount["mountPath"]
+
+
+def test_the_network_policy_admits_the_runs_pods_and_monitoring_to_metrics() -> None:
+    policy = by_kind("NetworkPolicy")["spec"]
+    run_pods = {"matchLabels": {names.LABEL_RUN: "math-8b"}}
+    assert policy["podSelector"] == run_pods
+    assert policy["policyTypes"] == ["Ingress"]
+    own, monitoring = policy["ingress"]
+    assert own == {"from": [{"podSelector": run_pods}]}
+    selector = monitoring["from"][0]["namespaceSelector"]["matchExpressions"][0]
+    assert selector["values"] == ["monitoring"]
+    assert monitoring["ports"] == [{"protocol": "TCP", "port": manifests.METRICS_PORT}]
+
+
+def test_the_network_policy_can_be_turned_off() -> None:
+    off = manifests.children(RUN, OWNER, 0, IMAGES, KEYS, NetworkSettings(enabled=False))
+    assert "NetworkPolicy" not in {obj["kind"] for obj in off}
