@@ -39,7 +39,7 @@ PLURALS = {
     "ScaleRLRun": "scalerlruns",
 }
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
-USER_AGENT = "scalerl/0.1.0"
+VERSION = "0.1.0"
 
 
 class KubeError(ScaleRLError):
@@ -84,9 +84,10 @@ class Kube:
         self.timeout_s = timeout_s
 
     @classmethod
-    def connect(cls, server: str | None = None) -> Kube:
+    def connect(cls, server: str | None = None, *, agent: str = "scalerl") -> Kube:
         """As kubectl connects: in-cluster credentials in a pod, else KUBECONFIG/~/.kube/config;
-        `server` (an insecure URL, for tests) overrides both."""
+        `server` (an insecure URL, for tests) overrides both. `agent` names the caller in the
+        User-Agent (the operator, a run's trainer, a fit) for audit logs."""
         from kubernetes import client, config
 
         configuration = client.Configuration()
@@ -105,7 +106,7 @@ class Kube:
                 except (config.ConfigException, OSError) as err:
                     raise KubeError(0, f"no cluster credentials: {err}") from None
         api = client.ApiClient(configuration)
-        api.user_agent = USER_AGENT
+        api.user_agent = f"{agent}/{VERSION}"
         return cls(api)
 
     def request(

@@ -35,6 +35,7 @@ from scalerl.generator.tokens import ModelTokens
 from scalerl.metrics import GeneratorMetrics
 from scalerl.preflight import model_len_needed, model_limit
 from scalerl.recipe import InterruptionPlan, NoPositiveResampling
+from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.rollout.records import (
     EvalResult,
     Evaluate,
@@ -47,7 +48,6 @@ from scalerl.rollout.records import (
     Stop,
     UpdateWeights,
 )
-from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.rollout.stream import GeneratorChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 

@@ -23,9 +23,9 @@ import kopf
 
 from scalerl.errors import InputError
 from scalerl.kube import Kube, KubeError
+from scalerl.metrics import RunMetrics
 from scalerl.operator import lifecycle, names
 from scalerl.operator.children import StaleWorkload
-from scalerl.metrics import RunMetrics
 from scalerl.operator.manifests import Images, NetworkSettings
 
 RUNS = ("scalerl.dev", "v1alpha1", "scalerlruns")
@@ -116,7 +116,7 @@ def register(
         settings.posting.level = logging.WARNING  # only our explicit Events, no log chatter
         settings.peering.standalone = True  # one replica (Recreate): no peering objects needed
         if getattr(memo, "kube", None) is None:
-            memo.kube = Kube.connect()
+            memo.kube = Kube.connect(agent=names.MANAGED_BY)
         if getattr(memo, "images", None) is None:
             memo.images = images_from_environ()
         if getattr(memo, "network", None) is None:

@@ -20,12 +20,15 @@ def run_operator(
 
     import scalerl.operator  # noqa: F401 - registers the handlers in kopf's default registry
     from scalerl.operator.handlers import images_from_environ, network_from_environ
+    from scalerl.operator.names import MANAGED_BY
 
     kopf.configure(verbose=verbose)
     # Connect and read the settings before starting: a missing kubeconfig or a bad setting is a
     # clear error, not a retry loop.
     memo = kopf.Memo(
-        kube=Kube.connect(), images=images_from_environ(), network=network_from_environ()
+        kube=Kube.connect(agent=MANAGED_BY),
+        images=images_from_environ(),
+        network=network_from_environ(),
     )
     if metrics_port:
         memo.metrics = RunMetrics()

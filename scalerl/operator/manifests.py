@@ -169,9 +169,7 @@ def network_policy(owner: Owner, network: NetworkSettings) -> dict[str, Any]:
     }
     ingress: list[dict[str, Any]] = [{"from": [{"podSelector": run_pods}]}]
     if network.metrics_namespaces:
-        ingress.append(
-            {"from": [monitoring], "ports": [{"protocol": "TCP", "port": METRICS_PORT}]}
-        )
+        ingress.append({"from": [monitoring], "ports": [{"protocol": "TCP", "port": METRICS_PORT}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -19,6 +19,7 @@ from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError
 from scalerl.metrics import TrainerMetrics
 from scalerl.recipe import NoPositiveResampling
+from scalerl.rollout.keys import TRAINER_FILES, StreamKeys
 from scalerl.rollout.records import (
     EvalResult,
     Evaluate,
@@ -31,7 +32,6 @@ from scalerl.rollout.records import (
     Stop,
     UpdateWeights,
 )
-from scalerl.rollout.keys import TRAINER_FILES, StreamKeys
 from scalerl.rollout.stream import TrainerChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 from scalerl.status import StatusSink, open_status

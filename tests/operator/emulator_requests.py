@@ -77,6 +77,7 @@ class ApiCall:
     namespace: str | None = None
     name: str | None = None
     status: int | None = None
+    user_agent: str = ""  # who called: kopf/…, scalerl-operator/…, scalerl/…, kubectl/…
 
     @property
     def rbac_resource(self) -> str | None:
@@ -152,4 +153,5 @@ def api_call(request: kmock.Request) -> ApiCall:
         subresource=path.subresource if path else None,
         namespace=path.namespace if path else None,
         name=path.name if path else None,
+        user_agent=next((v for k, v in request.headers.items() if k.lower() == "user-agent"), ""),
     )

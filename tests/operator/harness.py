@@ -68,7 +68,7 @@ def operator(
     def login(**_: Any) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(server=k8s.url, insecure=True)
 
-    memo = kopf.Memo(kube=kube or Kube.connect(k8s.url), images=Images())
+    memo = kopf.Memo(kube=kube or Kube.connect(k8s.url, agent=names.MANAGED_BY), images=Images())
     with k8s.operator(registry, memo=memo) as handle:
         yield handle
 

@@ -20,7 +20,6 @@ virtualises both:
 from __future__ import annotations
 
 import base64
-
 import random
 import re
 import socket
