@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from emulator_cluster import Cluster, ServerThread
+from rbaccheck import denied
 
 
 @pytest.fixture
@@ -36,3 +37,6 @@ def k8s(tmp_path: Path) -> Iterator[Cluster]:
     finally:
         server.stop(emulator)
     assert not emulator.failures, f"the emulator failed internally: {emulator.failures!r}"
+    # Whatever a test made the operator do, the chart's ClusterRole must allow it.
+    refused = denied(emulator.api_calls)
+    assert not refused, f"the chart's ClusterRole refuses operator requests: {refused}"

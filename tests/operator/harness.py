@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 
 from scalerl.kube import Kube
+from scalerl.metrics import RunMetrics
 from scalerl.operator import names
 from scalerl.operator.handlers import register
 from scalerl.operator.manifests import Images
@@ -55,7 +56,11 @@ def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def operator(
-    k8s: Any, *, check_interval_s: float = 3600.0, kube: Kube | None = None
+    k8s: Any,
+    *,
+    check_interval_s: float = 3600.0,
+    kube: Kube | None = None,
+    metrics: RunMetrics | None = None,
 ) -> Iterator[Any]:
     """The operator, as `kopf run -m scalerl.operator` registers it, in a registry of its own.
 
@@ -69,6 +74,8 @@ def operator(
         return kopf.ConnectionInfo(server=k8s.url, insecure=True)
 
     memo = kopf.Memo(kube=kube or Kube.connect(k8s.url, agent=names.MANAGED_BY), images=Images())
+    if metrics is not None:
+        memo.metrics = metrics  # as `scalerl operator --metrics-port` serves them
     with k8s.operator(registry, memo=memo) as handle:
         yield handle
 
@@ -107,6 +114,8 @@ def owned(k8s: Any, run: str = "r1") -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for resource in (
         "configmaps",
+        "secrets",
+        "networkpolicies",
         "services",
         "serviceaccounts",
         "roles",

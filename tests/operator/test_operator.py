@@ -23,14 +23,17 @@ from harness import (
     status,
 )
 
+from scalerl.metrics import RunMetrics
 from scalerl.operator import crd
 
 CHILDREN = {
     "configmaps": ["r1-config"],
     "jobs": ["r1-generator", "r1-trainer"],
+    "networkpolicies": ["r1-network"],
     "rolebindings": ["r1-status"],
     "roles": ["r1-status"],
     "serviceaccounts": ["r1-status"],
+    "secrets": ["r1-stream-keys"],
     "services": ["r1-trainer"],
 }
 GANG_PODS = 3  # 1 trainer + 2 generators
@@ -299,3 +302,23 @@ def test_kubectl_get_srl_shows_the_prediction_columns(cluster: Any) -> None:
         out = cluster.kubectl("get", "srl").stdout.splitlines()
     assert out[0].split() == ["NAME", "PHASE", "STEP", "PASSRATE", "A", "C_MID", "TRUNC", "AGE"]
     assert out[1].split()[:7] == ["r1", "Pending", "420", "0.52", "0.61", "2542", "0.031"]
+
+
+def test_the_operator_exports_each_runs_prediction_target_and_restarts(cluster: Any) -> None:
+    metrics = RunMetrics()
+
+    def sample(name: str) -> float | None:
+        return metrics.registry.get_sample_value(f"scalerl_{name}", {"run": "r1"})
+
+    stop = {"budget": {"stopWhen": {"predictedABelow": 0.5, "minPoints": 8}}}
+    with operator(cluster, metrics=metrics):
+        create(cluster, run_manifest(**stop))
+        cluster.wait_for(lambda: sample("gang_restarts") == 0, WAIT, "the restarts gauge")
+        assert sample("target_asymptote") == 0.5
+        assert sample("predicted_asymptote") is None  # no fit yet: no series, not a zero
+        fit = {"A": 0.61, "B": 1.4, "C_mid": 2542.0, "R0": 0.05, "points": 5}
+        patch_run_status(cluster, {"prediction": fit})
+        cluster.wait_for(lambda: sample("predicted_asymptote") == 0.61, WAIT, "the prediction")
+        assert (sample("predicted_cmid"), sample("predicted_slope")) == (2542.0, 1.4)
+        cluster.kubectl("delete", "srl", "r1", "--timeout=60s", timeout=90)
+        cluster.wait_for(lambda: sample("gang_restarts") is None, WAIT, "the run's series gone")
