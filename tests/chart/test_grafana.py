@@ -1,0 +1,484 @@
+"""The chart's Grafana objects: the "ScaleRL runs" dashboard and the Grafana-managed truncation
+alert, as the chart renders them (the real Helm engine) and, where promtool is there, as
+Prometheus evaluates their queries.
+
+    objs = render({"alerts": {"truncation": {"threshold": 0.2}}})
+    (dashboard,) = dashboards(objs)           # its JSON model, parsed out of the ConfigMap
+    (rule,) = alert_rules(objs)               # the Grafana alert rule, out of its ConfigMap
+    exprs = queries(objs)                     # every PromQL expression of both
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helmchart import CHART, NAMESPACE, of_kind, one, render
+from promql import alert_files, alert_rules, dashboards, panels, queries
+
+from scalerl.fit.law import sigmoid
+from scalerl.metrics import all_metric_names
+
+Obj = dict[str, Any]
+
+DEFAULTS: Obj = yaml.safe_load((CHART / "values.yaml").read_text())
+DASHBOARD_FILES = sorted((CHART / "dashboards").glob("*.json"))
+
+REQUIRED_PANELS = [
+    "Pass rate vs compute",
+    "Truncation rate",
+    "Entropy",
+    "Policy lag",
+    "Throughput",
+    "Weight sync seconds",
+    "Step seconds",
+    "Gang restarts",
+    "Predicted A and C_mid",
+    "Train and held-out pass rate",
+]
+
+# Non-default values for every knob the Grafana objects read.
+CUSTOM: Obj = {
+    "alerts": {
+        "severity": "critical",
+        "truncation": {"threshold": 0.2, "window": "10m", "for": "20m"},
+    },
+    "grafana": {
+        "dashboards": {"label": "my_dashboards", "labelValue": "yes"},
+        "alertRule": {
+            "label": "my_alerts",
+            "labelValue": "yes",
+            "datasourceUid": "prom-main",
+            "folder": "RL runs",
+            "interval": "30s",
+        },
+    },
+}
+
+
+def config_maps(objs: list[Obj], label: str, value: str) -> list[Obj]:
+    return [
+        obj
+        for obj in of_kind(objs, "ConfigMap")
+        if obj["metadata"].get("labels", {}).get(label) == value
+    ]
+
+
+def the_dashboard(values: Obj | None = None) -> Obj:
+    (dashboard,) = dashboards(render(values))
+    return dashboard
+
+
+def by_title(dashboard: Obj) -> dict[str, Obj]:
+    return {panel["title"]: panel for panel in panels(dashboard)}
+
+
+def exprs(panel: Obj) -> list[str]:
+    return [target["expr"] for target in panel["targets"]]
+
+
+def squash(expr: str) -> str:
+    """An expression without whitespace: PromQL ignores it, and templates lay it out freely."""
+    return re.sub(r"\s+", "", expr)
+
+
+def the_rule(values: Obj | None = None) -> Obj:
+    (rule,) = alert_rules(render(values))
+    return rule
+
+
+def data(rule: Obj, ref: str) -> Obj:
+    (query,) = [query for query in rule["data"] if query["refId"] == ref]
+    return query
+
+
+def prometheus_truncation(values: Obj | None = None) -> tuple[str, float, str]:
+    """The PrometheusRule's ScaleRLTruncationRateHigh: (ratio, threshold, hold)."""
+    groups = one(render(values), "PrometheusRule")["spec"]["groups"]
+    (rule,) = [
+        r for g in groups for r in g["rules"] if r.get("alert") == "ScaleRLTruncationRateHigh"
+    ]
+    ratio, threshold = rule["expr"].rsplit(">", 1)
+    return ratio.strip(), float(threshold), rule["for"]
+
+
+# --- the dashboard ConfigMap ------------------------------------------------------------------
+
+
+def test_the_dashboard_ships_in_a_configmap_the_grafana_sidecar_loads() -> None:
+    (cm,) = config_maps(render(), "grafana_dashboard", "1")
+    assert cm["metadata"]["namespace"] == NAMESPACE
+    # The chart's own labels too: `helm` and `kubectl -l` find it with the rest of the release.
+    assert cm["metadata"]["labels"]["app.kubernetes.io/instance"] == "scalerl"
+    (name,) = cm["data"]
+    assert name == "scalerl-runs.json"
+    (dashboard,) = dashboards([cm])  # the entry is JSON that parses into a dashboard
+    assert dashboard["uid"] == "scalerl-runs"
+    assert dashboard["title"] == "ScaleRL runs"
+
+
+def test_one_configmap_per_dashboard_file() -> None:
+    objs = render()
+    assert len(config_maps(objs, "grafana_dashboard", "1")) == len(DASHBOARD_FILES) >= 1
+    # The JSON arrives as the file holds it: no Helm templating touches Grafana's ${...}.
+    shipped = {key: text for cm in of_kind(objs, "ConfigMap") for key, text in cm["data"].items()}
+    for path in DASHBOARD_FILES:
+        assert shipped[path.name] == path.read_text().rstrip("\n")
+
+
+def test_the_dashboard_label_comes_from_values() -> None:
+    objs = render(CUSTOM)
+    assert config_maps(objs, "grafana_dashboard", "1") == []
+    (cm,) = config_maps(objs, "my_dashboards", "yes")
+    assert dashboards([cm])[0]["uid"] == "scalerl-runs"
+
+
+def test_dashboards_can_be_left_out() -> None:
+    objs = render({"grafana": {"dashboards": {"enabled": False}}})
+    assert dashboards(objs) == []
+    assert config_maps(objs, "grafana_dashboard", "1") == []
+
+
+# --- the dashboard model -----------------------------------------------------------------------
+
+
+def test_variables_pick_a_prometheus_data_source_and_any_runs() -> None:
+    variables = {v["name"]: v for v in the_dashboard()["templating"]["list"]}
+    source = variables["datasource"]
+    assert (source["type"], source["query"]) == ("datasource", "prometheus")
+    run = variables["run"]
+    assert run["type"] == "query"
+    assert run["datasource"]["uid"] == "${datasource}"
+    query = run["query"]["query"] if isinstance(run["query"], dict) else run["query"]
+    assert query == "label_values(scalerl_policy_version, run)"
+    # Several runs side by side, or all of them; "All" must be a regex the run=~ filter accepts.
+    assert run["multi"] is True and run["includeAll"] is True
+    assert run["allValue"] == ".*"
+
+
+def test_every_panel_has_a_title_the_data_source_variable_a_query_and_a_unit() -> None:
+    for panel in panels(the_dashboard()):
+        title = panel.get("title")
+        assert title, panel
+        # Every panel and every query follows the data source picked in the dashboard.
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, title
+        assert panel["targets"], title
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}", title
+            assert target["expr"].strip(), title
+        assert panel["fieldConfig"]["defaults"].get("unit"), title
+        # A graph says what its axes measure.
+        if panel["type"] in ("timeseries", "xychart"):
+            assert panel["fieldConfig"]["defaults"]["custom"].get("axisLabel"), title
+
+
+def test_the_required_panels_exist() -> None:
+    titles = [panel["title"] for panel in panels(the_dashboard())]
+    assert not set(REQUIRED_PANELS) - set(titles)
+    assert len(titles) == len(set(titles))  # a title names one panel
+
+
+def test_every_metric_selector_filters_on_the_run_variable() -> None:
+    for panel in panels(the_dashboard()):
+        for expr in exprs(panel):
+            # Every series selector, not just one of them: an unfiltered operand would join
+            # every run's series into the picked ones.
+            names = re.findall(r"scalerl_\w+", expr)
+            assert names, expr
+            filtered = re.findall(r'scalerl_\w+\{run=~"\$run"\}', expr)
+            assert len(filtered) == len(names), (panel["title"], expr)
+
+
+def test_queries_aggregate_pods_per_run() -> None:
+    for panel in panels(the_dashboard()):
+        for expr in exprs(panel):
+            # A run has several pods (trainer ranks, generators), and each exports its series.
+            groupings = re.findall(r"\b(?:sum|max|min|avg) by \(([^)]*)\)", expr)
+            assert groupings, (panel["title"], expr)
+            for grouping in groupings:
+                labels = {label.strip() for label in grouping.split(",")}
+                assert labels in ({"run"}, {"run", "le"}), (panel["title"], expr)
+            # A counter's rate is summed over the run's pods.
+            assert expr.count("rate(") == len(re.findall(r"sum by \(run(?:, le)?\) \(rate\(", expr))
+
+
+def test_panel_ids_are_unique_and_panels_do_not_overlap() -> None:
+    found = panels(the_dashboard())
+    ids = [panel["id"] for panel in found]
+    assert len(ids) == len(set(ids))
+    boxes = [(p["title"], p["gridPos"]) for p in found]
+    for title, box in boxes:
+        assert box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["w"] <= 24, title
+    for i, (a_title, a) in enumerate(boxes):
+        for b_title, b in boxes[i + 1 :]:
+            apart = (
+                a["x"] + a["w"] <= b["x"]
+                or b["x"] + b["w"] <= a["x"]
+                or a["y"] + a["h"] <= b["y"]
+                or b["y"] + b["h"] <= a["y"]
+            )
+            assert apart, (a_title, b_title)
+
+
+def test_pass_rate_vs_compute_plots_held_out_and_fitted_rates_against_compute() -> None:
+    panel = by_title(the_dashboard())["Pass rate vs compute"]
+    assert panel["type"] == "xychart"
+    # Options in the xychart model of Grafana 11.1+; an older pluginVersion makes Grafana
+    # rewrite them from the pre-11.1 model.
+    major, minor = (int(part) for part in panel["pluginVersion"].split(".")[:2])
+    assert (major, minor) >= (11, 1)
+    targets = {t["refId"]: t["expr"] for t in panel["targets"]}
+    assert "scalerl_compute_hours" in targets["A"]
+    assert "scalerl_eval_pass_rate" in targets["B"]
+    fitted = targets["C"]
+    for gauge in ("predicted_asymptote", "predicted_cmid", "predicted_slope", "predicted_r0"):
+        assert f"scalerl_{gauge}" in fitted
+    # Every operator between two runs' worth of series (+, -, /, / and ^) joins them by run.
+    assert fitted.count("on (run)") == 5
+    assert "scalerl_predicted_asymptote" in targets["D"]
+    # x is the compute: the series matcher and the renamed compute column agree.
+    (series,) = panel["options"]["series"]
+    x_pattern = re.compile(series["x"]["matcher"]["options"])
+    organize = next(t for t in panel["transformations"] if t["id"] == "organize")["options"]
+    assert x_pattern.match(organize["renameByName"]["Value #A"])
+    assert not any(
+        x_pattern.match(name) for ref, name in organize["renameByName"].items() if ref != "Value #A"
+    )
+    # Units: pass rates on y, GPU-hours on x.
+    assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    (compute,) = [
+        o
+        for o in panel["fieldConfig"]["overrides"]
+        if o["matcher"]["options"] == series["x"]["matcher"]["options"]
+    ]
+    properties = {p["id"]: p["value"] for p in compute["properties"]}
+    assert "GPU-h" in properties["unit"]
+    assert "GPU-hours" in properties["custom.axisLabel"]
+
+
+def test_truncation_panel_shows_the_alert_ratio_with_its_threshold_line() -> None:
+    panel = by_title(the_dashboard())["Truncation rate"]
+    (expr,) = exprs(panel)
+    # The PrometheusRule's ratio at its default window, per run and filtered by $run.
+    ratio, _, _ = prometheus_truncation()
+    as_panel = ratio.replace("by (namespace, run)", "by (run)").replace(
+        "_total[", '_total{run=~"$run"}['
+    )
+    assert squash(expr) == squash(as_panel)
+    defaults = panel["fieldConfig"]["defaults"]
+    assert defaults["unit"] == "percentunit"
+    assert defaults["custom"]["thresholdsStyle"]["mode"] == "line"
+    # The dashboard is a static file: its line sits at the chart's default threshold.
+    steps = [s["value"] for s in defaults["thresholds"]["steps"] if s["value"] is not None]
+    assert steps == [DEFAULTS["alerts"]["truncation"]["threshold"]]
+
+
+def test_units_name_what_each_panel_measures() -> None:
+    panels_ = by_title(the_dashboard())
+    unit = {title: panel["fieldConfig"]["defaults"]["unit"] for title, panel in panels_.items()}
+    assert unit["Entropy"] == "suffix:nats"
+    assert unit["Weight sync seconds"] == unit["Step seconds"] == "s"
+    assert unit["Train and held-out pass rate"] == "percentunit"
+    assert "tok/s" in unit["Throughput"]
+    # Samples/s (a sequence counter) on its own axis, tokens/s from both token counters.
+    throughput = panels_["Throughput"]
+    assert {"scalerl_generated_tokens_total", "scalerl_trained_tokens_total"} <= {
+        name for expr in exprs(throughput) for name in re.findall(r"scalerl_\w+", expr)
+    }
+    (samples,) = [
+        o for o in throughput["fieldConfig"]["overrides"] if o["matcher"]["options"] == "C"
+    ]
+    assert "scalerl_generated_sequences_total" in next(
+        t["expr"] for t in throughput["targets"] if t["refId"] == "C"
+    )
+    assert {p["id"]: p["value"] for p in samples["properties"]}["unit"].endswith("samples/s")
+    # The policy lag next to the lag the run allows.
+    lag = " ".join(exprs(panels_["Policy lag"]))
+    assert "scalerl_policy_lag_steps" in lag and "scalerl_max_off_policy_steps" in lag
+
+
+# --- the Grafana alert rule ------------------------------------------------------------------
+
+
+def test_the_alert_rule_ships_in_a_configmap_the_grafana_sidecar_loads() -> None:
+    objs = render()
+    (cm,) = config_maps(objs, "grafana_alert", "1")
+    assert cm["metadata"]["namespace"] == NAMESPACE
+    (doc,) = alert_files([cm])
+    assert doc["apiVersion"] == 1
+    (group,) = doc["groups"]
+    assert (group["orgId"], group["folder"], group["interval"]) == (1, "ScaleRL", "1m")
+
+
+def test_the_alert_rule_is_a_complete_grafana_rule() -> None:
+    rule = the_rule()
+    for key in ("uid", "title", "condition", "data", "for", "labels", "annotations"):
+        assert rule.get(key), key
+    assert rule["title"] == "ScaleRLTruncationRateHigh"
+    assert (rule["noDataState"], rule["execErrState"]) == ("OK", "Error")
+    assert rule["labels"]["severity"] == DEFAULTS["alerts"]["severity"]
+    # A: the Prometheus query, B: reduce A to one number per series, C: B over the threshold;
+    # the condition is C.
+    query, reduce, threshold = (data(rule, ref) for ref in "ABC")
+    assert query["datasourceUid"] == "prometheus"
+    assert query["model"]["datasource"] == {"type": "prometheus", "uid": "prometheus"}
+    assert query["model"]["instant"] is True
+    for expression, kind, source in ((reduce, "reduce", "A"), (threshold, "threshold", "B")):
+        assert expression["datasourceUid"] == "__expr__"
+        assert expression["model"]["type"] == kind
+        assert expression["model"]["expression"] == source
+    assert rule["condition"] == "C"
+    (condition,) = threshold["model"]["conditions"]
+    assert condition["evaluator"]["type"] == "gt"
+
+
+def test_the_alert_annotations_keep_grafana_templates_for_grafana() -> None:
+    annotations = the_rule()["annotations"]
+    # Helm left Grafana's templates alone: they expand when the alert fires.
+    assert "{{ $labels.run }}" in annotations["summary"]
+    assert "{{ humanizePercentage $values.B.Value }}" in annotations["description"]
+    assert "threshold 0.1" in annotations["description"]
+
+
+@pytest.mark.parametrize("values", [None, CUSTOM], ids=["defaults", "custom"])
+def test_the_alert_rule_mirrors_the_prometheus_rule(values: Obj | None) -> None:
+    truncation = {
+        **DEFAULTS["alerts"]["truncation"],
+        **((values or {}).get("alerts", {}).get("truncation", {})),
+    }
+    rule = the_rule(values)
+    ratio, threshold, hold = prometheus_truncation(values)
+    # The same ratio (same aggregation, same window) ...
+    expr = data(rule, "A")["model"]["expr"]
+    assert squash(expr) == squash(ratio)
+    assert f"[{truncation['window']}]" in expr
+    # ... over the same threshold, held for as long.
+    (condition,) = data(rule, "C")["model"]["conditions"]
+    assert condition["evaluator"]["params"] == [threshold] == [truncation["threshold"]]
+    assert rule["for"] == hold == truncation["for"]
+
+
+def test_the_alert_rule_follows_its_grafana_values() -> None:
+    objs = render(CUSTOM)
+    assert config_maps(objs, "grafana_alert", "1") == []
+    (cm,) = config_maps(objs, "my_alerts", "yes")
+    (doc,) = alert_files([cm])
+    (group,) = doc["groups"]
+    assert (group["folder"], group["interval"]) == ("RL runs", "30s")
+    (rule,) = group["rules"]
+    query = data(rule, "A")
+    assert query["datasourceUid"] == query["model"]["datasource"]["uid"] == "prom-main"
+    assert rule["labels"]["severity"] == "critical"
+    assert "threshold 0.2" in rule["annotations"]["description"]
+
+
+def test_the_alert_rule_can_be_left_out() -> None:
+    objs = render({"grafana": {"alertRule": {"enabled": False}}})
+    assert alert_files(objs) == []
+    assert config_maps(objs, "grafana_alert", "1") == []
+
+
+# --- the queries -----------------------------------------------------------------------------
+
+
+def test_queries_lists_every_dashboard_and_alert_expression() -> None:
+    objs = render()
+    dashboard = the_dashboard()
+    targets = [target["expr"] for panel in panels(dashboard) for target in panel["targets"]]
+    found = queries(objs)
+    # The panels' targets, the run variable's series and the alert rule's query.
+    assert found == ["scalerl_policy_version", *targets, data(the_rule(), "A")["model"]["expr"]]
+    assert queries(render({"grafana": {"dashboards": {"enabled": False}}})) == found[-1:]
+    off = {"grafana": {"dashboards": {"enabled": False}, "alertRule": {"enabled": False}}}
+    assert queries(render(off)) == []
+
+
+def test_every_metric_a_query_reads_is_exported() -> None:
+    # scalerl/metrics.py is the one list of exported names; a typo here is an empty panel.
+    read = {name for expr in queries(render()) for name in re.findall(r"scalerl_\w+", expr)}
+    assert read <= all_metric_names(), read - all_metric_names()
+
+
+def runnable(expr: str, run: str = ".*") -> str:
+    """A dashboard query as Prometheus runs it once Grafana has put the picked runs in."""
+    return expr.replace("$run", run)
+
+
+def promtool_run(promtool: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(promtool), *map(str, args)], capture_output=True, text=True, timeout=30
+    )
+
+
+def output(done: subprocess.CompletedProcess[str]) -> str:
+    return f"promtool exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+
+
+def test_prometheus_parses_every_query(promtool: Path, tmp_path: Path) -> None:
+    exprs_ = [runnable(expr) for expr in queries(render())]
+    # As recording rules: `promtool check rules` parses and type-checks each expression.
+    rules = [
+        {"record": f"scalerl_grafana_query_{i}", "expr": expr} for i, expr in enumerate(exprs_)
+    ]
+    path = tmp_path / "queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "grafana", "rules": rules}]}))
+    done = promtool_run(promtool, "check", "rules", path)
+    assert done.returncode == 0, output(done)
+    assert f"SUCCESS: {len(rules)} rules found" in done.stdout, output(done)
+
+
+# Two runs as Prometheus stores them: the operator's fit gauges (one series per run, the
+# operator's own labels) and the trainer's compute, exported by two ranks of r1.
+FITS = {
+    "r1": {"A": 0.8, "B": 1.5, "C_mid": 100.0, "R0": 0.1, "compute": 50.0},
+    "r2": {"A": 0.6, "B": 0.7, "C_mid": 20.0, "R0": 0.2, "compute": 0.0},
+}
+GAUGE = {
+    "A": "predicted_asymptote",
+    "B": "predicted_slope",
+    "C_mid": "predicted_cmid",
+    "R0": "predicted_r0",
+}
+
+
+def fit_series() -> list[Obj]:
+    series: list[Obj] = []
+    for run, fit in FITS.items():
+        for key, gauge in GAUGE.items():
+            name = f'scalerl_{gauge}{{job="scalerl-operator",run="{run}"}}'
+            series.append({"series": name, "values": f"{fit[key]}x10"})
+        for rank in (0, 1) if run == "r1" else (0,):
+            name = f'scalerl_compute_hours{{pod="{run}-trainer-{rank}",run="{run}"}}'
+            series.append({"series": name, "values": f"{fit['compute']}x10"})
+    return series
+
+
+def test_fitted_curve_query_is_the_scaling_law_at_the_current_compute(
+    promtool: Path, tmp_path: Path
+) -> None:
+    panel = by_title(the_dashboard())["Pass rate vs compute"]
+    fitted = next(t["expr"] for t in panel["targets"] if t["refId"] == "C")
+    checks = []
+    for run, fit in FITS.items():
+        # scalerl.fit.law's R(C); at C = 0 the query divides by zero and must still give R0.
+        expected = float(sigmoid(fit["compute"], fit["A"], fit["B"], fit["C_mid"], fit["R0"]))
+        checks.append(
+            {
+                "expr": f"abs(({runnable(fitted, run)}) - {expected!r}) < bool 1e-9",
+                "eval_time": "5m",
+                "exp_samples": [{"labels": f'{{run="{run}"}}', "value": 1}],
+            }
+        )
+    spec = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": fit_series(), "promql_expr_test": checks}],
+    }
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    done = promtool_run(promtool, "test", "rules", path)
+    assert done.returncode == 0, output(done)
