@@ -158,7 +158,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
 @pytest.mark.slow
 def test_every_metric_the_chart_reads_is_served_by_the_run(live: LiveRun) -> None:
     served: set[str] = set()
-    for role, process in live.processes().items():
+    for process in live.processes().values():
         served |= served_names(scrape(process["metrics"]))
     objs = render()
     rules = [r["expr"] for r in one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]]
