@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench lint clean crds
+.PHONY: setup test demo bench lint clean crds images
 
 setup: $(STAMP)
 
@@ -41,6 +41,19 @@ bench: setup
 crds: setup
 	$(BIN)/python -m scalerl.operator.crd --out crds/scalerlruns.scalerl.dev.yaml
 	$(BIN)/python -m scalerl.operator.crd --out helm/scalerl/crds/scalerlruns.scalerl.dev.yaml
+
+# The operator's (it also runs the fit Job), the generator's and the trainer's images, tagged with
+# pyproject.toml's version as the chart and the operator name them. Needs a Docker engine; where
+# none answers this says so in one line and builds nothing.
+images:
+	@version=$$(sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml); \
+	if docker info >/dev/null 2>&1; then \
+		docker build -f operator/Dockerfile -t scalerl/operator:$$version . && \
+		docker build -f images/generator/Dockerfile -t scalerl/generator:$$version . && \
+		docker build -f images/trainer/Dockerfile -t scalerl/trainer:$$version . ; \
+	else \
+		echo "images: Docker is not available (docker info failed), nothing was built"; \
+	fi
 
 lint: setup
 	$(BIN)/ruff check scalerl tests bench

@@ -1,0 +1,84 @@
+"""Every object the operator builds for a run passes Kubernetes' own schemas (kubernetes-validate,
+strict: no unknown fields), for runs of several shapes: GPUs or CPU, a checkpoint claim or none,
+images of the run's own, the NetworkPolicy on, off or without metrics namespaces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from harness import run_manifest
+
+from scalerl.operator import manifests
+from scalerl.operator.manifests import Images, NetworkSettings, Owner
+from scalerl.rollout.keys import StreamKeys
+from scalerl.spec import ScaleRLRun, load_run, parse_run
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBE_VERSION = "1.30.0"  # the chart's kubeVersion floor
+
+RUNS = {
+    "example": lambda: load_run(ROOT / "examples" / "run.yaml"),
+    "harness": lambda: parse_run(run_manifest("r1")),
+    "cpu-own-images": lambda: parse_run(
+        run_manifest(
+            "cpu-run",
+            generators={"replicas": 1, "gpus": 0, "image": "registry.example/gen:1"},
+            trainers={
+                "replicas": 1,
+                "gpus": 0,
+                "image": "registry.example/train:1",
+                "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": 4}},
+            },
+            checkpoint={"claimName": None},
+        )
+    ),
+}
+NETWORKS = {
+    "policy": NetworkSettings(),
+    "no-policy": NetworkSettings(enabled=False),
+    "policy-no-metrics": NetworkSettings(metrics_namespaces=()),
+}
+BUILT = {"ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "Service", "Job"}
+KEYS = StreamKeys.generate()
+
+
+def objects(run: ScaleRLRun, network: NetworkSettings) -> list[dict[str, Any]]:
+    owner = Owner(run.name, "research", "0b7c5a52-3f3e-4c0e-9d8e-5b1f0c2d9a11")
+    images = Images()
+    return [
+        *manifests.children(run, owner, 2, images, KEYS, network),
+        manifests.fit_job(run, owner, 1, images),
+    ]
+
+
+@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("run", RUNS)
+def test_every_object_of_a_run_passes_kubernetes_schemas(run: str, network: str) -> None:
+    objs = objects(RUNS[run](), NETWORKS[network])
+    kinds = {obj["kind"] for obj in objs}
+    assert kinds == BUILT | ({"NetworkPolicy"} if NETWORKS[network].enabled else set())
+    for obj in objs:
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            where = ".".join(str(p) for p in err.path)
+            pytest.fail(f"{obj['kind']} {obj['metadata']['name']}: {where}: {err.message}")
+
+
+def test_the_cpu_run_has_no_gpu_and_its_own_images() -> None:
+    """The shapes above are the ones meant: nothing asks for a GPU, the run's images win."""
+    objs = objects(RUNS["cpu-own-images"](), NETWORKS["policy"])
+    jobs = {
+        obj["metadata"]["labels"]["scalerl.dev/role"]: obj["spec"]["template"]["spec"]
+        for obj in objs
+        if obj["kind"] == "Job"
+    }
+    assert set(jobs) == {"trainer", "generator", "fit"}
+    assert jobs["trainer"]["containers"][0]["image"] == "registry.example/train:1"
+    assert jobs["generator"]["containers"][0]["image"] == "registry.example/gen:1"
+    for spec in jobs.values():
+        assert "nvidia.com/gpu" not in str(spec["containers"][0].get("resources"))
+    assert {"name": "checkpoints", "emptyDir": {}} in jobs["trainer"]["volumes"]
