@@ -52,6 +52,11 @@ def images_from_environ() -> Images:
         trainer=os.environ.get("SCALERL_TRAINER_IMAGE", default.trainer),
         generator=os.environ.get("SCALERL_GENERATOR_IMAGE", default.generator),
         fit=os.environ.get("SCALERL_FIT_IMAGE", default.fit),
+        pull_secrets=tuple(
+            name.strip()
+            for name in os.environ.get("SCALERL_IMAGE_PULL_SECRETS", "").split(",")
+            if name.strip()
+        ),
     )
 
 

@@ -41,11 +41,31 @@ GPU = "nvidia.com/gpu"
 _INDEX_VAR = "SCALERL_GENERATOR_INDEX"
 
 
+# Our images run as this user (see the Dockerfiles); the pods say so, so that Kubernetes can
+# check runAsNonRoot and the mounted Secret and volumes are readable by the group.
+RUN_AS = 10001
+# Restricted Pod Security for every pod the operator makes.
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "fsGroup": RUN_AS,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 @dataclass(frozen=True)
 class Images:
     trainer: str = f"scalerl/trainer:{IMAGE_TAG}"
     generator: str = f"scalerl/generator:{IMAGE_TAG}"
     fit: str = f"scalerl/operator:{IMAGE_TAG}"  # the fit needs scipy, not torch
+    pull_secrets: tuple[str, ...] = ()  # for a private registry (the chart's imagePullSecrets)
+
+    def pod_fields(self) -> dict[str, Any]:
+        if not self.pull_secrets:
+            return {}
+        return {"imagePullSecrets": [{"name": name} for name in self.pull_secrets]}
 
 
 @dataclass(frozen=True)
@@ -115,8 +135,8 @@ def static_children(
 
 def workloads(run: ScaleRLRun, owner: Owner, attempt: int, images: Images) -> list[dict[str, Any]]:
     return [
-        workload(run, owner, names.ROLE_TRAINER, attempt, images.trainer),
-        workload(run, owner, names.ROLE_GENERATOR, attempt, images.generator),
+        workload(run, owner, names.ROLE_TRAINER, attempt, images),
+        workload(run, owner, names.ROLE_GENERATOR, attempt, images),
     ]
 
 
@@ -264,12 +284,12 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
 
 
 def workload(
-    run: ScaleRLRun, owner: Owner, role_name: str, attempt: int, image: str
+    run: ScaleRLRun, owner: Owner, role_name: str, attempt: int, images: Images
 ) -> dict[str, Any]:
     """The Indexed Job of one role (trainer or generator) for one gang attempt."""
-    replicas: ReplicaSpec = (
-        run.spec.trainers if role_name == names.ROLE_TRAINER else run.spec.generators
-    )
+    trainer = role_name == names.ROLE_TRAINER
+    replicas: ReplicaSpec = run.spec.trainers if trainer else run.spec.generators
+    image = images.trainer if trainer else images.generator
     extra = {names.LABEL_ATTEMPT: str(attempt)}
     pod_labels = {**names.labels(owner.name, role_name), **extra}
     container = {
@@ -286,10 +306,12 @@ def workload(
             *_mounts(run),
             {"name": "stream-keys", "mountPath": KEYS_DIR, "readOnly": True},
         ],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": CONTAINER_SECURITY,
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "securityContext": POD_SECURITY,
+        **images.pod_fields(),
         "subdomain": names.service(owner.name),
         "containers": [container],
         "volumes": [*_volumes(run, owner), _keys_volume(owner, role_name)],
@@ -334,9 +356,11 @@ def fit_job(run: ScaleRLRun, owner: Owner, number: int, images: Images) -> dict[
                             "image": images.fit,
                             "command": command,
                             "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
-                            "securityContext": {"allowPrivilegeEscalation": False},
+                            "securityContext": CONTAINER_SECURITY,
                         }
                     ],
+                    "securityContext": POD_SECURITY,
+                    **images.pod_fields(),
                 },
             },
         },
@@ -381,7 +405,7 @@ def _keys_volume(owner: Owner, role_name: str) -> dict[str, Any]:
         "name": "stream-keys",
         "secret": {
             "secretName": names.stream_keys(owner.name),
-            "defaultMode": 0o400,
+            "defaultMode": 0o440,  # owner root, group fsGroup: readable by our user alone
             "items": [{"key": name, "path": name} for name in files],
         },
     }

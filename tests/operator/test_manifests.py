@@ -119,7 +119,7 @@ def test_user_resources_are_kept_and_gpus_come_from_the_gpus_field() -> None:
         "limits": {"memory": "200Gi"},
     }
     run = parse_run(raw)
-    job = manifests.workload(run, OWNER, "generator", 0, "img")
+    job = manifests.workload(run, OWNER, "generator", 0, IMAGES)
     resources = job["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert resources == {
         "requests": {"cpu": "16", "nvidia.com/gpu": 8},
@@ -129,7 +129,7 @@ def test_user_resources_are_kept_and_gpus_come_from_the_gpus_field() -> None:
 
 def test_cpu_runs_request_no_gpus_and_count_processes_as_compute() -> None:
     run = load_run(ROOT / "examples" / "local.yaml")
-    job = manifests.workload(run, Owner("demo", "default", "u"), "trainer", 0, "img")
+    job = manifests.workload(run, Owner("demo", "default", "u"), "trainer", 0, IMAGES)
     pod = job["spec"]["template"]["spec"]
     assert "nvidia.com/gpu" not in str(pod["containers"][0]["resources"])
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
@@ -179,7 +179,7 @@ def test_the_checkpoint_claim_holds_models_data_and_the_run_directory() -> None:
 def test_without_a_claim_checkpoints_live_in_an_empty_dir() -> None:
     raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
     del raw["spec"]["checkpoint"]["claimName"]
-    job = manifests.workload(parse_run(raw), OWNER, "trainer", 0, "img")
+    job = manifests.workload(parse_run(raw), OWNER, "trainer", 0, IMAGES)
     volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
     assert volumes["checkpoints"] == {"name": "checkpoints", "emptyDir": {}}
 
@@ -221,7 +221,7 @@ def test_the_fit_job_runs_the_fit_command_and_expires() -> None:
 def test_a_replicas_image_overrides_the_default() -> None:
     raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
     raw["spec"]["trainers"]["image"] = "registry.local/trainer:dev"
-    job = manifests.workload(parse_run(raw), OWNER, "trainer", 0, IMAGES.trainer)
+    job = manifests.workload(parse_run(raw), OWNER, "trainer", 0, IMAGES)
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.local/trainer:dev"
 
 
@@ -279,3 +279,25 @@ def test_the_network_policy_admits_the_runs_pods_and_monitoring_to_metrics() -> 
 def test_the_network_policy_can_be_turned_off() -> None:
     off = manifests.children(RUN, OWNER, 0, IMAGES, KEYS, NetworkSettings(enabled=False))
     assert "NetworkPolicy" not in {obj["kind"] for obj in off}
+
+
+def test_every_pod_runs_as_our_non_root_user_with_restricted_security() -> None:
+    fit = manifests.fit_job(RUN, OWNER, 1, IMAGES)["spec"]["template"]["spec"]
+    for spec in [
+        *(by_kind("Job", r)["spec"]["template"]["spec"] for r in names.WORKLOAD_ROLES),
+        fit,
+    ]:
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["fsGroup"] == manifests.RUN_AS  # the keys are readable
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        security = spec["containers"][0]["securityContext"]
+        assert security == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def test_pods_pull_with_the_operators_pull_secrets() -> None:
+    private = Images(pull_secrets=("registry",))
+    objs = manifests.children(RUN, OWNER, 0, private, KEYS)
+    jobs = [o for o in objs if o["kind"] == "Job"] + [manifests.fit_job(RUN, OWNER, 1, private)]
+    for job in jobs:
+        assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "registry"}]
+    assert "imagePullSecrets" not in by_kind("Job", "trainer")["spec"]["template"]["spec"]

@@ -36,3 +36,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ include "scalerl.labels" . }}
 release: {{ .Values.monitoring.release | quote }}
 {{- end -}}
+
+{{/* imagePullSecrets' names, comma-separated, for the operator to give run pods. */}}
+{{- define "scalerl.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end -}}
