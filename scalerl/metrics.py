@@ -93,7 +93,12 @@ def all_metric_names() -> set[str]:
 
 
 class _Metrics:
-    """A registry of labelled series; attribute access returns the child for this run."""
+    """A registry of labelled series; attribute access returns the child for this run.
+
+    Counters and histograms are served from the start at zero (a rate needs its first sample); a
+    gauge only once it is set, so a dashboard shows no held-out pass rate before the first
+    evaluation rather than a false 0.
+    """
 
     def __init__(
         self,
@@ -106,8 +111,10 @@ class _Metrics:
         self._series: dict[str, Any] = {}
         for name, doc in counters.items():
             self._add(name, Counter(PREFIX + name, doc, LABELS, registry=self.registry), run)
+        self._gauges: dict[str, Gauge] = {}
+        self._run = run
         for name, doc in gauges.items():
-            self._add(name, Gauge(PREFIX + name, doc, LABELS, registry=self.registry), run)
+            self._gauges[name] = Gauge(PREFIX + name, doc, LABELS, registry=self.registry)
         for name, doc in histograms.items():
             metric = Histogram(
                 PREFIX + name, doc, LABELS, registry=self.registry, buckets=_SECONDS_BUCKETS
@@ -118,8 +125,11 @@ class _Metrics:
         self._series[name] = metric.labels(run=run)
 
     def __getattr__(self, name: str) -> Any:
+        series = self.__dict__.get("_series", {})
+        if name not in series and name in self.__dict__.get("_gauges", {}):
+            series[name] = self._gauges[name].labels(run=self._run)  # first use: now served
         try:
-            return self.__dict__["_series"][name]
+            return series[name]
         except KeyError:
             raise AttributeError(name) from None
 

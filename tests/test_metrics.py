@@ -5,7 +5,14 @@ from __future__ import annotations
 import urllib.request
 
 from scalerl.local import free_port
-from scalerl.metrics import GeneratorMetrics, RunMetrics, TrainerMetrics, all_metric_names
+from scalerl.metrics import (
+    GENERATOR_GAUGES,
+    TRAINER_GAUGES,
+    GeneratorMetrics,
+    RunMetrics,
+    TrainerMetrics,
+    all_metric_names,
+)
 
 DESIGN_NAMES = [
     "truncated_sequences_total",
@@ -37,6 +44,14 @@ def scrape(*processes: TrainerMetrics | GeneratorMetrics | RunMetrics) -> str:
     return text
 
 
+def in_use(metrics: TrainerMetrics | GeneratorMetrics) -> TrainerMetrics | GeneratorMetrics:
+    """A process's metrics once it has set every gauge (a gauge is served from its first set)."""
+    for name in (*TRAINER_GAUGES, *GENERATOR_GAUGES):
+        if hasattr(metrics, name):
+            getattr(metrics, name).set(1.0)
+    return metrics
+
+
 def run_metrics(run: str) -> RunMetrics:
     """The runner's (or operator's) gauges once a run has a fit, a target and a restart."""
     metrics = RunMetrics()
@@ -47,7 +62,9 @@ def run_metrics(run: str) -> RunMetrics:
 
 
 def test_every_design_metric_is_served_by_some_process() -> None:
-    text = scrape(TrainerMetrics("demo"), GeneratorMetrics("demo"), run_metrics("demo"))
+    text = scrape(
+        in_use(TrainerMetrics("demo")), in_use(GeneratorMetrics("demo")), run_metrics("demo")
+    )
     for name in DESIGN_NAMES:
         series = f"scalerl_{name}"
         if name.endswith("_seconds"):
@@ -56,7 +73,7 @@ def test_every_design_metric_is_served_by_some_process() -> None:
 
 
 def test_all_metric_names_lists_what_is_served() -> None:
-    text = scrape(TrainerMetrics("x"), GeneratorMetrics("x"), run_metrics("x"))
+    text = scrape(in_use(TrainerMetrics("x")), in_use(GeneratorMetrics("x")), run_metrics("x"))
     served = {line.split("{")[0] for line in text.splitlines() if line and line[0] != "#"}
     assert served == all_metric_names()
 
@@ -78,3 +95,12 @@ def test_run_gauges_keep_one_series_per_run_until_it_is_forgotten() -> None:
     assert 'scalerl_predicted_asymptote{run="b"} 0.6' in text
     assert 'run="a"' not in text
     assert 'scalerl_target_asymptote{run="b"}' not in text  # b has no stopWhen target
+
+
+def test_a_gauge_is_served_once_set_and_a_counter_from_the_start() -> None:
+    trainer = TrainerMetrics("r")
+    before = scrape(trainer)
+    assert 'scalerl_eval_pass_rate{run="r"}' not in before  # no evaluation yet: no false 0
+    assert 'scalerl_no_signal_steps_total{run="r"} 0.0' in before  # rates need the first 0
+    trainer.eval_pass_rate.set(0.25)
+    assert 'scalerl_eval_pass_rate{run="r"} 0.25' in scrape(trainer)
