@@ -96,6 +96,17 @@ class Prometheus:
         assert body["status"] == "success", body
         return body["data"]["result"]  # type: ignore[no-any-return]
 
+    def query_range(
+        self, expr: str, start: float, end: float, step_s: float
+    ) -> list[dict[str, Any]]:
+        """A range query's result matrix: one entry per series, `values` as [time, "value"]."""
+        params = {"query": expr, "start": start, "end": end, "step": step_s}
+        url = f"{self.url}/api/v1/query_range?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            body = json.loads(response.read())
+        assert body["status"] == "success", body
+        return body["data"]["result"]  # type: ignore[no-any-return]
+
     def rules(self) -> list[dict[str, Any]]:
         with urllib.request.urlopen(f"{self.url}/api/v1/rules", timeout=10) as response:
             return json.loads(response.read())["data"]["groups"]  # type: ignore[no-any-return]
