@@ -1,7 +1,7 @@
 """The chart as a user installs it: rendered by the real Helm engine (helm-python-sdk).
 
-    objs = render({"networkPolicy": {"enabled": False}})
-    rule = one(objs, "PrometheusRule")
+objs = render({"networkPolicy": {"enabled": False}})
+rule = one(objs, "PrometheusRule")
 """
 
 from __future__ import annotations
