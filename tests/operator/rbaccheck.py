@@ -57,7 +57,11 @@ def needed(calls: Iterable[ApiCall]) -> set[Permission]:
 
 
 def denied(calls: Iterable[ApiCall]) -> list[str]:
-    """Each operator request the chart's ClusterRole would refuse, as `VERB PATH`."""
+    """Each operator request the chart's ClusterRole would refuse, as `VERB PATH`. Only where
+    our operator ran: the emulator's own tests run kopf with handlers of their own."""
+    calls = list(calls)
+    if not any(c.user_agent.startswith(f"{names.MANAGED_BY}/") for c in calls):
+        return []
     allowed = granted()
     return sorted(
         f"{c.verb} {c.path}"
