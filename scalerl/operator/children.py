@@ -37,9 +37,11 @@ def ensure_static(
     keys = StreamKeys.generate()
     for obj in manifests.static_children(run, owner, keys, network):
         meta = obj["metadata"]
+        # The Secret is never read back: created, a conflict meaning it is there, so the
+        # operator needs no permission to read Secrets.
         current = (
             None
-            if new
+            if new or obj["kind"] == "Secret"
             else kube.find(obj["apiVersion"], obj["kind"], owner.namespace, meta["name"])
         )
         if current is None:
