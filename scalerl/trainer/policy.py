@@ -2,7 +2,8 @@
 
 With ``fp32_lm_head`` the final projection runs in float32 whatever the body dtype: the head's
 parameter is kept in float32 (it is the master copy the optimizer updates), the body's last hidden
-states are upcast and projected with ``F.linear``. The paper's ablation: asymptote 0.52 -> 0.61.
+states are upcast and projected by the head in float32. The paper's ablation: asymptote 0.52 ->
+0.61.
 Generators get the head back in the checkpoint's dtype (`Policy.named_weights`) and apply their own
 FP32 projection.
 
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
@@ -62,6 +62,7 @@ class Policy:
         self.fp32_lm_head = fp32_lm_head
         self.temperature = temperature
         self.path = path
+        self.scorer = Scorer(model, fp32_lm_head)
 
     @property
     def device(self) -> torch.device:
@@ -92,13 +93,7 @@ class Policy:
         same distribution and carries no gradient (a metric, not a loss term).
         """
         batch = batch.to(self.device)
-        hidden = self.model.base_model(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
-        ).last_hidden_state
-        # The token at position p is predicted by the hidden state at p - 1; project only those.
-        source = (batch.completion_positions - 1).clamp(min=0)
-        index = source.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-        logits = self._project(hidden.gather(1, index))
+        logits = self.scorer(batch.input_ids, batch.attention_mask, batch.completion_positions)
         if self.temperature != 1.0:
             logits = logits / self.temperature
         targets = batch.input_ids.gather(1, batch.completion_positions)
@@ -107,12 +102,6 @@ class Policy:
         with torch.no_grad():
             entropy = token_entropy(logits.detach())
         return logprobs, entropy
-
-    def _project(self, hidden: Tensor) -> Tensor:
-        head = self.head
-        if self.fp32_lm_head:
-            return F.linear(hidden.float(), head.weight, head.bias)
-        return head(hidden).float()
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """HF-format ``(name, tensor)`` pairs to broadcast, detached, in the checkpoint's dtype.
@@ -163,6 +152,33 @@ class Policy:
         if stored is not None and stored.dtype == torch.float32:
             with torch.no_grad():
                 self.head.weight.copy_(stored)
+
+
+class Scorer(nn.Module):
+    """The trainer's one forward: the body, then the head on the completion positions only.
+
+    A module of its own so that, sharded (scalerl.trainer.shard), one forward gathers everything
+    it touches: the decoder layers and an untied head are units of their own, this root owns the
+    embeddings, the final norm and a tied head. The head is always called as a module, for the
+    same reason; with the FP32 head its parameter and input are float32.
+    """
+
+    def __init__(self, model: PreTrainedModel, fp32_lm_head: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.fp32_lm_head = fp32_lm_head
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, positions: Tensor) -> Tensor:
+        """float32 logits ``[samples, tokens, vocab]`` predicting the tokens at ``positions``."""
+        hidden = self.model.base_model(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state
+        # The token at position p is predicted by the hidden state at p - 1; project only those.
+        source = (positions - 1).clamp(min=0)
+        index = source.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+        picked = hidden.gather(1, index)
+        head = self.model.get_output_embeddings()
+        return head(picked.float() if self.fp32_lm_head else picked).float()
 
 
 def load_policy(

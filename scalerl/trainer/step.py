@@ -8,6 +8,10 @@ tokens. For ``prompt`` a micro-batch holds either whole groups or a piece of a s
 larger than ``micro_batch_samples`` is split alone); a piece counts as the fraction of its group's
 tokens it holds, which is exact because the group's loss is a token-weighted sum.
 
+**Ranks.** With sharded trainer ranks (scalerl.trainer.shard) every rank holds the whole batch
+and runs every world-th micro-batch; FSDP reduces the gradients, so the step is the full-batch
+step whatever the number of ranks. Totals (loss, entropy, statistics) are summed over ranks.
+
 **NaN guard.** If a loss or the gradient norm is not finite, the gradients are dropped and neither
 the optimizer nor the scheduler steps: parameters, optimizer state and lr are unchanged and the
 caller gets ``StepResult(skipped=True, reason=...)`` to count and log. A batch without a single
@@ -19,9 +23,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
@@ -84,20 +91,24 @@ def train_step(
     parts = plan_micro_batches(batch, micro_batch_samples, aggregation)
     weights = micro_batch_weights(batch, parts, aggregation)
     totals = _Totals()
-    for rows, weight in zip(parts, weights, strict=True):
+    finite = True
+    for rows, weight in my_share(parts, weights):
+        # Every part is run even after a non-finite loss: sharded ranks must pair up in each
+        # forward and backward. The step is skipped below if any rank saw one.
         part_loss = _backward(policy, batch.select(rows), settings, weight, totals)
-        if not math.isfinite(part_loss):
-            return _skip(optimizer, batch, lr, started, f"non-finite loss ({part_loss})", totals)
+        finite = finite and math.isfinite(part_loss)
+    totals.reduce()
+    if not _everywhere(finite):
+        return _skip(optimizer, batch, lr, started, f"non-finite loss ({totals.loss})", totals)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     grads = [p.grad for p in params if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
-    grad_norm = float(norm)
+    grad_norm = _total_norm(grads)
     if not math.isfinite(grad_norm):
         return _skip(
             optimizer, batch, lr, started, f"non-finite gradient norm ({grad_norm})", totals
         )
     if max_grad_norm is not None and grads:
-        torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm, norm)
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -113,10 +124,50 @@ def train_step(
     )
 
 
+def _world() -> tuple[int, int]:
+    """(rank, world size) of the trainer ranks; (0, 1) for a lone trainer."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def my_share(parts: list[Tensor], weights: list[float]) -> list[tuple[Tensor, float | None]]:
+    """This rank's micro-batches: every world-th one. Each rank gets as many, padded with a
+    weightless stand-in (None), because sharded ranks gather and reduce in every forward and
+    backward; weights are multiplied by the world size, since FSDP averages gradients over the
+    ranks and the micro-batch weights already sum to the whole batch's loss."""
+    rank, world = _world()
+    mine: list[tuple[Tensor, float | None]] = [
+        (rows, weight * world) for rows, weight in zip(parts, weights, strict=True)
+    ][rank::world]
+    rounds = -(-len(parts) // world)
+    return mine + [(parts[0][:1], None)] * (rounds - len(mine))
+
+
+def _everywhere(flag: bool) -> bool:
+    """Whether `flag` holds on every rank."""
+    if _world()[1] == 1:
+        return flag
+    value = torch.tensor([0.0 if flag else 1.0])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item() == 0.0)
+
+
+def _total_norm(grads: list[Tensor]) -> float:
+    """The gradients' total L2 norm (sharded gradients: over every rank's shards)."""
+    if not grads:
+        return 0.0
+    norm = torch.nn.utils.get_total_norm(grads)
+    if isinstance(norm, DTensor):
+        norm = norm.full_tensor()
+    return float(norm)
+
+
 def _backward(
-    policy: Policy, part: Batch, settings: LossSettings, weight: float, totals: _Totals
+    policy: Policy, part: Batch, settings: LossSettings, weight: float | None, totals: _Totals
 ) -> float:
-    """Forward and backward one micro-batch; returns its (unweighted) loss."""
+    """Forward and backward one micro-batch; returns its (unweighted) loss. A weightless
+    stand-in (None) only keeps this rank in step with the others: zero gradient, no totals."""
     logprobs, entropy = policy.completion_logprobs(part)
     part_loss, stats = compute_policy_loss(
         logprobs,
@@ -131,10 +182,9 @@ def _backward(
         epsilon_high=settings.epsilon_high,
     )
     value = float(part_loss.detach())
-    if not math.isfinite(value):
-        return value  # no backward: the guard discards this step anyway
-    (part_loss * weight).backward()
-    totals.add(value * weight, entropy, part.loss_mask, stats)
+    (part_loss * (weight or 0.0)).backward()  # a non-finite step is discarded after all parts
+    if weight is not None:
+        totals.add(value * weight / _world()[1], entropy, part.loss_mask, stats)
     return value
 
 
@@ -233,6 +283,17 @@ class _Totals:
         self.entropy_sum += float(torch.where(mask, entropy, 0.0).sum())
         self.tokens += float(mask.sum())
         self.parts.append((float(mask.sum()), stats))
+
+    def reduce(self) -> None:
+        """Sum over the trainer ranks (each holds its own micro-batches' totals)."""
+        if _world()[1] == 1:
+            return
+        sums = torch.tensor([self.loss, self.entropy_sum, self.tokens], dtype=torch.float64)
+        dist.all_reduce(sums)
+        self.loss, self.entropy_sum, self.tokens = (float(v) for v in sums)
+        everyone: list[Any] = [None] * _world()[1]
+        dist.all_gather_object(everyone, self.parts)
+        self.parts = [part for parts in everyone for part in parts]
 
     def entropy(self) -> float:
         return self.entropy_sum / self.tokens if self.tokens else 0.0

@@ -91,20 +91,23 @@ def test_bf16_body_with_fp32_head_computes_float32_logits(
     policy = load_policy(bf16_model_dir, dtype="bfloat16", fp32_lm_head=True)
     assert policy.head.weight.dtype == torch.float32
     assert policy.model.get_input_embeddings().weight.dtype == torch.bfloat16
-    hidden = torch.randn(2, 3, policy.model.config.hidden_size, dtype=torch.bfloat16)
-    assert policy._project(hidden).dtype == torch.float32
     batch = some_batch(make_group, policy.pad_id)
+    logits = policy.scorer(batch.input_ids, batch.attention_mask, batch.completion_positions)
+    assert logits.dtype == torch.float32
     logprobs, entropy = policy.completion_logprobs(batch)
     assert logprobs.dtype == entropy.dtype == torch.float32
     logprobs[batch.loss_mask].sum().backward()
     assert policy.head.weight.grad is not None and policy.head.weight.grad.dtype == torch.float32
 
 
-def test_bf16_body_without_fp32_head_keeps_head_in_bf16(bf16_model_dir: Path) -> None:
+def test_bf16_body_without_fp32_head_keeps_head_in_bf16(
+    bf16_model_dir: Path, make_group: Callable[..., RolloutGroup]
+) -> None:
     policy = load_policy(bf16_model_dir, dtype="bfloat16", fp32_lm_head=False)
     assert policy.head.weight.dtype == torch.bfloat16
-    hidden = torch.randn(2, 3, policy.model.config.hidden_size, dtype=torch.bfloat16)
-    assert policy._project(hidden).dtype == torch.float32  # upcast after the bf16 matmul
+    batch = some_batch(make_group, policy.pad_id)
+    logits = policy.scorer(batch.input_ids, batch.attention_mask, batch.completion_positions)
+    assert logits.dtype == torch.float32  # upcast after the bf16 matmul
 
 
 def test_named_weights_match_checkpoint_keys_in_model_dtype(bf16_model_dir: Path) -> None:

@@ -1,0 +1,81 @@
+"""Trainer ranks: the policy sharded with FSDP2 across the trainer processes.
+
+Units: one per decoder layer, the head when it is not tied to the embeddings (kept in float32
+with the FP32 head), and the root `Scorer`, which owns the embeddings, the final norm and a tied
+head. On GPUs the layers compute in bfloat16 from float32 master weights and reduce gradients in
+float32; on CPU everything stays float32.
+
+The full weights come back one tensor at a time (`full_weights`): every rank gathers each
+parameter in the same order and rank 0 keeps it, so the weight broadcast and the HF export never
+hold the whole model twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from scalerl.errors import DataError
+from scalerl.trainer.policy import Policy
+
+
+def init_ranks(
+    store: dist.Store, rank: int, world_size: int, device: torch.device, timeout_s: float
+) -> None:
+    """Join the trainers' own process group (gloo on CPU, NCCL on GPUs) through `store`."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(
+        backend,
+        store=store,
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+
+
+def decoder_layers(policy: Policy) -> nn.ModuleList:
+    """The body's decoder layers (HF's `model.layers` convention)."""
+    layers = getattr(policy.model.base_model, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers):
+        raise DataError(
+            f"cannot shard {type(policy.model).__name__}: its body has no `layers` list"
+        )
+    return layers
+
+
+def shard_policy(policy: Policy) -> None:
+    """Shard the policy in place across the ranks of the default process group."""
+    gpu = policy.device.type == "cuda"
+    body = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if gpu
+        else None
+    )
+    for layer in decoder_layers(policy):
+        fully_shard(layer, **({"mp_policy": body} if body else {}))
+    head = policy.head
+    if head.weight is not policy.model.get_input_embeddings().weight:
+        # Its own unit in its own dtype: float32 for the FP32 head, whatever the body computes in.
+        fully_shard(head, mp_policy=MixedPrecisionPolicy(param_dtype=head.weight.dtype))
+    fully_shard(policy.scorer)
+
+
+def is_sharded(policy: Policy) -> bool:
+    return any(isinstance(p, DTensor) for p in policy.model.parameters())
+
+
+def full_weights(policy: Policy) -> Iterator[tuple[str, Tensor]]:
+    """`policy.named_weights()` with every sharded tensor gathered whole. A collective: every
+    rank iterates it to the end; rank 0 gets the tensors, the others the same names and empty
+    placeholders (gathering is the only work they do)."""
+    leader = not dist.is_initialized() or dist.get_rank() == 0
+    for name, tensor in policy.named_weights():
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        yield name, full if leader else full.new_empty(0)

@@ -1,0 +1,114 @@
+"""Sharded trainer ranks (FSDP2 over gloo): one step on two ranks is the one-rank step.
+
+Each rank is a real process; they meet through a TCPStore as the trainer ranks of a run do.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import socket
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from scalerl.rollout.records import RolloutGroup
+from scalerl.trainer import Batch, build_batch, build_optimizer, load_policy, train_step
+from scalerl.trainer.shard import full_weights, init_ranks, is_sharded, shard_policy
+
+STEP = {
+    "loss": "cispo",
+    "aggregation": "prompt",
+    "epsilon_max": 4.0,
+    "epsilon_low": 0.2,
+    "epsilon_high": 0.28,
+    "max_grad_norm": 1.0,
+}
+TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fixed_batch(make_group: Any, model_dir: Path) -> Batch:
+    """Groups of varied lengths and rewards, old log-probs from the policy itself."""
+    policy = load_policy(model_dir, fp32_lm_head=True)
+    groups: list[RolloutGroup] = []
+    for g in range(6):
+        rewards = [1.0 if (g + i) % 3 == 0 else -1.0 for i in range(4)]
+        lengths = [3 + (g * 5 + i * 3) % 9 for i in range(4)]
+        groups.append(make_group(rewards, lengths=lengths, prompt_length=2 + g, seed=g + 1))
+    batch, _ = build_batch(groups, current_version=0, max_off_policy=None, pad_id=policy.pad_id)
+    assert batch is not None
+    with torch.no_grad():
+        logprobs, _ = policy.completion_logprobs(batch)
+    return replace(batch, old_logprobs=logprobs)
+
+
+def step_on(model_dir: Path, batch: Batch, micro: int) -> tuple[dict[str, torch.Tensor], Any]:
+    """One step of this process's policy (sharded if a process group is up): full weights."""
+    torch.manual_seed(0)
+    policy = load_policy(model_dir, fp32_lm_head=True)
+    if dist.is_initialized():
+        shard_policy(policy)
+        assert is_sharded(policy)
+    optimizer, scheduler = build_optimizer(
+        policy.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-15, warmup_steps=0
+    )
+    result = train_step(policy, optimizer, scheduler, batch, micro_batch_samples=micro, **STEP)
+    return {name: t.clone() for name, t in full_weights(policy)}, result
+
+
+def rank_main(rank: int, world: int, port: int, model_dir: Path, batch: Batch, out: Path) -> None:
+    torch.set_num_threads(1)
+    store = dist.TCPStore(
+        "127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=TIMEOUT_S)
+    )
+    init_ranks(store, rank, world, torch.device("cpu"), TIMEOUT_S)
+    try:
+        weights, result = step_on(model_dir, batch, micro=4)
+        if rank == 0:
+            torch.save({"weights": weights, "result": result}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def sharded_step(world: int, model_dir: Path, batch: Batch, out: Path) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    procs = [
+        ctx.Process(target=rank_main, args=(r, world, port, model_dir, batch, out))
+        for r in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(TIMEOUT_S)
+    assert [proc.exitcode for proc in procs] == [0] * world
+    return torch.load(out, weights_only=False)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("world", [2, 4])  # 4: six micro-batches, two ranks pad
+def test_a_sharded_step_equals_the_one_rank_step(
+    world: int, model_dir: Path, make_group: Any, tmp_path: Path
+) -> None:
+    batch = fixed_batch(make_group, model_dir)
+    alone, alone_result = step_on(model_dir, batch, micro=4)
+    sharded = sharded_step(world, model_dir, batch, tmp_path / "rank0.pt")
+    result = sharded["result"]
+    assert sharded["weights"].keys() == alone.keys()
+    for name, tensor in alone.items():
+        torch.testing.assert_close(sharded["weights"][name], tensor, rtol=1e-5, atol=1e-6)
+    assert not result.skipped
+    assert math.isclose(result.loss, alone_result.loss, rel_tol=1e-5, abs_tol=1e-7)
+    assert math.isclose(result.grad_norm, alone_result.grad_norm, rel_tol=1e-5)
+    assert math.isclose(result.entropy, alone_result.entropy, rel_tol=1e-5)
+    assert result.tokens == alone_result.tokens
