@@ -37,6 +37,12 @@ class ProcessEnv:
     bind_host: str = "127.0.0.1"
     # The rollout stream's CURVE keys (scalerl.rollout.keys); None: an unauthenticated stream.
     stream_keys: Path | None = None
+    # Trainer ranks (scalerl.trainer.shard): this trainer's rank, how many there are, and the port
+    # of their own process group's store at trainer 0 (0 with a single rank). Unset in the
+    # environment, the rank is the pod's index in the trainers' Indexed Job.
+    trainer_rank: int = 0
+    trainer_ranks: int = 1
+    ranks_port: int = 0
 
     def to_environ(self) -> dict[str, str]:
         return {
@@ -52,6 +58,9 @@ class ProcessEnv:
             _PREFIX + "STATUS": self.status,
             _PREFIX + "BIND_HOST": self.bind_host,
             _PREFIX + "STREAM_KEYS": str(self.stream_keys or ""),
+            _PREFIX + "TRAINER_RANK": str(self.trainer_rank),
+            _PREFIX + "TRAINER_RANKS": str(self.trainer_ranks),
+            _PREFIX + "RANKS_PORT": str(self.ranks_port),
         }
 
     @classmethod
@@ -84,4 +93,7 @@ class ProcessEnv:
             status=get("STATUS", "files"),
             bind_host=get("BIND_HOST", "127.0.0.1"),
             stream_keys=Path(keys) if (keys := get("STREAM_KEYS", "")) else None,
+            trainer_rank=integer("TRAINER_RANK", environ.get(_JOB_INDEX, "0")),
+            trainer_ranks=integer("TRAINER_RANKS", "1"),
+            ranks_port=integer("RANKS_PORT", "0"),
         )

@@ -1,5 +1,6 @@
-"""Runs a whole ScaleRLRun on this machine: one trainer and `generators.replicas` generator
-processes with the same entry points and environment contract as the pods, a live progress display,
+"""Runs a whole ScaleRLRun on this machine: `trainers.replicas` trainer ranks and
+`generators.replicas` generator processes with the same entry points and environment contract as
+the pods, a live progress display,
 refits of the scaling curve as evaluations arrive, and gang restarts from the last checkpoint when a
 process dies (bounded, like the operator's).
 """
@@ -27,7 +28,7 @@ from scalerl.errors import PeerError, ScaleRLError
 from scalerl.metrics import RunMetrics
 from scalerl.progress import ProgressDisplay
 from scalerl.rollout.keys import StreamKeys
-from scalerl.spec import ScaleRLRun, load_run
+from scalerl.spec import RunSpec, ScaleRLRun, load_run
 from scalerl.status.files import STATUS_FILE, read_status
 from scalerl.trainer.history import HISTORY_FILE, PROGRESS_FILE, read_history
 
@@ -91,7 +92,7 @@ class Gang:
 
     def start(self, role: str, env: ProcessEnv, log_path: Path) -> None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = "trainer" if role == "trainer" else "generator"
+        command = "trainer" if role.startswith("trainer") else "generator"
         with log_path.open("ab") as log:
             # Own process group: Ctrl-C reaches only the runner, which stops the gang in order,
             # and stop() can take a generator's vLLM engine process down with it.
@@ -142,6 +143,15 @@ def write_targets(path: Path, processes: dict[str, dict[str, Any]]) -> None:
     partial.replace(path)
 
 
+LEADER = "trainer-0"  # trainer rank 0: the run ends when it does
+
+
+def roles(spec: RunSpec) -> list[str]:
+    """The processes of a run, by role: `trainer-<rank>` and `generator-<index>`."""
+    trainers = [f"trainer-{r}" for r in range(spec.trainers.replicas)]
+    return trainers + [f"generator-{g}" for g in range(spec.generators.replicas)]
+
+
 class LocalRun:
     def __init__(self, run: ScaleRLRun, out: Path, *, display: bool = True) -> None:
         self.run, self.out = run, out
@@ -163,6 +173,7 @@ class LocalRun:
         keys = self.out / KEYS_DIR
         if not keys.exists():  # one set per run, kept across gang restarts
             StreamKeys.generate().write(keys)
+        trainers = spec.trainers.replicas
         base = dict(
             spec=self.spec_path.resolve(),
             stream_keys=keys.resolve(),
@@ -170,14 +181,16 @@ class LocalRun:
             trainer_host="127.0.0.1",
             channel_port=free_port(),
             sync_port=free_port(),
-            compute_units=count + 1,
+            compute_units=count + trainers,
+            trainer_ranks=trainers,
+            ranks_port=free_port(),
         )
         gang = Gang()
         logs = self.out / "logs"
-        ports = {"trainer": free_port(), **{f"generator-{g}": free_port() for g in range(count)}}
-        gang.start(
-            "trainer", ProcessEnv(**base, metrics_port=ports["trainer"]), logs / "trainer.log"
-        )
+        ports = {role: free_port() for role in roles(spec)}
+        for r in range(trainers):
+            env = ProcessEnv(**base, metrics_port=ports[f"trainer-{r}"], trainer_rank=r)
+            gang.start(f"trainer-{r}", env, logs / f"trainer-{r}.log")
         for g in range(count):
             env = ProcessEnv(**base, metrics_port=ports[f"generator-{g}"], generator_index=g)
             gang.start(f"generator-{g}", env, logs / f"generator-{g}.log")
@@ -192,7 +205,7 @@ class LocalRun:
 
     def supervise(self, gang: Gang) -> None:
         """Until the trainer finishes: show progress, refit; raise PeerError when a process dies."""
-        trainer = gang.processes["trainer"]
+        trainer = gang.processes[LEADER]
         while trainer.poll() is None:
             time.sleep(0.5)
             self.refresh()
@@ -205,9 +218,7 @@ class LocalRun:
             stopped = stopped_reason(self.out)
             if stopped is not None:  # the trainer ended the run on purpose: no restart
                 raise ScaleRLError(f"run stopped: {stopped}")
-            raise PeerError(
-                f"trainer exited with code {trainer.returncode}:\n{gang.tail('trainer')}"
-            )
+            raise PeerError(f"{LEADER} exited with code {trainer.returncode}:\n{gang.tail(LEADER)}")
 
     def refresh(self) -> None:
         progress_file = self.out / PROGRESS_FILE

@@ -77,7 +77,7 @@ def scrape(url: str) -> str:
 
 def run_ports(processes: dict[str, dict[str, object]]) -> list[int]:
     """The rollout stream and sync store of trainer 0 (from its environment), every /metrics."""
-    environ = Path(f"/proc/{processes['trainer']['pid']}/environ").read_bytes().split(b"\0")
+    environ = Path(f"/proc/{processes['trainer-0']['pid']}/environ").read_bytes().split(b"\0")
     env = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
     ports = [int(env["SCALERL_CHANNEL_PORT"]), int(env["SCALERL_SYNC_PORT"])]
     return ports + [
@@ -117,14 +117,14 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     try:
         wait_for_step(out, 5, proc, timeout_s=300)
         processes = json.loads((out / "processes.json").read_text())
-        trainer = processes["trainer"]
+        trainer = processes["trainer-0"]
         assert "scalerl_policy_version" in scrape(trainer["metrics"])
         # Nothing the run listens on is reachable from the network: loopback only.
         ports = run_ports(processes)
         assert {port: listening_hosts(port) for port in ports} == {
             port: {"127.0.0.1"} for port in ports
         }
-        kill(out, "trainer")  # kill -9 mid-run: the gang restarts from the step-4 checkpoint
+        kill(out, "trainer-0")  # kill -9 mid-run: the gang restarts from the step-4 checkpoint
         wait_for_step(out, 9, proc, timeout_s=300)
         kill(out, "generator-1")  # a generator dies: the same again, from step 8
         output, _ = proc.communicate(timeout=400)
@@ -132,7 +132,7 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, output
-    assert "restarting from the last checkpoint (1/3): trainer exited with code -9" in output
+    assert "restarting from the last checkpoint (1/3): trainer-0 exited with code -9" in output
     assert "restarting from the last checkpoint (2/3): generator-1 exited with code -9" in output
     assert "prediction: A = " in output
 
@@ -143,7 +143,7 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     assert computes == sorted(computes)
     # PipelineRL: weights changed under sequences in flight, so some samples mix versions.
     assert history[-1]["mixed_version_samples"] > 0
-    assert (out / "logs" / "trainer.log").read_text().count("resumed from") == 2
+    assert (out / "logs" / "trainer-0.log").read_text().count("resumed from") == 2
     fit = json.loads((out / "fit.json").read_text())
     assert {"A", "B", "C_mid", "R0", "A_interval"} <= fit.keys()
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -34,11 +34,13 @@ RUN_DIR = "/checkpoints"
 KEYS_DIR = "/etc/scalerl/stream-keys"
 CHANNEL_PORT = 5555
 SYNC_PORT = 29500
+RANKS_PORT = 29400  # the trainer ranks' own process group
 METRICS_PORT = 9400
 FIT_TTL_S = 600  # finished fit Jobs expire; their result is in status.prediction
 FIT_DEADLINE_S = 900
 GPU = "nvidia.com/gpu"
 _INDEX_VAR = "SCALERL_GENERATOR_INDEX"
+_RANK_VAR = "SCALERL_TRAINER_RANK"
 
 
 # Our images run as this user (see the Dockerfiles); the pods say so, so that Kubernetes can
@@ -274,12 +276,16 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
         status=f"kubernetes:{owner.namespace}/{owner.name}",
         bind_host="0.0.0.0",  # peers reach the pod through its Service, not its hostname
         stream_keys=Path(KEYS_DIR),
+        trainer_ranks=spec.trainers.replicas,
+        ranks_port=RANKS_PORT,
     )
     environ = env.to_environ()
+    # One template serves every pod of a role: each takes its index (a generator's index, a
+    # trainer's rank) from its Indexed Job pod (JOB_COMPLETION_INDEX, see ProcessEnv).
     if role_name == names.ROLE_GENERATOR:
-        # One template serves every generator: each takes its index from its Indexed Job pod
-        # (JOB_COMPLETION_INDEX, see ProcessEnv.from_environ).
         del environ[_INDEX_VAR]
+    else:
+        del environ[_RANK_VAR]
     return environ
 
 
@@ -368,7 +374,12 @@ def fit_job(run: ScaleRLRun, owner: Owner, number: int, images: Images) -> dict[
 
 
 def _ports() -> list[tuple[str, int]]:
-    return [("channel", CHANNEL_PORT), ("sync", SYNC_PORT), ("metrics", METRICS_PORT)]
+    return [
+        ("channel", CHANNEL_PORT),
+        ("sync", SYNC_PORT),
+        ("ranks", RANKS_PORT),
+        ("metrics", METRICS_PORT),
+    ]
 
 
 def _resources(replicas: ReplicaSpec) -> dict[str, Any]:

@@ -152,7 +152,7 @@ def connect(
     address = f"{host}:{port}"
     where = f"sync group at {address}: rank {rank} of world {world_size}"
     deadline = time.monotonic() + timeout_s
-    store = dist.PrefixStore(_PREFIX, _open_store(host, port, rank, timeout_s, where))
+    store = dist.PrefixStore(_PREFIX, open_store(host, port, rank, timeout_s, where))
     _join(store, rank, world_size, deadline, where)
     device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
     remaining = max(deadline - time.monotonic(), 0.001)
@@ -174,7 +174,8 @@ def connect(
     return group
 
 
-def _open_store(host: str, port: int, rank: int, timeout_s: float, where: str) -> dist.Store:
+def open_store(host: str, port: int, rank: int, timeout_s: float, where: str) -> dist.Store:
+    """A TCPStore: rank 0 serves it on `host:port` only, the others connect to it."""
     is_master = rank == 0
     try:
         return dist.TCPStore(

@@ -1,8 +1,10 @@
 """Atomic training checkpoints: ``root/step-000123/`` holds everything needed to resume.
 
 A checkpoint directory is itself an HF model directory (config, safetensors, tokenizer) that
-`load_policy` or a generator can load, plus ``optimizer.pt``, ``scheduler.pt`` and ``state.json``
-(plain state of the run: step, policy version, curriculum, history, counters).
+`load_policy` or a generator can load, plus ``optimizer/`` (torch.distributed.checkpoint: each
+trainer rank writes its own shards, and any number of ranks can read them back), ``scheduler.pt``
+and ``state.json`` (plain state of the run: step, policy version, curriculum, history, counters).
+With sharded ranks, rank 0 writes the HF weights, gathered one tensor at a time.
 
 Atomicity: everything is written into ``root/.tmp-step-000123-<random>/``, fsynced, and renamed to
 ``step-000123`` in one ``os.rename``; only directories named ``step-<digits>`` that hold
@@ -12,25 +14,35 @@ Atomicity: everything is written into ``root/.tmp-step-000123-<random>/``, fsync
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import re
 import shutil
 import uuid
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from scalerl.errors import DataError, InputError
 from scalerl.trainer.policy import Policy
+from scalerl.trainer.shard import Ranks, full_weights, is_sharded
 
 CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
 TEMP_PREFIX = ".tmp-step-"
-OPTIMIZER_FILE = "optimizer.pt"
+OPTIMIZER_DIR = "optimizer"
 SCHEDULER_FILE = "scheduler.pt"
 STATE_FILE = "state.json"
 
@@ -48,11 +60,14 @@ def save_checkpoint(
     scheduler: LRScheduler,
     state: dict[str, Any],
     keep: int = 2,
+    ranks: Ranks | None = None,
 ) -> Path:
     """Write checkpoint ``step`` atomically under ``root``, keep the newest ``keep``; return it.
 
-    ``state`` must be JSON-serialisable; ``step`` is stored in it as well.
+    ``state`` must be JSON-serialisable; ``step`` is stored in it as well. With several trainer
+    ranks, rank 0 calls this and the followers join through `write_shared`.
     """
+    ranks = ranks or Ranks(0, 1)
     if keep < 1:
         raise InputError(f"checkpoints to keep must be >= 1; got {keep}")
     root = Path(root)
@@ -60,9 +75,9 @@ def save_checkpoint(
     _remove_leftovers(root)
     temp = root / f"{TEMP_PREFIX}{step:06d}-{uuid.uuid4().hex[:8]}"
     temp.mkdir()
+    ranks.announce("checkpoint", str(temp))
     try:
-        policy.save_pretrained(temp)
-        torch.save(optimizer.state_dict(), temp / OPTIMIZER_FILE)
+        write_shared(temp, policy, optimizer)
         torch.save(scheduler.state_dict(), temp / SCHEDULER_FILE)
         # state.json last: its presence marks a complete checkpoint.
         (temp / STATE_FILE).write_text(json.dumps({**state, "step": step}, indent=1))
@@ -73,6 +88,41 @@ def save_checkpoint(
         raise
     _prune(root, keep)
     return final
+
+
+def write_shared(directory: Path, policy: Policy, optimizer: Optimizer) -> None:
+    """What every rank writes (a collective): the weights and the optimizer's shards."""
+    if is_sharded(policy):
+        weights = dict(full_weights(policy, cast=False))
+        if dist.get_rank() == 0:
+            policy.save_pretrained(directory, weights=weights)
+    else:
+        policy.save_pretrained(directory)
+    state = {"optimizer": get_optimizer_state_dict(policy.scorer, optimizer)}
+    with _one_process_is_fine():
+        dcp.save(state, checkpoint_id=directory / OPTIMIZER_DIR, no_dist=not dist.is_initialized())
+    if dist.is_initialized():
+        dist.barrier()  # every shard is on disk before rank 0 publishes
+
+
+def load_optimizer(path: Path, policy: Policy, optimizer: Optimizer) -> None:
+    """The optimizer's state from checkpoint ``path``, resharded for this policy's ranks."""
+    state = {"optimizer": get_optimizer_state_dict(policy.scorer, optimizer)}
+    try:
+        with _one_process_is_fine():
+            dcp.load(state, checkpoint_id=path / OPTIMIZER_DIR, no_dist=not dist.is_initialized())
+    except (OSError, RuntimeError, ValueError) as err:
+        raise DataError(f"cannot read the optimizer state in checkpoint {path}: {err}") from err
+    set_optimizer_state_dict(policy.scorer, optimizer, optim_state_dict=state["optimizer"])
+
+
+@contextlib.contextmanager
+def _one_process_is_fine() -> Iterator[None]:
+    """A lone trainer reads and writes the same format without a process group; DCP warns
+    about that on every call."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -95,22 +145,29 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
 
 
 def load_checkpoint(
-    path: Path, *, policy: Policy, optimizer: Optimizer, scheduler: LRScheduler
+    path: Path,
+    *,
+    policy: Policy,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    weights: bool = True,
 ) -> dict[str, Any]:
-    """Restore weights, optimizer and scheduler from checkpoint ``path``; return its state dict."""
+    """Restore weights, optimizer and scheduler from checkpoint ``path``; return its state dict.
+
+    A sharded policy has its weights loaded before it was sharded (`policy.load_weights`, then
+    `shard_policy`): pass ``weights=False`` then.
+    """
     path = Path(path)
     if not (path / STATE_FILE).is_file():
         raise DataError(f"checkpoint {path} is missing or incomplete (no {STATE_FILE})")
     try:
         state = json.loads((path / STATE_FILE).read_text())
-        optimizer_state = torch.load(
-            path / OPTIMIZER_FILE, map_location=policy.device, weights_only=True
-        )
         scheduler_state = torch.load(path / SCHEDULER_FILE, weights_only=True)
     except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as err:
         raise DataError(f"cannot read checkpoint {path}: {err}") from err
-    policy.load_weights(path)
-    optimizer.load_state_dict(optimizer_state)
+    if weights:
+        policy.load_weights(path)
+    load_optimizer(path, policy, optimizer)
     scheduler.load_state_dict(scheduler_state)
     return dict(state)
 

@@ -103,11 +103,12 @@ class Policy:
             entropy = token_entropy(logits.detach())
         return logprobs, entropy
 
-    def named_weights(self) -> Iterator[tuple[str, Tensor]]:
+    def named_weights(self, cast: bool = True) -> Iterator[tuple[str, Tensor]]:
         """HF-format ``(name, tensor)`` pairs to broadcast, detached, in the checkpoint's dtype.
 
         Names are those of the safetensors checkpoint: tied weights appear once, under the name
-        HF saves them by, and non-persistent buffers (rotary tables) are left out.
+        HF saves them by, and non-persistent buffers (rotary tables) are left out. ``cast=False``
+        keeps each tensor's own dtype (the FP32 head stays float32, as checkpoints store it).
         """
         seen: set[int] = set()
         for name, tensor in self.model.state_dict(keep_vars=True).items():
@@ -115,17 +116,18 @@ class Policy:
                 continue
             seen.add(id(tensor))
             out = tensor.detach()
-            if out.is_floating_point() and out.dtype != self.dtype:
+            if cast and out.is_floating_point() and out.dtype != self.dtype:
                 out = out.to(self.dtype)  # the FP32 head goes out in the checkpoint's format
             yield name, out
 
-    def save_pretrained(self, directory: Path) -> None:
-        """Write the model (safetensors) and tokenizer to ``directory`` in HF format.
+    def save_pretrained(self, directory: Path, weights: dict[str, Tensor] | None = None) -> None:
+        """Write the model (safetensors) and tokenizer to ``directory`` in HF format; a sharded
+        policy passes its ``weights`` gathered whole (`scalerl.trainer.shard.full_weights`).
 
         The FP32 head is saved in float32 so a resumed run keeps its exact master copy;
         `load_policy` reads it back at full precision, and HF loaders simply cast it.
         """
-        self.model.save_pretrained(str(directory), safe_serialization=True)
+        self.model.save_pretrained(str(directory), safe_serialization=True, state_dict=weights)
         self.tokenizer.save_pretrained(str(directory))
 
     def load_weights(self, directory: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -21,8 +22,45 @@ from torch import Tensor, nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from scalerl.environment import ProcessEnv
 from scalerl.errors import DataError
+from scalerl.sync.group import open_store
 from scalerl.trainer.policy import Policy
+
+
+class Ranks:
+    """The trainer ranks as rank 0 leads them: every collective the followers must join
+    (a step, a weight gather, a checkpoint) is announced first, with what it needs."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    def announce(self, kind: str, payload: Any = None) -> None:
+        """Rank 0: tell the followers what comes next (nothing to do with a single rank)."""
+        if self.world_size > 1:
+            dist.broadcast_object_list([kind, payload], src=0)
+
+    def next(self) -> tuple[str, Any]:
+        """A follower: wait for rank 0's next announcement."""
+        message: list[Any] = [None, None]
+        dist.broadcast_object_list(message, src=0)
+        return message[0], message[1]
+
+
+def join_ranks(env: ProcessEnv, device: torch.device) -> Ranks:
+    """This trainer's place among the run's trainer ranks; joins their process group when there
+    is more than one. Rank 0 serves the group's store on the bind address, like the sync store."""
+    ranks = Ranks(env.trainer_rank, env.trainer_ranks)
+    if env.trainer_ranks > 1:
+        host = env.bind_host if ranks.leader else env.trainer_host
+        where = f"trainer ranks at {host}:{env.ranks_port}: rank {ranks.rank} of {ranks.world_size}"
+        store = open_store(host, env.ranks_port, ranks.rank, env.peer_timeout_s, where)
+        init_ranks(store, ranks.rank, ranks.world_size, device, env.peer_timeout_s)
+    return ranks
 
 
 def init_ranks(
@@ -71,11 +109,11 @@ def is_sharded(policy: Policy) -> bool:
     return any(isinstance(p, DTensor) for p in policy.model.parameters())
 
 
-def full_weights(policy: Policy) -> Iterator[tuple[str, Tensor]]:
-    """`policy.named_weights()` with every sharded tensor gathered whole. A collective: every
+def full_weights(policy: Policy, cast: bool = True) -> Iterator[tuple[str, Tensor]]:
+    """`policy.named_weights(cast)` with every sharded tensor gathered whole. A collective: every
     rank iterates it to the end; rank 0 gets the tensors, the others the same names and empty
     placeholders (gathering is the only work they do)."""
     leader = not dist.is_initialized() or dist.get_rank() == 0
-    for name, tensor in policy.named_weights():
+    for name, tensor in policy.named_weights(cast):
         full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
         yield name, full if leader else full.new_empty(0)

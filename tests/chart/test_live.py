@@ -146,7 +146,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
         live.wait_for_step(2)
         yield live
     finally:
-        trainer = live.processes().get("trainer") if (out / "processes.json").exists() else None
+        trainer = live.processes().get("trainer-0") if (out / "processes.json").exists() else None
         if trainer is not None:
             os.kill(int(trainer["pid"]), signal.SIGCONT)
         proc.terminate()  # SIGTERM: the runner stops its gang like Ctrl-C
@@ -177,7 +177,7 @@ def freeze(live: LiveRun) -> tuple[float, float, float]:
     them; (truncated, generated, timestamp of that scrape). The trainer stays stopped."""
     assert live.prometheus is not None
     processes = live.processes()
-    os.kill(int(processes["trainer"]["pid"]), signal.SIGSTOP)
+    os.kill(int(processes["trainer-0"]["pid"]), signal.SIGSTOP)
     deadline = time.monotonic() + 120
     previous, still_since = live.counters(), time.time()
     while time.time() - still_since < 3 * prom.SCRAPE_INTERVAL_S:  # unchanged for 3 scrapes
@@ -208,7 +208,7 @@ def test_prometheus_answers_the_truncation_rate_of_the_runs_own_counters(live: L
             pytest.fail("prometheus is not installed: .ci/run installs Debian's prometheus")
         pytest.skip("prometheus not installed: apt-get install prometheus")
     truncated_1, generated_1, t1 = freeze(live)
-    os.kill(int(live.processes()["trainer"]["pid"]), signal.SIGCONT)
+    os.kill(int(live.processes()["trainer-0"]["pid"]), signal.SIGCONT)
     live.wait_for_step(live.step() + 2)
     truncated_2, generated_2, t2 = freeze(live)
     assert generated_2 > generated_1

@@ -1,4 +1,5 @@
-"""Sharded trainer ranks (FSDP2 over gloo): one step on two ranks is the one-rank step.
+"""Sharded trainer ranks (FSDP2 over gloo): one step on two ranks is the one-rank step, and what
+two ranks checkpoint resumes on one.
 
 Each rank is a real process; they meet through a TCPStore as the trainer ranks of a run do.
 """
@@ -19,7 +20,13 @@ import torch.distributed as dist
 
 from scalerl.rollout.records import RolloutGroup
 from scalerl.trainer import Batch, build_batch, build_optimizer, load_policy, train_step
-from scalerl.trainer.shard import full_weights, init_ranks, is_sharded, shard_policy
+from scalerl.trainer.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    write_shared,
+)
+from scalerl.trainer.shard import Ranks, full_weights, init_ranks, is_sharded, shard_policy
 
 STEP = {
     "loss": "cispo",
@@ -112,3 +119,73 @@ def test_a_sharded_step_equals_the_one_rank_step(
     assert math.isclose(result.grad_norm, alone_result.grad_norm, rel_tol=1e-5)
     assert math.isclose(result.entropy, alone_result.entropy, rel_tol=1e-5)
     assert result.tokens == alone_result.tokens
+
+
+def checkpoint_main(
+    rank: int, world: int, port: int, model_dir: Path, batch: Batch, root: Path
+) -> None:
+    """Two ranks step once and checkpoint: rank 0 saves, rank 1 follows its announcement."""
+    torch.set_num_threads(1)
+    store = dist.TCPStore(
+        "127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=TIMEOUT_S)
+    )
+    init_ranks(store, rank, world, torch.device("cpu"), TIMEOUT_S)
+    try:
+        policy, optimizer, scheduler = learner(model_dir, sharded=True)
+        train_step(policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP)
+        ranks = Ranks(rank, world)
+        if ranks.leader:
+            save_checkpoint(
+                root, 1, policy=policy, optimizer=optimizer, scheduler=scheduler,
+                state={"version": 1}, ranks=ranks,
+            )  # fmt: skip
+        else:
+            kind, payload = ranks.next()
+            assert kind == "checkpoint"
+            write_shared(Path(payload), policy, optimizer)
+    finally:
+        dist.destroy_process_group()
+
+
+def learner(model_dir: Path, *, sharded: bool) -> tuple[Any, Any, Any]:
+    policy = load_policy(model_dir, fp32_lm_head=True)
+    if sharded:
+        shard_policy(policy)
+    optimizer, scheduler = build_optimizer(
+        policy.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-15, warmup_steps=0
+    )
+    return policy, optimizer, scheduler
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_rank_exactly(
+    model_dir: Path, make_group: Any, tmp_path: Path
+) -> None:
+    batch = fixed_batch(make_group, model_dir)
+    ctx = mp.get_context("spawn")
+    port, root = free_port(), tmp_path / "checkpoints"
+    procs = [
+        ctx.Process(target=checkpoint_main, args=(r, 2, port, model_dir, batch, root))
+        for r in range(2)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(TIMEOUT_S)
+    assert [proc.exitcode for proc in procs] == [0, 0]
+    saved = latest_checkpoint(root)
+    assert saved is not None and (saved / "optimizer").is_dir()
+
+    # One rank, resumed from what two wrote, against one rank that never stopped: a second
+    # step must agree, which needs the weights and AdamW's moments back exactly.
+    reference = learner(model_dir, sharded=False)
+    train_step(*reference, batch, micro_batch_samples=4, **STEP)
+    resumed = learner(saved, sharded=False)
+    state = load_checkpoint(
+        saved, policy=resumed[0], optimizer=resumed[1], scheduler=resumed[2], weights=False
+    )
+    assert state["step"] == 1
+    for policy, optimizer, scheduler in (reference, resumed):
+        train_step(policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP)
+    expected = dict(reference[0].named_weights(cast=False))
+    for name, tensor in resumed[0].named_weights(cast=False):
+        torch.testing.assert_close(tensor, expected[name], rtol=1e-5, atol=1e-6)
