@@ -335,7 +335,12 @@ class GeneratorsSpec(ReplicaSpec):
 
 
 class TrainersSpec(ReplicaSpec):
-    replicas: Int = Field(2, ge=1, le=MAX_REPLICAS)
+    replicas: Int = Field(
+        2,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Trainer ranks (processes, pods): the policy is sharded over them (FSDP2).",
+    )
 
 
 class CheckpointSpec(_Model):

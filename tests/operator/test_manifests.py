@@ -91,7 +91,7 @@ def test_the_headless_service_selects_trainer_zero_on_every_port() -> None:
         names.LABEL_JOB_INDEX: "0",
     }
     ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
-    assert ports == {"channel": 5555, "sync": 29500, "metrics": 9400}
+    assert ports == {"channel": 5555, "sync": 29500, "ranks": 29400, "metrics": 9400}
 
 
 def test_workloads_are_indexed_jobs_that_never_retry_a_pod() -> None:
@@ -159,6 +159,21 @@ def test_pods_listen_on_every_interface_and_local_processes_on_loopback_only() -
 
 
 PORTS = {"SCALERL_CHANNEL_PORT": "1", "SCALERL_SYNC_PORT": "2"}
+
+
+def test_each_trainer_pod_is_the_rank_of_its_job_index() -> None:
+    trainer_env = env_of("trainer")
+    assert "SCALERL_TRAINER_RANK" not in trainer_env  # one template for every rank
+    assert trainer_env["SCALERL_TRAINER_RANKS"] == str(RUN.spec.trainers.replicas)
+    assert trainer_env["SCALERL_RANKS_PORT"] == str(manifests.RANKS_PORT)
+    ranks = [
+        ProcessEnv.from_environ({**trainer_env, "JOB_COMPLETION_INDEX": str(i)}).trainer_rank
+        for i in range(RUN.spec.trainers.replicas)
+    ]
+    assert ranks == list(range(RUN.spec.trainers.replicas))
+    # A generator is no trainer rank, whatever its own Job index.
+    generator = {**env_of("generator"), "JOB_COMPLETION_INDEX": "3"}
+    assert ProcessEnv.from_environ(generator).trainer_rank == 0
 
 
 def test_an_explicit_generator_index_wins_over_the_job_index() -> None:
