@@ -182,9 +182,11 @@ def test_two_trainer_ranks_learn_survive_a_dead_rank_and_resume_on_one(tmp_path:
     ranks = {
         "trainers": {"replicas": 2},
         "generators": {"replicas": 1},
+        # The demo's own batch: the small one of the other tests learns too noisily to assert on.
+        "recipe": {"batch": {"prompts": 16, "generationsPerPrompt": 8}},
         "data": {"validation": {"prompts": 64}},
-        "evaluation": {"everySteps": 20, "generationsPerPrompt": 4},
-        "budget": {"maxSteps": 40},
+        "evaluation": {"everySteps": 15, "generationsPerPrompt": 4},
+        "budget": {"maxSteps": 30},
         "checkpoint": {"everySteps": 10},
     }
     proc = start_run(write_spec(tmp_path, **ranks), out)
@@ -201,9 +203,9 @@ def test_two_trainer_ranks_learn_survive_a_dead_rank_and_resume_on_one(tmp_path:
     assert proc.returncode == 0, output
     assert "(1/3): trainer-1 exited with code -9" in output
     history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == [0, 20, 40]
+    assert [e["step"] for e in history] == [0, 15, 30]
     # The sharded policy learns: 256 held-out samples per evaluation (standard error about
-    # 0.03), from about 0.18; one rank reaches about 0.45 in 40 steps of this recipe.
+    # 0.03); `make demo` (one rank, this batch) goes from about 0.16 to 0.4 in 30 steps.
     assert history[-1]["pass_rate"] >= history[0]["pass_rate"] + 0.1, history
 
     # The 2-rank checkpoint resumes on one trainer rank.
@@ -227,5 +229,5 @@ def test_two_trainer_ranks_learn_survive_a_dead_rank_and_resume_on_one(tmp_path:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     log = (out / "logs" / "trainer-0.log").read_text()
-    assert "resumed from" in log and "step-000040" in log
-    assert [e["step"] for e in read_history(out / "history.jsonl")][-1] == 42
+    assert "resumed from" in log and "step-000030" in log
+    assert [e["step"] for e in read_history(out / "history.jsonl")][-1] == 32
