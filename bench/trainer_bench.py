@@ -137,14 +137,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = build_random_model(Path(tmp) / "model", shape=shape)
         rows = run(1, model, args.steps) + run(2, model, args.steps)
+    # tokens/s: the whole batch's trained tokens per second of step (every rank steps on it all).
     print(f"{'ranks':>5} {'rank':>4} {'tokens/s':>9} {'peak RSS MB':>11} {'held MB':>8}")
     for world, rank, rate, peak, held, _ in rows:
         print(f"{world:>5} {rank:>4} {rate:>9.0f} {peak:>11.0f} {held / 2**20:>8.1f}")
     parameters = rows[0][5]
     one = rows[0][4] / parameters
     two = max(r[4] for r in rows if r[0] == 2) / parameters
-    print(f"parameters {parameters / 1e6:.1f} M; bytes held per parameter: 1 rank {one:.1f}, ")
-    print(f"  2 ranks {two:.1f} per rank (parameters, gradients, AdamW moments; fp32)")
+    print(
+        f"parameters {parameters / 1e6:.1f} M; bytes held per parameter (parameter, gradient, "
+        f"AdamW moments; fp32): 1 rank {one:.1f}, 2 ranks {two:.1f} each"
+    )
     budget = args.memory_gb * 2**30
     for ranks in (1, 2, 8, 64):
         per_parameter = one / ranks  # sharding divides every held byte by the rank count
