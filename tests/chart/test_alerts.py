@@ -23,13 +23,13 @@ import copy
 import functools
 import math
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from helmchart import NAMESPACE, of_kind, one, render
+from promtool import output, promtool_run
 
 from scalerl.metrics import all_metric_names
 
@@ -82,16 +82,6 @@ def without_annotations(groups: Groups) -> Groups:
 
 
 # --- promtool -------------------------------------------------------------------------------
-
-
-def promtool_run(promtool: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(promtool), *map(str, args)], capture_output=True, text=True, timeout=30
-    )
-
-
-def output(done: subprocess.CompletedProcess[str]) -> str:
-    return f"promtool exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
 
 
 def write_rules(workdir: Path, groups: Groups) -> Path:

@@ -11,7 +11,6 @@ Prometheus evaluates their queries.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 import yaml
 from helmchart import CHART, NAMESPACE, of_kind, one, render
 from promql import alert_files, alert_rules, dashboards, panels, queries
+from promtool import output, promtool_run
 
 from scalerl.fit.law import sigmoid
 from scalerl.metrics import all_metric_names
@@ -406,16 +406,6 @@ def test_every_metric_a_query_reads_is_exported() -> None:
 def runnable(expr: str, run: str = ".*") -> str:
     """A dashboard query as Prometheus runs it once Grafana has put the picked runs in."""
     return expr.replace("$run", run)
-
-
-def promtool_run(promtool: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(promtool), *map(str, args)], capture_output=True, text=True, timeout=30
-    )
-
-
-def output(done: subprocess.CompletedProcess[str]) -> str:
-    return f"promtool exited {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
 
 
 def test_prometheus_parses_every_query(promtool: Path, tmp_path: Path) -> None:
