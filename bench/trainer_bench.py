@@ -1,9 +1,11 @@
-"""Trainer ranks: tokens/s and memory per rank, one rank against two (FSDP2 over gloo, CPU).
+"""Trainer ranks: tokens/s and memory per rank, one rank against two (FSDP2 over gloo, CPU), and
+packed micro-batches against padded ones.
 
-Each rank is a process; every configuration steps on the same fixed batch. Printed per rank:
-trained tokens per second, peak resident memory, and the bytes of parameters + gradients + AdamW
-state the rank holds. From the measured bytes per parameter it prints the largest model a given
-memory holds on one rank and sharded over N.
+Each rank is a process; every configuration steps on the same fixed batch, whose completions
+vary in length as real ones do (so padding wastes compute). Printed per rank: trained tokens
+per second, peak resident memory, and the bytes of parameters + gradients + AdamW state the rank
+holds. From the measured bytes per parameter it prints the largest model a given memory holds on
+one rank and sharded over N.
 
     .venv/bin/python bench/trainer_bench.py [--steps 5] [--layers 8] [--hidden 512]
 """
@@ -32,12 +34,13 @@ STEP = {"loss": "cispo", "aggregation": "prompt", "epsilon_max": 4.0, "max_grad_
 STEP |= {"epsilon_low": 0.2, "epsilon_high": 0.28}
 
 
-def batch_for(policy: object, groups: int, size: int, length: int) -> object:
+def batch_for(policy: object, groups: int, size: int, longest: int) -> object:
     generator = torch.Generator().manual_seed(0)
     made = []
     for g in range(groups):
         samples = []
         for i in range(size):
+            length = int(torch.randint(longest // 8, longest + 1, (1,), generator=generator))
             tokens = torch.randint(3, 100, (length,), generator=generator).tolist()  # demo vocab
             reward = 1.0 if (g + i) % 2 else 0.0
             samples.append(
@@ -73,7 +76,9 @@ def held_bytes(policy: object, optimizer: torch.optim.Optimizer) -> int:
     return total
 
 
-def rank_main(rank: int, world: int, port: int, model: Path, steps: int, out: mp.Queue) -> None:
+def rank_main(
+    rank: int, world: int, packed: bool, port: int, model: Path, steps: int, out: mp.Queue
+) -> None:
     torch.set_num_threads(max(1, torch.get_num_threads() // world))
     if world > 1:
         store = dist.TCPStore(
@@ -81,35 +86,35 @@ def rank_main(rank: int, world: int, port: int, model: Path, steps: int, out: mp
         )
         init_ranks(store, rank, world, torch.device("cpu"), 300)
     policy = load_policy(model, fp32_lm_head=True)
-    batch = batch_for(policy, groups=8, size=4, length=96)
+    batch = batch_for(policy, groups=8, size=4, longest=192)
+    memory = {"micro_batch_tokens": 1024, "packed": packed}
     if world > 1:
         shard_policy(policy)
     optimizer, scheduler = build_optimizer(
         policy.parameters(), lr=1e-5, weight_decay=0.01, eps=1e-15, warmup_steps=0
     )
-    train_step(policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP)  # warm-up
+    train_step(policy, optimizer, scheduler, batch, **memory, **STEP)  # warm-up
     started = time.perf_counter()
     tokens = 0
     for _ in range(steps):
-        tokens += train_step(
-            policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP
-        ).tokens
+        tokens += train_step(policy, optimizer, scheduler, batch, **memory, **STEP).tokens
     seconds = time.perf_counter() - started
     parameters = sum(p.numel() for p in policy.parameters())  # global counts (DTensor numel)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out.put((world, rank, tokens / seconds, peak_mb, held_bytes(policy, optimizer), parameters))
+    held = held_bytes(policy, optimizer)
+    out.put((world, packed, rank, tokens / seconds, peak_mb, held, parameters))
     if world > 1:
         dist.destroy_process_group()
 
 
-def run(world: int, model: Path, steps: int) -> list[tuple[int, int, float, float, int, int]]:
+def run(world: int, packed: bool, model: Path, steps: int) -> list[tuple]:
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     procs = [
-        ctx.Process(target=rank_main, args=(r, world, port, model, steps, queue))
+        ctx.Process(target=rank_main, args=(r, world, packed, port, model, steps, queue))
         for r in range(world)
     ]
     for proc in procs:
@@ -136,14 +141,21 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         model = build_random_model(Path(tmp) / "model", shape=shape)
-        rows = run(1, model, args.steps) + run(2, model, args.steps)
+        rows = [
+            *run(1, False, model, args.steps),
+            *run(1, True, model, args.steps),
+            *run(2, True, model, args.steps),
+        ]
     # tokens/s: the whole batch's trained tokens per second of step (every rank steps on it all).
-    print(f"{'ranks':>5} {'rank':>4} {'tokens/s':>9} {'peak RSS MB':>11} {'held MB':>8}")
-    for world, rank, rate, peak, held, _ in rows:
-        print(f"{world:>5} {rank:>4} {rate:>9.0f} {peak:>11.0f} {held / 2**20:>8.1f}")
-    parameters = rows[0][5]
-    one = rows[0][4] / parameters
-    two = max(r[4] for r in rows if r[0] == 2) / parameters
+    head = f"{'ranks':>5} {'micro-batches':>13} {'rank':>4} {'tokens/s':>9}"
+    print(f"{head} {'peak RSS MB':>11} {'held MB':>8}")
+    for world, packed, rank, rate, peak, held, _ in rows:
+        kind = "packed" if packed else "padded"
+        print(f"{world:>5} {kind:>13} {rank:>4} {rate:>9.0f} {peak:>11.0f} {held / 2**20:>8.1f}")
+    print(f"packed / padded tokens/s on one rank: {rows[1][3] / rows[0][3]:.2f}x")
+    parameters = rows[0][6]
+    one = rows[0][5] / parameters
+    two = max(r[5] for r in rows if r[0] == 2) / parameters
     print(
         f"parameters {parameters / 1e6:.1f} M; bytes held per parameter (parameter, gradient, "
         f"AdamW moments; fp32): 1 rank {one:.1f}, 2 ranks {two:.1f} each"

@@ -341,6 +341,23 @@ class TrainersSpec(ReplicaSpec):
         le=MAX_REPLICAS,
         description="Trainer ranks (processes, pods): the policy is sharded over them (FSDP2).",
     )
+    micro_batch_tokens: Int | None = Field(
+        None,
+        ge=1,
+        le=100_000_000,
+        description="Tokens (prompt + completion) per forward and backward pass; null: the "
+        "whole batch at once. The step is the full batch's either way (gradient accumulation).",
+    )
+    pack_sequences: Bool = Field(
+        True,
+        description="Run each micro-batch's sequences as one row without padding (attention "
+        "kept within each sequence).",
+    )
+    activation_checkpointing: Bool = Field(
+        False,
+        description="Recompute each decoder layer's activations in the backward pass instead of "
+        "keeping them: less memory, about a third more compute.",
+    )
 
 
 class CheckpointSpec(_Model):

@@ -55,7 +55,13 @@ from scalerl.trainer.checkpoint import (
 from scalerl.trainer.history import ComputeClock, TrainerState
 from scalerl.trainer.optim import build_optimizer
 from scalerl.trainer.policy import Policy, load_policy
-from scalerl.trainer.shard import Ranks, full_weights, join_ranks, shard_policy
+from scalerl.trainer.shard import (
+    Ranks,
+    checkpoint_layers,
+    full_weights,
+    join_ranks,
+    shard_policy,
+)
 from scalerl.trainer.step import StepResult, train_step
 
 log = logging.getLogger("scalerl.trainer")
@@ -366,6 +372,8 @@ def step_settings(spec: RunSpec) -> dict[str, Any]:
         "epsilon_low": getattr(recipe.loss, "epsilon_low", 0.2),
         "epsilon_high": getattr(recipe.loss, "epsilon_high", 0.28),
         "max_grad_norm": recipe.optimizer.max_grad_norm,
+        "micro_batch_tokens": spec.trainers.micro_batch_tokens,
+        "packed": spec.trainers.pack_sequences,
     }
 
 
@@ -392,6 +400,8 @@ def build_learner(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> Learner:
     newest = latest_checkpoint(env.run_dir / "checkpoints")
     if newest is not None:
         policy.load_weights(newest)  # whole, before sharding: each rank then keeps its shard
+    if spec.trainers.activation_checkpointing:
+        checkpoint_layers(policy)
     if ranks.world_size > 1:
         shard_policy(policy)
     opt = spec.recipe.optimizer

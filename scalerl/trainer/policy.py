@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.utils.checkpoint
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor, nn
@@ -40,6 +41,8 @@ DTYPES: dict[str, torch.dtype] = {
 # Config fields of models whose logits are not plain lm_head(hidden); see the module docstring.
 LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, SafetensorError)
+# Completion tokens whose logits are made at once (x vocabulary x 4 bytes of float32).
+LOGIT_CHUNK = 2048
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
@@ -62,7 +65,7 @@ class Policy:
         self.fp32_lm_head = fp32_lm_head
         self.temperature = temperature
         self.path = path
-        self.scorer = Scorer(model, fp32_lm_head)
+        self.scorer = Scorer(model, fp32_lm_head, temperature)
 
     @property
     def device(self) -> torch.device:
@@ -85,23 +88,20 @@ class Policy:
     def parameters(self) -> Iterator[nn.Parameter]:
         return self.model.parameters()
 
-    def completion_logprobs(self, batch: Batch) -> tuple[Tensor, Tensor]:
+    def completion_logprobs(self, batch: Batch, packed: bool = False) -> tuple[Tensor, Tensor]:
         """``(logprobs, entropy)``, both float32 ``[samples, tokens]``, of the batch's completions.
 
-        One forward over prompt + completion. Logits are divided by the sampling temperature
-        before the softmax so they match the generator's processed log-probs; entropy is of the
-        same distribution and carries no gradient (a metric, not a loss term).
+        One forward over prompt + completion; ``packed`` runs the batch's sequences as one row
+        without padding (attention kept within each sequence). Logits are divided by the
+        sampling temperature before the softmax so they match the generator's processed
+        log-probs; entropy is of the same distribution and carries no gradient (a metric, not a
+        loss term).
         """
         batch = batch.to(self.device)
-        logits = self.scorer(batch.input_ids, batch.attention_mask, batch.completion_positions)
-        if self.temperature != 1.0:
-            logits = logits / self.temperature
         targets = batch.input_ids.gather(1, batch.completion_positions)
-        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        logprobs = picked - torch.logsumexp(logits, dim=-1)
-        with torch.no_grad():
-            entropy = token_entropy(logits.detach())
-        return logprobs, entropy
+        return self.scorer(
+            batch.input_ids, batch.attention_mask, batch.completion_positions, targets, packed
+        )
 
     def named_weights(self, cast: bool = True) -> Iterator[tuple[str, Tensor]]:
         """HF-format ``(name, tensor)`` pairs to broadcast, detached, in the checkpoint's dtype.
@@ -163,24 +163,72 @@ class Scorer(nn.Module):
     it touches: the decoder layers and an untied head are units of their own, this root owns the
     embeddings, the final norm and a tied head. The head is always called as a module, for the
     same reason; with the FP32 head its parameter and input are float32.
+
+    The head's float32 logits (tokens x vocabulary) are the largest tensor of a step: they are
+    made `LOGIT_CHUNK` tokens at a time and, when training, recomputed in the backward pass
+    instead of kept, so a long sequence never holds them whole.
     """
 
-    def __init__(self, model: PreTrainedModel, fp32_lm_head: bool) -> None:
+    def __init__(self, model: PreTrainedModel, fp32_lm_head: bool, temperature: float) -> None:
         super().__init__()
         self.model = model
         self.fp32_lm_head = fp32_lm_head
+        self.temperature = temperature
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, positions: Tensor) -> Tensor:
-        """float32 logits ``[samples, tokens, vocab]`` predicting the tokens at ``positions``."""
-        hidden = self.model.base_model(
-            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-        ).last_hidden_state
-        # The token at position p is predicted by the hidden state at p - 1; project only those.
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        positions: Tensor,
+        targets: Tensor,
+        packed: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """float32 ``(logprobs, entropy)`` ``[samples, tokens]`` of ``targets``, the tokens at
+        ``positions`` (right-padded rows; ``packed``: run as one row without the padding)."""
+        # The token at position p is predicted by the hidden state at p - 1.
         source = (positions - 1).clamp(min=0)
-        index = source.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-        picked = hidden.gather(1, index)
+        if packed:
+            lengths = attention_mask.sum(dim=-1)
+            starts = torch.cumsum(lengths, 0) - lengths
+            row = input_ids[attention_mask.bool()].unsqueeze(0)
+            # Positions restart at every sequence: HF attends within each (no cache, no mask).
+            steps = torch.arange(row.shape[1], device=row.device) - starts.repeat_interleave(
+                lengths
+            )
+            hidden = self.model.base_model(
+                input_ids=row, position_ids=steps.unsqueeze(0), use_cache=False
+            ).last_hidden_state[0]
+            # Padding positions (masked out) may lie past a sequence's end: keep them inside it.
+            picked = hidden[starts[:, None] + torch.minimum(source, lengths[:, None] - 1)]
+        else:
+            hidden = self.model.base_model(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+            ).last_hidden_state
+            index = source.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+            picked = hidden.gather(1, index)
+        flat, wanted = picked.reshape(-1, picked.shape[-1]), targets.reshape(-1)
+        logprobs, entropy = [], []
+        for start in range(0, flat.shape[0], LOGIT_CHUNK):
+            chunk = (flat[start : start + LOGIT_CHUNK], wanted[start : start + LOGIT_CHUNK])
+            if torch.is_grad_enabled():
+                out = torch.utils.checkpoint.checkpoint(self._score, *chunk, use_reentrant=False)
+            else:
+                out = self._score(*chunk)
+            logprobs.append(out[0])
+            entropy.append(out[1])
+        shape = targets.shape
+        return torch.cat(logprobs).reshape(shape), torch.cat(entropy).reshape(shape)
+
+    def _score(self, hidden: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         head = self.model.get_output_embeddings()
-        return head(picked.float() if self.fp32_lm_head else picked).float()
+        logits = head(hidden.float() if self.fp32_lm_head else hidden).float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        logprobs = picked - torch.logsumexp(logits, dim=-1)
+        with torch.no_grad():
+            entropy = token_entropy(logits.detach())
+        return logprobs, entropy
 
 
 def load_policy(

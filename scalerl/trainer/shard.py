@@ -12,6 +12,7 @@ hold the whole model twice.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -21,6 +22,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
+from torch.utils.checkpoint import checkpoint
 
 from scalerl.environment import ProcessEnv
 from scalerl.errors import DataError
@@ -86,6 +88,14 @@ def decoder_layers(policy: Policy) -> nn.ModuleList:
             f"cannot shard {type(policy.model).__name__}: its body has no `layers` list"
         )
     return layers
+
+
+def checkpoint_layers(policy: Policy) -> None:
+    """Activation checkpointing: each decoder layer keeps only its input for the backward pass
+    and recomputes the rest there. Done on the layers' forward, not by wrapping them, so
+    parameter names (and checkpoints) stay the same with it on or off."""
+    for layer in decoder_layers(policy):
+        layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)
 
 
 def shard_policy(policy: Policy) -> None:

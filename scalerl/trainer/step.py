@@ -64,6 +64,7 @@ class LossSettings:
     epsilon_max: float
     epsilon_low: float
     epsilon_high: float
+    packed: bool = False
 
 
 def train_step(
@@ -79,16 +80,20 @@ def train_step(
     epsilon_high: float,
     max_grad_norm: float | None = None,
     micro_batch_samples: int | None = None,
+    micro_batch_tokens: int | None = None,
+    packed: bool = False,
 ) -> StepResult:
-    """Take one optimizer step on ``batch`` (or skip it, see the NaN guard)."""
+    """Take one optimizer step on ``batch`` (or skip it, see the NaN guard). Micro-batches hold
+    at most ``micro_batch_samples`` samples or ``micro_batch_tokens`` tokens (prompt +
+    completion); ``packed`` runs each as one row without padding."""
     started = time.perf_counter()
-    settings = LossSettings(loss, aggregation, epsilon_max, epsilon_low, epsilon_high)
+    settings = LossSettings(loss, aggregation, epsilon_max, epsilon_low, epsilon_high, packed)
     lr = float(optimizer.param_groups[0]["lr"])
     optimizer.zero_grad(set_to_none=True)
     batch = batch.to(policy.device)
     if batch.tokens == 0:  # AdamW would still decay the weights: nothing to learn, no step
         return _skip(optimizer, batch, lr, started, "no trained tokens in the batch", _Totals())
-    parts = plan_micro_batches(batch, micro_batch_samples, aggregation)
+    parts = plan_micro_batches(batch, micro_batch_samples, aggregation, micro_batch_tokens)
     weights = micro_batch_weights(batch, parts, aggregation)
     totals = _Totals()
     finite = True
@@ -168,7 +173,7 @@ def _backward(
 ) -> float:
     """Forward and backward one micro-batch; returns its (unweighted) loss. A weightless
     stand-in (None) only keeps this rank in step with the others: zero gradient, no totals."""
-    logprobs, entropy = policy.completion_logprobs(part)
+    logprobs, entropy = policy.completion_logprobs(part, packed=settings.packed)
     part_loss, stats = compute_policy_loss(
         logprobs,
         part.old_logprobs,
@@ -207,11 +212,28 @@ def _skip(
 
 
 def plan_micro_batches(
-    batch: Batch, micro_batch_samples: int | None, aggregation: AggregationMode
+    batch: Batch,
+    micro_batch_samples: int | None,
+    aggregation: AggregationMode,
+    micro_batch_tokens: int | None = None,
 ) -> list[Tensor]:
-    """Sample-index chunks of at most ``micro_batch_samples``; see the module docstring."""
+    """Sample-index chunks of at most ``micro_batch_samples`` samples, or of at most
+    ``micro_batch_tokens`` tokens (a sample longer than that alone); see the module docstring."""
     total = batch.samples
     device = batch.input_ids.device
+    if micro_batch_tokens is not None:
+        if micro_batch_tokens < 1:
+            raise InputError(f"micro_batch_tokens must be >= 1; got {micro_batch_tokens}")
+        lengths = batch.attention_mask.sum(dim=-1).tolist()
+        if aggregation == "prompt":
+            _, counts = torch.unique_consecutive(batch.group_index, return_counts=True)
+            units = counts.tolist()
+        else:
+            units = [1] * total
+        return [
+            torch.arange(a, b, device=device)
+            for a, b in _pack_groups(units, micro_batch_tokens, lengths)
+        ]
     if micro_batch_samples is None or micro_batch_samples >= total:
         return [torch.arange(total, device=device)]
     if micro_batch_samples < 1:
@@ -225,22 +247,39 @@ def plan_micro_batches(
     ]
 
 
-def _pack_groups(sizes: list[int], limit: int) -> list[tuple[int, int]]:
-    """(start, stop) ranges: consecutive whole groups up to ``limit``, or pieces of one group."""
+def _pack_groups(
+    sizes: list[int], limit: int, weights: list[int] | None = None
+) -> list[tuple[int, int]]:
+    """(start, stop) sample ranges: consecutive whole groups (of ``sizes`` samples) weighing up
+    to ``limit``, or pieces of one group. A sample weighs 1, or its entry of ``weights``."""
+    weight = weights or [1] * sum(sizes)
     chunks: list[tuple[int, int]] = []
     open_chunk = False  # whether the last chunk holds whole groups and may take more
     start = 0
     for size in sizes:
-        if size > limit:
-            chunks += [(s, min(s + limit, start + size)) for s in range(start, start + size, limit)]
+        stop = start + size
+        if sum(weight[start:stop]) > limit:
+            chunks += _pieces(start, stop, limit, weight)
             open_chunk = False
-        elif open_chunk and start + size - chunks[-1][0] <= limit:
-            chunks[-1] = (chunks[-1][0], start + size)
+        elif open_chunk and sum(weight[chunks[-1][0] : stop]) <= limit:
+            chunks[-1] = (chunks[-1][0], stop)
         else:
-            chunks.append((start, start + size))
+            chunks.append((start, stop))
             open_chunk = True
-        start += size
+        start = stop
     return chunks
+
+
+def _pieces(start: int, stop: int, limit: int, weight: list[int]) -> list[tuple[int, int]]:
+    """Consecutive pieces of samples start..stop, each within ``limit`` (or one sample)."""
+    pieces: list[tuple[int, int]] = []
+    begin, load = start, 0
+    for i in range(start, stop):
+        if i > begin and load + weight[i] > limit:
+            pieces.append((begin, i))
+            begin, load = i, 0
+        load += weight[i]
+    return [*pieces, (begin, stop)]
 
 
 def micro_batch_weights(

@@ -92,8 +92,6 @@ def test_bf16_body_with_fp32_head_computes_float32_logits(
     assert policy.head.weight.dtype == torch.float32
     assert policy.model.get_input_embeddings().weight.dtype == torch.bfloat16
     batch = some_batch(make_group, policy.pad_id)
-    logits = policy.scorer(batch.input_ids, batch.attention_mask, batch.completion_positions)
-    assert logits.dtype == torch.float32
     logprobs, entropy = policy.completion_logprobs(batch)
     assert logprobs.dtype == entropy.dtype == torch.float32
     logprobs[batch.loss_mask].sum().backward()
@@ -106,8 +104,8 @@ def test_bf16_body_without_fp32_head_keeps_head_in_bf16(
     policy = load_policy(bf16_model_dir, dtype="bfloat16", fp32_lm_head=False)
     assert policy.head.weight.dtype == torch.bfloat16
     batch = some_batch(make_group, policy.pad_id)
-    logits = policy.scorer(batch.input_ids, batch.attention_mask, batch.completion_positions)
-    assert logits.dtype == torch.float32  # upcast after the bf16 matmul
+    logprobs, _ = policy.completion_logprobs(batch)
+    assert logprobs.dtype == torch.float32  # upcast after the bf16 matmul
 
 
 def test_named_weights_match_checkpoint_keys_in_model_dtype(bf16_model_dir: Path) -> None:
@@ -196,3 +194,21 @@ def test_corrupt_weights_raise_data_error(model_dir: Path, tmp_path: Path) -> No
 def test_unknown_dtype_raises_input_error(model_dir: Path) -> None:
     with pytest.raises(InputError, match="float64"):
         load_policy(model_dir, dtype="float64", fp32_lm_head=False)
+
+
+def test_packed_sequences_score_as_padded_ones_and_chunks_change_nothing(
+    model_dir: Path, make_group: Callable[..., RolloutGroup], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    policy = load_policy(model_dir, fp32_lm_head=True)
+    batch = some_batch(make_group, policy.pad_id)
+    padded, padded_entropy = policy.completion_logprobs(batch)
+    packed, packed_entropy = policy.completion_logprobs(batch, packed=True)
+    mask = batch.loss_mask
+    torch.testing.assert_close(packed[mask], padded[mask], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed_entropy[mask], padded_entropy[mask], rtol=1e-5, atol=1e-5)
+    # A chunk of 3 tokens: many chunks, each recomputed in the backward pass.
+    monkeypatch.setattr("scalerl.trainer.policy.LOGIT_CHUNK", 3)
+    chunked, _ = policy.completion_logprobs(batch, packed=True)
+    torch.testing.assert_close(chunked[mask], padded[mask], rtol=1e-5, atol=1e-5)
+    chunked[mask].sum().backward()
+    assert all(p.grad is not None for p in policy.parameters() if p.requires_grad)

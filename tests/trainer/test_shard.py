@@ -26,7 +26,14 @@ from scalerl.trainer.checkpoint import (
     save_checkpoint,
     write_shared,
 )
-from scalerl.trainer.shard import Ranks, full_weights, init_ranks, is_sharded, shard_policy
+from scalerl.trainer.shard import (
+    Ranks,
+    checkpoint_layers,
+    full_weights,
+    init_ranks,
+    is_sharded,
+    shard_policy,
+)
 
 STEP = {
     "loss": "cispo",
@@ -60,39 +67,48 @@ def fixed_batch(make_group: Any, model_dir: Path) -> Batch:
     return replace(batch, old_logprobs=logprobs)
 
 
-def step_on(model_dir: Path, batch: Batch, micro: int) -> tuple[dict[str, torch.Tensor], Any]:
-    """One step of this process's policy (sharded if a process group is up): full weights."""
-    torch.manual_seed(0)
+def step_on(
+    model_dir: Path, batch: Batch, memory: dict[str, Any]
+) -> tuple[dict[str, torch.Tensor], Any]:
+    """One step of this process's policy (sharded if a process group is up): full weights.
+    ``memory``: micro-batch size or token budget, packing, activation checkpointing."""
+    memory = dict(memory)
     policy = load_policy(model_dir, fp32_lm_head=True)
+    if memory.pop("checkpointing", False):
+        checkpoint_layers(policy)
     if dist.is_initialized():
         shard_policy(policy)
         assert is_sharded(policy)
     optimizer, scheduler = build_optimizer(
         policy.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-15, warmup_steps=0
     )
-    result = train_step(policy, optimizer, scheduler, batch, micro_batch_samples=micro, **STEP)
+    result = train_step(policy, optimizer, scheduler, batch, **memory, **STEP)
     return {name: t.clone() for name, t in full_weights(policy)}, result
 
 
-def rank_main(rank: int, world: int, port: int, model_dir: Path, batch: Batch, out: Path) -> None:
+def rank_main(
+    rank: int, world: int, port: int, model_dir: Path, batch: Batch, memory: Any, out: Path
+) -> None:
     torch.set_num_threads(1)
     store = dist.TCPStore(
         "127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=TIMEOUT_S)
     )
     init_ranks(store, rank, world, torch.device("cpu"), TIMEOUT_S)
     try:
-        weights, result = step_on(model_dir, batch, micro=4)
+        weights, result = step_on(model_dir, batch, memory)
         if rank == 0:
             torch.save({"weights": weights, "result": result}, out)
     finally:
         dist.destroy_process_group()
 
 
-def sharded_step(world: int, model_dir: Path, batch: Batch, out: Path) -> dict[str, Any]:
+def sharded_step(
+    world: int, model_dir: Path, batch: Batch, memory: dict[str, Any], out: Path
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     port = free_port()
     procs = [
-        ctx.Process(target=rank_main, args=(r, world, port, model_dir, batch, out))
+        ctx.Process(target=rank_main, args=(r, world, port, model_dir, batch, memory, out))
         for r in range(world)
     ]
     for proc in procs:
@@ -103,13 +119,21 @@ def sharded_step(world: int, model_dir: Path, batch: Batch, out: Path) -> dict[s
     return torch.load(out, weights_only=False)  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("world", [2, 4])  # 4: six micro-batches, two ranks pad
+@pytest.mark.parametrize(
+    ("world", "memory"),
+    [
+        (2, {"micro_batch_samples": 4}),
+        (4, {"micro_batch_samples": 4}),  # six micro-batches: two ranks run a stand-in
+        (2, {"micro_batch_tokens": 50, "packed": True, "checkpointing": True}),
+    ],
+    ids=["2-ranks", "4-ranks", "2-ranks-packed-token-budget-checkpointed"],
+)
 def test_a_sharded_step_equals_the_one_rank_step(
-    world: int, model_dir: Path, make_group: Any, tmp_path: Path
+    world: int, memory: dict[str, Any], model_dir: Path, make_group: Any, tmp_path: Path
 ) -> None:
     batch = fixed_batch(make_group, model_dir)
-    alone, alone_result = step_on(model_dir, batch, micro=4)
-    sharded = sharded_step(world, model_dir, batch, tmp_path / "rank0.pt")
+    alone, alone_result = step_on(model_dir, batch, {"micro_batch_samples": 4})
+    sharded = sharded_step(world, model_dir, batch, memory, tmp_path / "rank0.pt")
     result = sharded["result"]
     assert sharded["weights"].keys() == alone.keys()
     for name, tensor in alone.items():

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +15,8 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from scalerl.rollout.records import RolloutGroup
 from scalerl.trainer import Batch, Policy, build_batch, build_optimizer, load_policy, train_step
-from scalerl.trainer.step import plan_micro_batches
+from scalerl.trainer.shard import checkpoint_layers
+from scalerl.trainer.step import _pack_groups, plan_micro_batches
 
 Factory = Callable[..., RolloutGroup]
 CLIPS = {"epsilon_max": 4.0, "epsilon_low": 0.2, "epsilon_high": 0.28}
@@ -111,10 +113,18 @@ def test_nan_gradient_norm_is_skipped(model_dir: Path, make_group: Factory) -> N
 
 
 def sgd_step(
-    model_dir: Path, batch: Batch, micro: int | None, loss: str, aggregation: str
+    model_dir: Path,
+    batch: Batch,
+    micro: int | None,
+    loss: str,
+    aggregation: str,
+    **memory: Any,
 ) -> tuple[Policy, float]:
-    """One plain-SGD step (lr 1): the parameter change is exactly the gradient."""
+    """One plain-SGD step (lr 1): the parameter change is exactly the gradient. ``memory``:
+    token budgets, packing, activation checkpointing."""
     policy = load_policy(model_dir, fp32_lm_head=True)
+    if memory.pop("checkpointing", False):
+        checkpoint_layers(policy)
     optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)
     scheduler = LambdaLR(optimizer, lambda _: 1.0)
     clips = {**CLIPS, "epsilon_low": 0.003, "epsilon_high": 0.004} if loss == "gspo" else CLIPS
@@ -127,6 +137,7 @@ def sgd_step(
         aggregation=aggregation,
         micro_batch_samples=micro,
         **clips,
+        **memory,
     )
     return policy, result.loss
 
@@ -156,6 +167,40 @@ def test_micro_batched_step_equals_full_step(
     assert split_loss == pytest.approx(full_loss, abs=1e-6)
     for (name, a), b in zip(full.model.named_parameters(), split.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "memory"),
+    [
+        ("prompt", {"micro_batch_tokens": 60, "packed": True}),  # groups, and pieces of groups
+        ("token", {"micro_batch_tokens": 25, "packed": True}),  # some samples alone
+        ("sample", {"micro_batch_tokens": 40, "packed": True, "checkpointing": True}),
+    ],
+)
+def test_token_budgets_packing_and_checkpointing_give_the_full_step(
+    model_dir: Path, make_group: Factory, aggregation: str, memory: dict[str, Any]
+) -> None:
+    reference = load_policy(model_dir, fp32_lm_head=True)
+    batch = mixed_batch(make_group, reference)
+    batch = replace(
+        batch, old_logprobs=batch.old_logprobs + 0.3 * torch.randn_like(batch.old_logprobs)
+    )
+    parts = plan_micro_batches(batch, None, aggregation, memory.get("micro_batch_tokens"))
+    assert len(parts) > 2  # the budget really splits the batch
+    full, full_loss = sgd_step(model_dir, batch, None, "cispo", aggregation)
+    split, split_loss = sgd_step(model_dir, batch, None, "cispo", aggregation, **memory)
+    assert split_loss == pytest.approx(full_loss, abs=1e-6)
+    for (name, a), b in zip(full.model.named_parameters(), split.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
+
+
+def test_token_budgets_hold_whole_groups_up_to_the_budget() -> None:
+    # Groups of 2, 2, 6 and 2 samples of 10 tokens: the third group (60 tokens) exceeds the
+    # budget and goes alone, in pieces; the others share a micro-batch where they fit.
+    sizes, weights = [2, 2, 6, 2], [10] * 12
+    assert _pack_groups(sizes, 45, weights) == [(0, 4), (4, 8), (8, 10), (10, 12)]
+    assert _pack_groups(sizes, 35, weights) == [(0, 2), (2, 4), (4, 7), (7, 10), (10, 12)]
+    assert _pack_groups([1, 1], 5, [9, 3]) == [(0, 1), (1, 2)]  # a sample over budget: alone
 
 
 def test_prompt_micro_batches_hold_whole_groups_or_one_group_piece(
