@@ -165,8 +165,8 @@ class Scorer(nn.Module):
     same reason; with the FP32 head its parameter and input are float32.
 
     The head's float32 logits (tokens x vocabulary) are the largest tensor of a step: they are
-    made `LOGIT_CHUNK` tokens at a time and, when training, recomputed in the backward pass
-    instead of kept, so a long sequence never holds them whole.
+    made `LOGIT_CHUNK` tokens at a time and, when training on more than one chunk, recomputed in
+    the backward pass instead of kept, so a long batch never holds them whole.
     """
 
     def __init__(self, model: PreTrainedModel, fp32_lm_head: bool, temperature: float) -> None:
@@ -184,22 +184,11 @@ class Scorer(nn.Module):
         packed: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """float32 ``(logprobs, entropy)`` ``[samples, tokens]`` of ``targets``, the tokens at
-        ``positions`` (right-padded rows; ``packed``: run as one row without the padding)."""
+        ``positions`` (right-padded rows; ``packed``: sequences packed into fewer rows)."""
         # The token at position p is predicted by the hidden state at p - 1.
         source = (positions - 1).clamp(min=0)
         if packed:
-            lengths = attention_mask.sum(dim=-1)
-            starts = torch.cumsum(lengths, 0) - lengths
-            row = input_ids[attention_mask.bool()].unsqueeze(0)
-            # Positions restart at every sequence: HF attends within each (no cache, no mask).
-            steps = torch.arange(row.shape[1], device=row.device) - starts.repeat_interleave(
-                lengths
-            )
-            hidden = self.model.base_model(
-                input_ids=row, position_ids=steps.unsqueeze(0), use_cache=False
-            ).last_hidden_state[0]
-            # Padding positions (masked out) may lie past a sequence's end: keep them inside it.
-            picked = hidden[starts[:, None] + torch.minimum(source, lengths[:, None] - 1)]
+            picked = self._packed_hidden(input_ids, attention_mask, source)
         else:
             hidden = self.model.base_model(
                 input_ids=input_ids, attention_mask=attention_mask, use_cache=False
@@ -208,9 +197,11 @@ class Scorer(nn.Module):
             picked = hidden.gather(1, index)
         flat, wanted = picked.reshape(-1, picked.shape[-1]), targets.reshape(-1)
         logprobs, entropy = [], []
+        # Recomputing pays only when there is more than one chunk to keep out of memory.
+        recompute = torch.is_grad_enabled() and flat.shape[0] > LOGIT_CHUNK
         for start in range(0, flat.shape[0], LOGIT_CHUNK):
             chunk = (flat[start : start + LOGIT_CHUNK], wanted[start : start + LOGIT_CHUNK])
-            if torch.is_grad_enabled():
+            if recompute:
                 out = torch.utils.checkpoint.checkpoint(self._score, *chunk, use_reentrant=False)
             else:
                 out = self._score(*chunk)
@@ -218,6 +209,43 @@ class Scorer(nn.Module):
             entropy.append(out[1])
         shape = targets.shape
         return torch.cat(logprobs).reshape(shape), torch.cat(entropy).reshape(shape)
+
+    def _packed_hidden(self, input_ids: Tensor, attention_mask: Tensor, source: Tensor) -> Tensor:
+        """Hidden states at ``source`` with the sequences packed into as few rows as hold them,
+        each row as long as the longest sequence (first fit, longest first): no row is longer
+        than a padded one, so attention never costs more, and most padding is gone. Positions
+        restart at every sequence, which makes HF attend within each (no cache, no mask)."""
+        lengths = attention_mask.sum(dim=-1).tolist()
+        width = max(lengths)
+        rows: list[list[int]] = []
+        loads: list[int] = []
+        for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+            fit = next((r for r, load in enumerate(loads) if load + lengths[i] <= width), None)
+            if fit is None:
+                rows.append([])
+                loads.append(0)
+                fit = len(rows) - 1
+            rows[fit].append(i)
+            loads[fit] += lengths[i]
+        ids = input_ids.new_zeros((len(rows), width))
+        steps = torch.arange(width, device=input_ids.device).repeat(len(rows), 1)
+        row_of, start_of = [0] * len(lengths), [0] * len(lengths)
+        for r, members in enumerate(rows):
+            offset = 0
+            for i in members:
+                ids[r, offset : offset + lengths[i]] = input_ids[i, : lengths[i]]
+                steps[r, offset:] = torch.arange(width - offset, device=input_ids.device)
+                row_of[i], start_of[i] = r, offset
+                offset += lengths[i]
+        hidden = self.model.base_model(
+            input_ids=ids, position_ids=steps, use_cache=False
+        ).last_hidden_state
+        device = input_ids.device
+        row = torch.tensor(row_of, device=device)[:, None]
+        start = torch.tensor(start_of, device=device)[:, None]
+        # Padding positions (masked out) may lie past a sequence's end: keep them inside it.
+        last = torch.tensor(lengths, device=device)[:, None] - 1
+        return hidden[row, start + torch.minimum(source, last)]
 
     def _score(self, hidden: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
         head = self.model.get_output_embeddings()
