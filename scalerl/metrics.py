@@ -75,7 +75,7 @@ RUN_GAUGES = {
     "gang_restarts": "Gang restarts from the last checkpoint so far.",
 }
 # Fit result key -> the gauge it sets.
-_PREDICTION = {
+FIT_GAUGES = {
     "A": "predicted_asymptote",
     "C_mid": "predicted_cmid",
     "B": "predicted_slope",
@@ -162,7 +162,7 @@ class RunMetrics:
         }
 
     def set_prediction(self, run: str, result: dict[str, Any]) -> None:
-        for key, name in _PREDICTION.items():
+        for key, name in FIT_GAUGES.items():
             if result.get(key) is not None:
                 self._gauges[name].labels(run=run).set(float(result[key]))
 

@@ -65,6 +65,9 @@ class LossSettings:
     epsilon_low: float
     epsilon_high: float
     packed: bool = False
+    # Trainer ranks: FSDP averages gradients over them, and the micro-batch weights already sum
+    # to the whole batch's loss, so each backward is scaled back up by their number.
+    ranks: int = 1
 
 
 def train_step(
@@ -87,7 +90,10 @@ def train_step(
     at most ``micro_batch_samples`` samples or ``micro_batch_tokens`` tokens (prompt +
     completion); ``packed`` runs each as one row without padding."""
     started = time.perf_counter()
-    settings = LossSettings(loss, aggregation, epsilon_max, epsilon_low, epsilon_high, packed)
+    rank, ranks = _world()
+    settings = LossSettings(
+        loss, aggregation, epsilon_max, epsilon_low, epsilon_high, packed, ranks
+    )
     lr = float(optimizer.param_groups[0]["lr"])
     optimizer.zero_grad(set_to_none=True)
     batch = batch.to(policy.device)
@@ -97,7 +103,7 @@ def train_step(
     weights = micro_batch_weights(batch, parts, aggregation)
     totals = _Totals()
     finite = True
-    for rows, weight in my_share(parts, weights):
+    for rows, weight in my_share(parts, weights, rank, ranks):
         # Every part is run even after a non-finite loss: sharded ranks must pair up in each
         # forward and backward. The step is skipped below if any rank saw one.
         part_loss = _backward(policy, batch.select(rows), settings, weight, totals)
@@ -136,15 +142,13 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-def my_share(parts: list[Tensor], weights: list[float]) -> list[tuple[Tensor, float | None]]:
+def my_share(
+    parts: list[Tensor], weights: list[float], rank: int, world: int
+) -> list[tuple[Tensor, float | None]]:
     """This rank's micro-batches: every world-th one. Each rank gets as many, padded with a
     weightless stand-in (None), because sharded ranks gather and reduce in every forward and
-    backward; weights are multiplied by the world size, since FSDP averages gradients over the
-    ranks and the micro-batch weights already sum to the whole batch's loss."""
-    rank, world = _world()
-    mine: list[tuple[Tensor, float | None]] = [
-        (rows, weight * world) for rows, weight in zip(parts, weights, strict=True)
-    ][rank::world]
+    backward."""
+    mine: list[tuple[Tensor, float | None]] = list(zip(parts, weights, strict=True))[rank::world]
     rounds = -(-len(parts) // world)
     return mine + [(parts[0][:1], None)] * (rounds - len(mine))
 
@@ -187,9 +191,10 @@ def _backward(
         epsilon_high=settings.epsilon_high,
     )
     value = float(part_loss.detach())
-    (part_loss * (weight or 0.0)).backward()  # a non-finite step is discarded after all parts
+    scale = 0.0 if weight is None else weight * settings.ranks
+    (part_loss * scale).backward()  # a non-finite step is discarded after all parts
     if weight is not None:
-        totals.add(value * weight / _world()[1], entropy, part.loss_mask, stats)
+        totals.add(value * weight, entropy, part.loss_mask, stats)
     return value
 
 

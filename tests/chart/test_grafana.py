@@ -21,7 +21,7 @@ from promql import alert_files, alert_rules, dashboards, panels, queries
 from promtool import output, promtool_run
 
 from scalerl.fit.law import sigmoid
-from scalerl.metrics import all_metric_names
+from scalerl.metrics import FIT_GAUGES, all_metric_names
 
 Obj = dict[str, Any]
 
@@ -427,18 +427,12 @@ FITS = {
     "r1": {"A": 0.8, "B": 1.5, "C_mid": 100.0, "R0": 0.1, "compute": 50.0},
     "r2": {"A": 0.6, "B": 0.7, "C_mid": 20.0, "R0": 0.2, "compute": 0.0},
 }
-GAUGE = {
-    "A": "predicted_asymptote",
-    "B": "predicted_slope",
-    "C_mid": "predicted_cmid",
-    "R0": "predicted_r0",
-}
 
 
 def fit_series() -> list[Obj]:
     series: list[Obj] = []
     for run, fit in FITS.items():
-        for key, gauge in GAUGE.items():
+        for key, gauge in FIT_GAUGES.items():
             name = f'scalerl_{gauge}{{job="scalerl-operator",run="{run}"}}'
             series.append({"series": name, "values": f"{fit[key]}x10"})
         for rank in (0, 1) if run == "r1" else (0,):

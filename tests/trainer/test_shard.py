@@ -67,56 +67,61 @@ def fixed_batch(make_group: Any, model_dir: Path) -> Batch:
     return replace(batch, old_logprobs=logprobs)
 
 
+def learner(model_dir: Path, *, sharded: bool, checkpointing: bool = False) -> tuple[Any, Any, Any]:
+    """Policy, optimizer and schedule, as a trainer rank builds them."""
+    policy = load_policy(model_dir, fp32_lm_head=True)
+    if checkpointing:
+        checkpoint_layers(policy)
+    if sharded:
+        shard_policy(policy)
+        assert is_sharded(policy)
+    optimizer, scheduler = build_optimizer(
+        policy.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-15, warmup_steps=0
+    )
+    return policy, optimizer, scheduler
+
+
 def step_on(
     model_dir: Path, batch: Batch, memory: dict[str, Any]
 ) -> tuple[dict[str, torch.Tensor], Any]:
     """One step of this process's policy (sharded if a process group is up): full weights.
     ``memory``: micro-batch size or token budget, packing, activation checkpointing."""
     memory = dict(memory)
-    policy = load_policy(model_dir, fp32_lm_head=True)
-    if memory.pop("checkpointing", False):
-        checkpoint_layers(policy)
-    if dist.is_initialized():
-        shard_policy(policy)
-        assert is_sharded(policy)
-    optimizer, scheduler = build_optimizer(
-        policy.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-15, warmup_steps=0
-    )
-    result = train_step(policy, optimizer, scheduler, batch, **memory, **STEP)
-    return {name: t.clone() for name, t in full_weights(policy)}, result
+    checkpointing = memory.pop("checkpointing", False)
+    trio = learner(model_dir, sharded=dist.is_initialized(), checkpointing=checkpointing)
+    result = train_step(*trio, batch, **memory, **STEP)
+    return {name: t.clone() for name, t in full_weights(trio[0])}, result
 
 
-def rank_main(
-    rank: int, world: int, port: int, model_dir: Path, batch: Batch, memory: Any, out: Path
-) -> None:
+def as_rank(rank: int, world: int, port: int, work: Any, *args: Any) -> None:
+    """A process's body: join the ranks through a TCPStore, do `work(rank, world, ...)`."""
     torch.set_num_threads(1)
     store = dist.TCPStore(
         "127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=TIMEOUT_S)
     )
     init_ranks(store, rank, world, torch.device("cpu"), TIMEOUT_S)
     try:
-        weights, result = step_on(model_dir, batch, memory)
-        if rank == 0:
-            torch.save({"weights": weights, "result": result}, out)
+        work(rank, world, *args)
     finally:
         dist.destroy_process_group()
 
 
-def sharded_step(
-    world: int, model_dir: Path, batch: Batch, memory: dict[str, Any], out: Path
-) -> dict[str, Any]:
+def run_ranks(world: int, work: Any, *args: Any) -> None:
+    """`work` on `world` real processes; each must exit 0."""
     ctx = mp.get_context("spawn")
     port = free_port()
-    procs = [
-        ctx.Process(target=rank_main, args=(r, world, port, model_dir, batch, memory, out))
-        for r in range(world)
-    ]
+    procs = [ctx.Process(target=as_rank, args=(r, world, port, work, *args)) for r in range(world)]
     for proc in procs:
         proc.start()
     for proc in procs:
         proc.join(TIMEOUT_S)
     assert [proc.exitcode for proc in procs] == [0] * world
-    return torch.load(out, weights_only=False)  # type: ignore[no-any-return]
+
+
+def one_step(rank: int, world: int, model_dir: Path, batch: Batch, memory: Any, out: Path) -> None:
+    weights, result = step_on(model_dir, batch, memory)
+    if rank == 0:
+        torch.save({"weights": weights, "result": result}, out)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +138,8 @@ def test_a_sharded_step_equals_the_one_rank_step(
 ) -> None:
     batch = fixed_batch(make_group, model_dir)
     alone, alone_result = step_on(model_dir, batch, {"micro_batch_samples": 4})
-    sharded = sharded_step(world, model_dir, batch, memory, tmp_path / "rank0.pt")
+    run_ranks(world, one_step, model_dir, batch, memory, tmp_path / "rank0.pt")
+    sharded = torch.load(tmp_path / "rank0.pt", weights_only=False)
     result = sharded["result"]
     assert sharded["weights"].keys() == alone.keys()
     for name, tensor in alone.items():
@@ -145,57 +151,28 @@ def test_a_sharded_step_equals_the_one_rank_step(
     assert result.tokens == alone_result.tokens
 
 
-def checkpoint_main(
-    rank: int, world: int, port: int, model_dir: Path, batch: Batch, root: Path
-) -> None:
-    """Two ranks step once and checkpoint: rank 0 saves, rank 1 follows its announcement."""
-    torch.set_num_threads(1)
-    store = dist.TCPStore(
-        "127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=TIMEOUT_S)
-    )
-    init_ranks(store, rank, world, torch.device("cpu"), TIMEOUT_S)
-    try:
-        policy, optimizer, scheduler = learner(model_dir, sharded=True)
-        train_step(policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP)
-        ranks = Ranks(rank, world)
-        if ranks.leader:
-            save_checkpoint(
-                root, 1, policy=policy, optimizer=optimizer, scheduler=scheduler,
-                state={"version": 1}, ranks=ranks,
-            )  # fmt: skip
-        else:
-            kind, payload = ranks.next()
-            assert kind == "checkpoint"
-            write_shared(Path(payload), policy, optimizer)
-    finally:
-        dist.destroy_process_group()
-
-
-def learner(model_dir: Path, *, sharded: bool) -> tuple[Any, Any, Any]:
-    policy = load_policy(model_dir, fp32_lm_head=True)
-    if sharded:
-        shard_policy(policy)
-    optimizer, scheduler = build_optimizer(
-        policy.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-15, warmup_steps=0
-    )
-    return policy, optimizer, scheduler
+def step_and_checkpoint(rank: int, world: int, model_dir: Path, batch: Batch, root: Path) -> None:
+    """Step once and checkpoint: rank 0 saves, the others follow its announcement."""
+    policy, optimizer, scheduler = learner(model_dir, sharded=True)
+    train_step(policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP)
+    ranks = Ranks(rank, world)
+    if ranks.leader:
+        save_checkpoint(
+            root, 1, policy=policy, optimizer=optimizer, scheduler=scheduler,
+            state={"version": 1}, ranks=ranks,
+        )  # fmt: skip
+    else:
+        kind, payload = ranks.next()
+        assert kind == "checkpoint"
+        write_shared(Path(payload), policy, optimizer)
 
 
 def test_a_two_rank_checkpoint_resumes_on_one_rank_exactly(
     model_dir: Path, make_group: Any, tmp_path: Path
 ) -> None:
     batch = fixed_batch(make_group, model_dir)
-    ctx = mp.get_context("spawn")
-    port, root = free_port(), tmp_path / "checkpoints"
-    procs = [
-        ctx.Process(target=checkpoint_main, args=(r, 2, port, model_dir, batch, root))
-        for r in range(2)
-    ]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(TIMEOUT_S)
-    assert [proc.exitcode for proc in procs] == [0, 0]
+    root = tmp_path / "checkpoints"
+    run_ranks(2, step_and_checkpoint, model_dir, batch, root)
     saved = latest_checkpoint(root)
     assert saved is not None and (saved / "optimizer").is_dir()
 
