@@ -28,7 +28,7 @@ import torch.distributed as dist
 from scalerl.demo.model import TinyModelShape, build_random_model
 from scalerl.rollout.records import RolloutGroup, Sample
 from scalerl.trainer import build_batch, build_optimizer, load_policy, train_step
-from scalerl.trainer.shard import init_ranks, shard_policy
+from scalerl.trainer.shard import end_rank_process, init_ranks, leave_ranks, shard_policy
 
 STEP = {"loss": "cispo", "aggregation": "prompt", "epsilon_max": 4.0, "max_grad_norm": 1.0}
 STEP |= {"epsilon_low": 0.2, "epsilon_high": 0.28}
@@ -104,7 +104,10 @@ def rank_main(
     held = held_bytes(policy, optimizer)
     out.put((world, packed, rank, tokens / seconds, peak_mb, held, parameters))
     if world > 1:
-        dist.destroy_process_group()
+        out.close()
+        out.join_thread()  # the figures reach the parent before the process ends
+        leave_ranks(finished=True)
+        end_rank_process(0)
 
 
 def run(world: int, packed: bool, model: Path, steps: int) -> list[tuple]:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from scalerl.errors import FitError, InputError, ScaleRLError
+from scalerl.errors import FitError, InputError, ScaleRLError, report
 
 if TYPE_CHECKING:
     from scalerl.fit import Curve, FitResult
@@ -34,9 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ScaleRLError as err:
-        for problem in getattr(err, "problems", None) or [str(err)]:
-            print(f"error: {problem}", file=sys.stderr)
-        return err.exit_code
+        return report(err)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -349,7 +347,7 @@ def add_process_parsers(subparsers: Subparsers) -> None:
     Both read the environment contract of scalerl/environment.py (SCALERL_SPEC, SCALERL_RUN_DIR,
     ports, SCALERL_GENERATOR_INDEX), so they take no arguments.
     """
-    for name, what in (("trainer", "trainer rank 0"), ("generator", "one vLLM generator")):
+    for name, what in (("trainer", "one trainer rank"), ("generator", "one vLLM generator")):
         p = subparsers.add_parser(
             name,
             help=f"{what} of a run (reads the SCALERL_* environment)",

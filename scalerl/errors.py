@@ -6,6 +6,8 @@ line and a non-zero exit code; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import sys
+
 
 class ScaleRLError(Exception):
     """Base of every error we raise on purpose. `str(err)` is the message a user reads."""
@@ -43,3 +45,11 @@ class WeightSyncError(ScaleRLError):
 
 class PeerError(ScaleRLError):
     """A peer process (trainer or generator) is unreachable or died."""
+
+
+def report(err: ScaleRLError) -> int:
+    """What the top-level handler does with an error: one `error:` line per problem on stderr;
+    returns the exit code."""
+    for problem in getattr(err, "problems", None) or [str(err)]:
+        print(f"error: {problem}", file=sys.stderr)
+    return err.exit_code

@@ -106,12 +106,19 @@ class Gang:
             )
         self.logs[role] = log_path
 
-    def failed(self) -> str | None:
-        """The role of a process that exited non-zero, if any."""
-        for role, proc in self.processes.items():
-            if proc.poll() not in (None, 0):
-                return role
-        return None
+    def failed(self) -> list[str]:
+        """The roles of the processes that exited non-zero, likeliest cause first: one killed by
+        a signal (OOM, a kill) before one that exited on an error, which is often a peer's
+        death seen through a collective."""
+        codes = {role: proc.poll() for role, proc in self.processes.items()}
+        failed = [role for role, code in codes.items() if code not in (None, 0)]
+        return sorted(failed, key=lambda role: (codes[role] or 0) > 0)
+
+    def describe(self, roles: list[str]) -> str:
+        return "\n".join(
+            f"{role} exited with code {self.processes[role].returncode}:\n{self.tail(role)}"
+            for role in roles
+        )
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM every process group, SIGKILL what is left after the grace period."""
@@ -204,21 +211,16 @@ class LocalRun:
         return gang
 
     def supervise(self, gang: Gang) -> None:
-        """Until the trainer finishes: show progress, refit; raise PeerError when a process dies."""
-        trainer = gang.processes[LEADER]
-        while trainer.poll() is None:
+        """Until the trainer finishes: show progress, refit; raise PeerError when a process dies
+        (naming every process that has, since one death takes the trainer ranks with it)."""
+        while gang.processes[LEADER].poll() != 0:
+            failed = gang.failed()
+            if LEADER in failed and (stopped := stopped_reason(self.out)) is not None:
+                raise ScaleRLError(f"run stopped: {stopped}")  # on purpose: no restart
+            if failed:
+                raise PeerError(gang.describe(failed))
             time.sleep(0.5)
             self.refresh()
-            role = gang.failed()
-            if role is not None:
-                raise PeerError(
-                    f"{role} exited with code {gang.processes[role].returncode}:\n{gang.tail(role)}"
-                )
-        if trainer.returncode != 0:
-            stopped = stopped_reason(self.out)
-            if stopped is not None:  # the trainer ended the run on purpose: no restart
-                raise ScaleRLError(f"run stopped: {stopped}")
-            raise PeerError(f"{LEADER} exited with code {trainer.returncode}:\n{gang.tail(LEADER)}")
 
     def refresh(self) -> None:
         progress_file = self.out / PROGRESS_FILE

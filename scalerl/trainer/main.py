@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from scalerl.environment import ProcessEnv
-from scalerl.errors import PeerError, ScaleRLError
+from scalerl.errors import PeerError, ScaleRLError, report
 from scalerl.metrics import TrainerMetrics
 from scalerl.recipe import NoPositiveResampling
 from scalerl.rollout.keys import TRAINER_FILES, StreamKeys
@@ -58,8 +57,10 @@ from scalerl.trainer.policy import Policy, load_policy
 from scalerl.trainer.shard import (
     Ranks,
     checkpoint_layers,
+    end_rank_process,
     full_weights,
     join_ranks,
+    leave_ranks,
     shard_policy,
 )
 from scalerl.trainer.step import StepResult, train_step
@@ -487,20 +488,35 @@ def main() -> None:
     limit_cpu_threads(env.compute_units)
     run = load_run(env.spec)
     ranks = join_ranks(env, torch.device("cpu"))
+    if ranks.world_size == 1:
+        lead(run, env, ranks)
+        return
+    code = 1
     try:
-        if not ranks.leader:
+        if ranks.leader:
+            lead(run, env, ranks)
+        else:
             follow(run, env, ranks)
-            return
-        trainer = build_trainer(run, env, ranks)
-        try:
-            trainer.run_to_end()
-        except ScaleRLError as err:
-            trainer.channel.broadcast(Stop(reason=f"trainer failed: {err}"))
-            raise
-        finally:
-            trainer.channel.close()
-            if trainer.group is not None:
-                trainer.group.close()
+        leave_ranks(finished=True)
+        code = 0
+    except ScaleRLError as err:
+        code = report(err)
+    except BaseException:
+        log.exception("trainer rank %d of %d failed", ranks.rank, ranks.world_size)
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave_ranks(finished=False)
+        end_rank_process(code)
+
+
+def lead(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> None:
+    """Rank 0: the trainer proper, until the run ends; a failure tells the generators to stop."""
+    trainer = build_trainer(run, env, ranks)
+    try:
+        trainer.run_to_end()
+    except ScaleRLError as err:
+        trainer.channel.broadcast(Stop(reason=f"trainer failed: {err}"))
+        raise
+    finally:
+        trainer.channel.close()
+        if trainer.group is not None:
+            trainer.group.close()

@@ -13,9 +13,12 @@ hold the whole model twice.
 from __future__ import annotations
 
 import functools
+import logging
+import os
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -78,6 +81,31 @@ def init_ranks(
         timeout=timedelta(seconds=timeout_s),
         device_id=device if device.type == "cuda" else None,
     )
+
+
+def leave_ranks(finished: bool) -> None:
+    """Leave the trainers' process group, if this process joined one. After a finished run every
+    rank first waits for the others: rank 0 serves the group's store and must not go while a peer
+    is still in a collective. After a failure the peers may be gone, so nobody waits."""
+    if not dist.is_initialized():
+        return
+    if finished:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def end_rank_process(code: int) -> NoReturn:
+    """End a sharded rank's process without Python's finalization, once it has left its group.
+
+    FSDP2's device meshes keep the gloo group, and its native threads, alive past
+    `destroy_process_group` (cached sharding specs hold the mesh, the mesh holds the group).
+    Tearing those down while the interpreter finalizes aborted a rank now and then in CI
+    ("terminate called without an active exception", SIGABRT), after every collective had
+    finished. Nothing is left to do at that point but flush what was written."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def decoder_layers(policy: Policy) -> nn.ModuleList:

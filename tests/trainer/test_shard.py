@@ -29,9 +29,11 @@ from scalerl.trainer.checkpoint import (
 from scalerl.trainer.shard import (
     Ranks,
     checkpoint_layers,
+    end_rank_process,
     full_weights,
     init_ranks,
     is_sharded,
+    leave_ranks,
     shard_policy,
 )
 
@@ -102,8 +104,11 @@ def as_rank(rank: int, world: int, port: int, work: Any, *args: Any) -> None:
     init_ranks(store, rank, world, torch.device("cpu"), TIMEOUT_S)
     try:
         work(rank, world, *args)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        leave_ranks(finished=False)
+        raise
+    leave_ranks(finished=True)
+    end_rank_process(0)  # as a trainer rank ends
 
 
 def run_ranks(world: int, work: Any, *args: Any) -> None:
