@@ -7,7 +7,10 @@ per second, peak resident memory, and the bytes of parameters + gradients + Adam
 holds. From the measured bytes per parameter it prints the largest model a given memory holds on
 one rank and sharded over N.
 
-    .venv/bin/python bench/trainer_bench.py [--steps 5] [--layers 8] [--hidden 512]
+    .venv/bin/python bench/trainer_bench.py [--steps 5] [--layers 8] [--hidden 512] [--gpu]
+
+With --gpu (where there is one) the same on GPUs: bf16 compute from float32 master weights,
+NCCL between ranks, peak GPU memory allocated.
 """
 
 from __future__ import annotations
@@ -77,47 +80,75 @@ def held_bytes(policy: object, optimizer: torch.optim.Optimizer) -> int:
 
 
 def rank_main(
-    rank: int, world: int, packed: bool, port: int, model: Path, steps: int, out: mp.Queue
+    rank: int,
+    world: int,
+    packed: bool,
+    gpu: bool,
+    port: int,
+    model: Path,
+    steps: int,
+    out: mp.Queue,
 ) -> None:
     torch.set_num_threads(max(1, torch.get_num_threads() // world))
-    if world > 1:
-        store = dist.TCPStore(
-            "127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=300)
+    device = torch.device("cuda", rank) if gpu else torch.device("cpu")
+    if gpu:
+        torch.cuda.set_device(device)
+    if world > 1 or gpu:  # on a GPU one rank is sharded too: FSDP's mixed precision (bf16)
+        store = (
+            dist.TCPStore(
+                "127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=300)
+            )
+            if world > 1
+            else dist.HashStore()
         )
-        init_ranks(store, rank, world, torch.device("cpu"), 300)
-    policy = load_policy(model, fp32_lm_head=True)
+        init_ranks(store, rank, world, device, 300)
+    policy = load_policy(
+        model,
+        dtype="bfloat16" if gpu else "float32",
+        fp32_lm_head=True,
+        device=device,
+        master_weights=gpu,
+    )
     batch = batch_for(policy, groups=8, size=4, longest=192)
     memory = {"micro_batch_tokens": 1024, "packed": packed}
-    if world > 1:
+    if dist.is_initialized():
         shard_policy(policy)
     optimizer, scheduler = build_optimizer(
         policy.parameters(), lr=1e-5, weight_decay=0.01, eps=1e-15, warmup_steps=0
     )
     train_step(policy, optimizer, scheduler, batch, **memory, **STEP)  # warm-up
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     tokens = 0
     for _ in range(steps):
         tokens += train_step(policy, optimizer, scheduler, batch, **memory, **STEP).tokens
+    if gpu:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - started
     parameters = sum(p.numel() for p in policy.parameters())  # global counts (DTensor numel)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if gpu:
+        peak_mb = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     held = held_bytes(policy, optimizer)
     out.put((world, packed, rank, tokens / seconds, peak_mb, held, parameters))
-    if world > 1:
+    if dist.is_initialized():
         out.close()
         out.join_thread()  # the figures reach the parent before the process ends
         leave_ranks(finished=True)
         end_rank_process(0)
 
 
-def run(world: int, packed: bool, model: Path, steps: int) -> list[tuple]:
+def run(world: int, packed: bool, gpu: bool, model: Path, steps: int) -> list[tuple]:
     ctx = mp.get_context("spawn")
     queue: mp.Queue = ctx.Queue()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     procs = [
-        ctx.Process(target=rank_main, args=(r, world, packed, port, model, steps, queue))
+        ctx.Process(target=rank_main, args=(r, world, packed, gpu, port, model, steps, queue))
         for r in range(world)
     ]
     for proc in procs:
@@ -134,7 +165,14 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--memory-gb", type=float, default=80.0, help="for the capacity line")
+    parser.add_argument(
+        "--gpu", action="store_true", help="on GPUs: bf16 compute, float32 masters, NCCL"
+    )
     args = parser.parse_args()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if args.gpu and not gpus:
+        print("trainer_bench --gpu: no GPU on this machine; nothing measured")
+        return
     shape = TinyModelShape(
         hidden=args.hidden,
         layers=args.layers,
@@ -145,23 +183,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = build_random_model(Path(tmp) / "model", shape=shape)
         rows = [
-            *run(1, False, model, args.steps),
-            *run(1, True, model, args.steps),
-            *run(2, True, model, args.steps),
+            *run(1, False, args.gpu, model, args.steps),
+            *run(1, True, args.gpu, model, args.steps),
         ]
+        if not args.gpu or gpus >= 2:
+            rows += run(2, True, args.gpu, model, args.steps)
     # tokens/s: the whole batch's trained tokens per second of step (every rank steps on it all).
     head = f"{'ranks':>5} {'micro-batches':>13} {'rank':>4} {'tokens/s':>9}"
-    print(f"{head} {'peak RSS MB':>11} {'held MB':>8}")
+    print(f"{head} {'peak GPU MB' if args.gpu else 'peak RSS MB':>11} {'held MB':>8}")
     for world, packed, rank, rate, peak, held, _ in rows:
         kind = "packed" if packed else "padded"
         print(f"{world:>5} {kind:>13} {rank:>4} {rate:>9.0f} {peak:>11.0f} {held / 2**20:>8.1f}")
     print(f"packed / padded tokens/s on one rank: {rows[1][3] / rows[0][3]:.2f}x")
     parameters = rows[0][6]
     one = rows[0][5] / parameters
-    two = max(r[5] for r in rows if r[0] == 2) / parameters
+    two = [r[5] / parameters for r in rows if r[0] == 2]
     print(
-        f"parameters {parameters / 1e6:.1f} M; bytes held per parameter (parameter, gradient, "
-        f"AdamW moments; fp32): 1 rank {one:.1f}, 2 ranks {two:.1f} each"
+        f"parameters {parameters / 1e6:.1f} M; bytes held per parameter (float32 parameter, "
+        f"gradient, AdamW moments): 1 rank {one:.1f}"
+        + (f", 2 ranks {max(two):.1f} each" if two else "")
     )
     budget = args.memory_gb * 2**30
     for ranks in (1, 2, 8, 64):

@@ -16,6 +16,8 @@ from scalerl.errors import InputError
 
 _PREFIX = "SCALERL_"
 _JOB_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every pod of an Indexed Job
+# Set by torchrun in each of the ranks it starts in a trainer pod with several GPUs.
+_LOCAL_RANK, _LOCAL_RANKS = "LOCAL_RANK", "LOCAL_WORLD_SIZE"
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,13 @@ class ProcessEnv:
     stream_keys: Path | None = None
     # Trainer ranks (scalerl.trainer.shard): this trainer's rank, how many there are, and the port
     # of their own process group's store at trainer 0 (0 with a single rank). Unset in the
-    # environment, the rank is the pod's index in the trainers' Indexed Job.
+    # environment, the rank is the pod's index in the trainers' Indexed Job times the ranks per
+    # pod, plus torchrun's LOCAL_RANK in a pod with several GPUs.
     trainer_rank: int = 0
     trainer_ranks: int = 1
     ranks_port: int = 0
+    # This rank's place on its machine (torchrun's LOCAL_RANK): the GPU it trains on.
+    trainer_local_rank: int = 0
 
     def to_environ(self) -> dict[str, str]:
         return {
@@ -61,6 +66,7 @@ class ProcessEnv:
             _PREFIX + "TRAINER_RANK": str(self.trainer_rank),
             _PREFIX + "TRAINER_RANKS": str(self.trainer_ranks),
             _PREFIX + "RANKS_PORT": str(self.ranks_port),
+            _LOCAL_RANK: str(self.trainer_local_rank),
         }
 
     @classmethod
@@ -73,12 +79,17 @@ class ProcessEnv:
                 raise InputError(f"environment variable {_PREFIX}{name} is not set")
             return value
 
-        def integer(name: str, default: str | None = None) -> int:
-            raw = get(name, default)
+        def integer(name: str, default: str | None = None, prefix: str = _PREFIX) -> int:
+            raw = get(name, default) if prefix else environ.get(name, default)
             try:
-                return int(raw)
+                return int(raw)  # type: ignore[arg-type]
             except ValueError:
-                raise InputError(f"{_PREFIX}{name}={raw!r} is not an integer") from None
+                raise InputError(f"{prefix}{name}={raw!r} is not an integer") from None
+
+        # Several ranks in one pod (one per GPU) are started by torchrun, which numbers them.
+        local_rank = integer(_LOCAL_RANK, "0", prefix="")
+        torchrun = _LOCAL_RANKS in environ
+        pod_rank = integer(_JOB_INDEX, "0", prefix="") * integer(_LOCAL_RANKS, "1", prefix="")
 
         return cls(
             spec=Path(get("SPEC")),
@@ -86,14 +97,16 @@ class ProcessEnv:
             trainer_host=get("TRAINER_HOST", "127.0.0.1"),
             channel_port=integer("CHANNEL_PORT"),
             sync_port=integer("SYNC_PORT"),
-            metrics_port=integer("METRICS_PORT", "0"),
+            # A pod has one metrics port: of the ranks torchrun starts in it, the first serves it.
+            metrics_port=integer("METRICS_PORT", "0") if local_rank == 0 or not torchrun else 0,
             compute_units=integer("COMPUTE_UNITS", "1"),
             generator_index=integer("GENERATOR_INDEX", environ.get(_JOB_INDEX, "-1")),
             peer_timeout_s=float(get("PEER_TIMEOUT", "300")),
             status=get("STATUS", "files"),
             bind_host=get("BIND_HOST", "127.0.0.1"),
             stream_keys=Path(keys) if (keys := get("STREAM_KEYS", "")) else None,
-            trainer_rank=integer("TRAINER_RANK", environ.get(_JOB_INDEX, "0")),
+            trainer_rank=integer("TRAINER_RANK", str(pod_rank + local_rank)),
             trainer_ranks=integer("TRAINER_RANKS", "1"),
             ranks_port=integer("RANKS_PORT", "0"),
+            trainer_local_rank=local_rank,
         )

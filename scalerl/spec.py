@@ -411,6 +411,11 @@ class RunSpec(_Model):
         return length.max_completion_tokens if self.thinks else length.answer_budget
 
     @property
+    def ranks_per_trainer(self) -> int:
+        """Trainer ranks in one trainer replica on a cluster: one per GPU, one on CPU."""
+        return max(1, self.trainers.gpus)
+
+    @property
     def compute_units(self) -> int:
         """GPUs of the whole run (generators + trainers); compute = wall hours x this."""
         return self.generators.replicas * self.generators.gpus + self.trainers.replicas * (

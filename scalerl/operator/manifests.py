@@ -41,6 +41,7 @@ FIT_DEADLINE_S = 900
 GPU = "nvidia.com/gpu"
 _INDEX_VAR = "SCALERL_GENERATOR_INDEX"
 _RANK_VAR = "SCALERL_TRAINER_RANK"
+_LOCAL_RANK_VAR = "LOCAL_RANK"
 
 
 # Our images run as this user (see the Dockerfiles); the pods say so, so that Kubernetes can
@@ -276,17 +277,34 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
         status=f"kubernetes:{owner.namespace}/{owner.name}",
         bind_host="0.0.0.0",  # peers reach the pod through its Service, not its hostname
         stream_keys=Path(KEYS_DIR),
-        trainer_ranks=spec.trainers.replicas,
+        trainer_ranks=spec.trainers.replicas * spec.ranks_per_trainer,
         ranks_port=RANKS_PORT,
     )
     environ = env.to_environ()
     # One template serves every pod of a role: each takes its index (a generator's index, a
-    # trainer's rank) from its Indexed Job pod (JOB_COMPLETION_INDEX, see ProcessEnv).
+    # trainer's rank) from its Indexed Job pod (JOB_COMPLETION_INDEX, see ProcessEnv), and a
+    # rank's place in its pod from torchrun.
+    del environ[_LOCAL_RANK_VAR]
     if role_name == names.ROLE_GENERATOR:
         del environ[_INDEX_VAR]
     else:
         del environ[_RANK_VAR]
     return environ
+
+
+def process_command(run: ScaleRLRun, role_name: str) -> list[str]:
+    """The container's command: the role's process, or in a trainer pod with several GPUs one
+    rank per GPU, started and watched by torchrun (one failed rank stops the others, and the pod
+    fails with it, which restarts the gang)."""
+    ranks = run.spec.ranks_per_trainer
+    if role_name != names.ROLE_TRAINER or ranks == 1:
+        return ["scalerl", role_name]
+    # --standalone: the pod's ranks meet through torchrun's own store on localhost; the run's
+    # ranks meet at trainer 0 (SCALERL_RANKS_PORT), each numbered from its pod's index.
+    return ["torchrun", "--standalone", f"--nproc-per-node={ranks}", "--no-python"] + [
+        "scalerl",
+        role_name,
+    ]
 
 
 def workload(
@@ -301,7 +319,7 @@ def workload(
     container = {
         "name": role_name,
         "image": replicas.image or image,
-        "command": ["scalerl", role_name],
+        "command": process_command(run, role_name),
         "env": [
             {"name": k, "value": v}
             for k, v in sorted(process_environ(run, owner, role_name).items())

@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import math
 import time
-from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import astuple, dataclass
-from functools import cached_property
 from typing import Any
 
 import msgpack
@@ -106,22 +104,6 @@ class _Layout:
         low = index * self.bucket_bytes
         return low, min(low + self.bucket_bytes, self.total)
 
-    @cached_property
-    def starts(self) -> list[int]:
-        return [slot.offset for slot in self.slots]
-
-    def pieces(self, index: int) -> list[_Piece]:
-        low, high = self.bucket_range(index)
-        i = max(bisect_right(self.starts, low) - 1, 0)
-        found: list[_Piece] = []
-        while i < len(self.slots) and self.slots[i].offset < high:
-            slot = self.slots[i]
-            first, last = max(slot.offset, low), min(slot.end, high)
-            if last > first:
-                found.append(_Piece(i, first - slot.offset, last - first, first - low))
-            i += 1
-        return found
-
 
 @dataclass(frozen=True)
 class _Header:
@@ -171,10 +153,16 @@ class WeightSender:
         self._scratch = torch.empty(0, dtype=torch.uint8, device=group.device)
 
     def send(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> SendStats:
-        """Broadcast one version; returns when every bucket left this rank."""
+        """Broadcast one version; returns when every bucket left this rank.
+
+        A re-iterable `named_tensors` (a list, or `scalerl.trainer.shard.GatheredWeights`, which
+        gathers sharded weights afresh on each pass) is read twice: once for the layout and the
+        bucket checksums, once to pack and send. So this rank holds no more than one of its
+        tensors and one bucket at a time. A one-shot iterator is first read into a list."""
         started = time.perf_counter()
-        layout, sources = _plan(named_tensors, self.bucket_bytes)
-        checksums = _source_checksums(layout, sources, self.group.device)
+        if isinstance(named_tensors, Iterator):
+            named_tensors = list(named_tensors)
+        layout, checksums = _survey(named_tensors, self.bucket_bytes, self.group.device)
         blob = msgpack.packb(
             {
                 "tensors": [
@@ -189,11 +177,46 @@ class WeightSender:
         device = self.group.device
         self.group.broadcast(torch.tensor(header.encode(), dtype=torch.int64, device=device))
         self.group.broadcast(torch.frombuffer(bytearray(blob), dtype=torch.uint8).to(device))
-        packed = [i for i in range(layout.buckets) if not _is_direct(layout, sources, i, device)]
-        scratch = self._scratch_for(min(self.bucket_bytes, layout.total) if packed else 0)
-        for index in range(layout.buckets):
-            self._broadcast_bucket(index, _bucket_bytes(layout, sources, index, scratch))
+        self._send_buckets(named_tensors, layout)
         return SendStats(version, layout.total, layout.buckets, time.perf_counter() - started)
+
+    def _send_buckets(self, named: Iterable[tuple[str, Tensor]], layout: _Layout) -> None:
+        """The second pass: every bucket in order, each tensor copied into the bucket(s) it
+        falls in, or sent as it is where a bucket is one slice of it already on the device."""
+        packing: int | None = None  # the bucket being packed in the scratch buffer
+        scratch = self._scratch
+        sent = count = 0
+
+        def flush() -> None:
+            nonlocal packing, sent
+            if packing is not None:
+                low, high = layout.bucket_range(packing)
+                self._broadcast_bucket(packing, scratch[: high - low])
+                packing, sent = None, sent + 1
+
+        for count, (name, tensor) in enumerate(named, start=1):
+            slot = _same_slot(layout, count - 1, name, tensor)
+            data = _as_bytes(tensor)
+            for index, first, last in _bucket_spans(slot, layout.bucket_bytes):
+                low, high = layout.bucket_range(index)
+                piece = data[first - slot.offset : last - slot.offset]
+                if packing != index:
+                    flush()
+                if (first, last) == (low, high) and piece.device == self.group.device:
+                    self._broadcast_bucket(index, piece)
+                    sent += 1
+                    continue
+                if packing is None:
+                    scratch = self._scratch_for(min(self.bucket_bytes, layout.total))
+                    scratch[: high - low].zero_()  # the gaps between tensors are zeros
+                    packing = index
+                scratch[first - low : last - low].copy_(piece)
+        flush()
+        if count != len(layout.slots) or sent != layout.buckets:
+            raise InputError(
+                f"the weights changed between the sender's two passes: {count} tensors in "
+                f"{sent} buckets, the layout has {len(layout.slots)} in {layout.buckets}"
+            )
 
     def _scratch_for(self, nbytes: int) -> Tensor:
         """The packing buffer, at most one bucket, kept between versions (packing into freshly
@@ -294,12 +317,17 @@ class WeightReceiver:
             raise
 
 
-def _plan(named: Iterable[tuple[str, Tensor]], bucket_bytes: int) -> tuple[_Layout, list[Tensor]]:
-    """Place every tensor in the payload; checks everything before a single byte is sent."""
+def _survey(
+    named: Iterable[tuple[str, Tensor]], bucket_bytes: int, device: torch.device
+) -> tuple[_Layout, list[tuple[int, int, int]]]:
+    """The first pass: every tensor's place in the payload and each bucket's checksum, computed
+    piece by piece from the tensors (checksums add up over pieces, see `_checksum`). Everything
+    is checked before a single byte is sent; no tensor is kept."""
     slots: list[_Slot] = []
-    sources: list[Tensor] = []
     seen: set[str] = set()
     cursor = 0
+    pieces: list[tuple[int, int]] = []  # (bucket, first row within it) of each row sum
+    sums: list[Tensor] = []
     for name, tensor in named:
         if name in seen:
             raise InputError(f"tensor {name!r} appears twice in one weight version")
@@ -308,11 +336,46 @@ def _plan(named: Iterable[tuple[str, Tensor]], bucket_bytes: int) -> tuple[_Layo
         if dtype not in _DTYPES:
             raise InputError(f"tensor {name!r} has dtype {dtype}; supported: {sorted(_DTYPES)}")
         data = _as_bytes(tensor)
-        slots.append(_Slot(name, dtype, tuple(tensor.shape), cursor, data.numel()))
-        sources.append(data)
-        cursor = _aligned(cursor + data.numel())
-    total = slots[-1].end if slots else 0
-    return _Layout(slots, total, bucket_bytes), sources
+        slot = _Slot(name, dtype, tuple(tensor.shape), cursor, data.numel())
+        for index, first, last in _bucket_spans(slot, bucket_bytes):
+            pieces.append((index, (first - index * bucket_bytes) // ALIGN))
+            sums.append(_row_sums(data[first - slot.offset : last - slot.offset]).to(device))
+        slots.append(slot)
+        cursor = _aligned(slot.end)
+    layout = _Layout(slots, slots[-1].end if slots else 0, bucket_bytes)
+    totals = [[0, 0] for _ in range(layout.buckets)]
+    values = torch.stack(sums).tolist() if sums else []  # the only host transfer
+    for (index, row), (p1, p2) in zip(pieces, values, strict=True):
+        totals[index][0] += p1
+        totals[index][1] += p2 + row * p1  # the piece's rows are shifted within the bucket
+    checksums = []
+    for index, (s1, s2) in enumerate(totals):
+        low, high = layout.bucket_range(index)
+        checksums.append((high - low, s1 & _MASK, s2 & _MASK))
+    return layout, checksums
+
+
+def _bucket_spans(slot: _Slot, bucket_bytes: int) -> Iterator[tuple[int, int, int]]:
+    """`(bucket, first byte, end byte)` of each part of `slot` that falls in one bucket (payload
+    offsets). Tensors start on ALIGN and buckets on multiples of it, so each part starts on a
+    checksum row of its bucket."""
+    if slot.nbytes == 0:
+        return
+    for index in range(slot.offset // bucket_bytes, (slot.end - 1) // bucket_bytes + 1):
+        low = index * bucket_bytes
+        yield index, max(slot.offset, low), min(slot.end, low + bucket_bytes)
+
+
+def _same_slot(layout: _Layout, index: int, name: str, tensor: Tensor) -> _Slot:
+    """The slot the first pass gave tensor number `index`, checked against the second pass."""
+    slot = layout.slots[index] if index < len(layout.slots) else None
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if slot is None or (slot.name, slot.dtype, slot.shape) != (name, dtype, tuple(tensor.shape)):
+        raise InputError(
+            f"the weights changed between the sender's two passes: tensor {index} is "
+            f"{name!r} {dtype} {tuple(tensor.shape)}, the layout says {slot}"
+        )
+    return slot
 
 
 def _as_bytes(tensor: Tensor) -> Tensor:
@@ -325,47 +388,6 @@ def _as_bytes(tensor: Tensor) -> Tensor:
 
 def _aligned(offset: int) -> int:
     return (offset + ALIGN - 1) // ALIGN * ALIGN
-
-
-def _is_direct(layout: _Layout, sources: list[Tensor], index: int, device: torch.device) -> bool:
-    """Whether bucket `index` is one slice of one tensor already on `device` (sent uncopied)."""
-    pieces = layout.pieces(index)
-    low, high = layout.bucket_range(index)
-    return (
-        len(pieces) == 1
-        and pieces[0].length == high - low
-        and sources[pieces[0].slot].device == device
-    )
-
-
-def _bucket_bytes(layout: _Layout, sources: list[Tensor], index: int, scratch: Tensor) -> Tensor:
-    pieces = layout.pieces(index)
-    if _is_direct(layout, sources, index, scratch.device):
-        piece = pieces[0]
-        return sources[piece.slot][piece.start : piece.start + piece.length]
-    low, high = layout.bucket_range(index)
-    bucket = scratch[: high - low]
-    cursor = 0
-    for piece in pieces:
-        if piece.at > cursor:
-            bucket[cursor : piece.at].zero_()
-        src = sources[piece.slot][piece.start : piece.start + piece.length]
-        bucket[piece.at : piece.at + piece.length].copy_(src)
-        cursor = piece.at + piece.length
-    if cursor < bucket.numel():
-        bucket[cursor:].zero_()
-    return bucket
-
-
-def _source_checksums(
-    layout: _Layout, sources: list[Tensor], device: torch.device
-) -> list[tuple[int, int, int]]:
-    """Per-bucket checksums computed from the tensors themselves, before anything is packed."""
-    checksums = []
-    for index in range(layout.buckets):
-        low, high = layout.bucket_range(index)
-        checksums.append(_checksum(layout.pieces(index), sources, high - low, device))
-    return checksums
 
 
 def _checksum(

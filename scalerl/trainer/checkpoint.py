@@ -67,7 +67,7 @@ def save_checkpoint(
     ``state`` must be JSON-serialisable; ``step`` is stored in it as well. With several trainer
     ranks, rank 0 calls this and the followers join through `write_shared`.
     """
-    ranks = ranks or Ranks(0, 1)
+    ranks = ranks or Ranks()
     if keep < 1:
         raise InputError(f"checkpoints to keep must be >= 1; got {keep}")
     root = Path(root)

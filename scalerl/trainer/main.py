@@ -55,6 +55,7 @@ from scalerl.trainer.history import ComputeClock, TrainerState
 from scalerl.trainer.optim import build_optimizer
 from scalerl.trainer.policy import Policy, load_policy
 from scalerl.trainer.shard import (
+    GatheredWeights,
     Ranks,
     checkpoint_layers,
     end_rank_process,
@@ -80,7 +81,7 @@ class Trainer:
     metrics: TrainerMetrics
     channel: TrainerChannel
     clock: ComputeClock
-    ranks: Ranks = field(default_factory=lambda: Ranks(0, 1))
+    ranks: Ranks = field(default_factory=lambda: Ranks())
     sender: WeightSender | None = None
     group: SyncGroup | None = None
     backlog: list[RolloutGroup] = field(default_factory=list)
@@ -166,8 +167,7 @@ class Trainer:
             self.channel.broadcast(MoreRollouts(version=version))
             return
         self.channel.broadcast(UpdateWeights(version=version))
-        self.ranks.announce("weights")
-        stats = self.sender.send(full_weights(self.policy), version)
+        stats = self.sender.send(GatheredWeights(self.policy, self.ranks), version)
         self.metrics.weight_sync_seconds.observe(stats.seconds)
         self.broadcast_version = version
 
@@ -397,13 +397,15 @@ def build_learner(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> Learner:
         dtype=spec.model.dtype,
         fp32_lm_head=spec.model.fp32_lm_head,
         temperature=spec.recipe.sampling.temperature,
+        device=ranks.device,
+        master_weights=ranks.device.type == "cuda",
     )
     newest = latest_checkpoint(env.run_dir / "checkpoints")
     if newest is not None:
         policy.load_weights(newest)  # whole, before sharding: each rank then keeps its shard
     if spec.trainers.activation_checkpointing:
         checkpoint_layers(policy)
-    if ranks.world_size > 1:
+    if ranks.sharded:
         shard_policy(policy)
     opt = spec.recipe.optimizer
     optimizer, scheduler = build_optimizer(
@@ -487,8 +489,8 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("SCALERL_LOG", "INFO"))
     limit_cpu_threads(env.compute_units)
     run = load_run(env.spec)
-    ranks = join_ranks(env, torch.device("cpu"))
-    if ranks.world_size == 1:
+    ranks = join_ranks(env)
+    if not ranks.sharded:
         lead(run, env, ranks)
         return
     code = 1

@@ -266,12 +266,16 @@ def load_policy(
     fp32_lm_head: bool,
     device: str | torch.device = "cpu",
     temperature: float = 1.0,
+    master_weights: bool = False,
 ) -> Policy:
     """Load an HF-format causal LM and its tokenizer from the local directory ``path``.
 
-    ``dtype`` is the body's parameter dtype (float32 | bfloat16 | float16); ``temperature`` is the
-    generators' sampling temperature (paper: not stated, 1.0). Raises DataError naming the path
-    and what is missing or unreadable; InputError for a bad dtype or temperature.
+    ``dtype`` is the body's dtype (float32 | bfloat16 | float16): its parameters', or with
+    ``master_weights`` the dtype it computes in (FSDP's mixed precision, scalerl.trainer.shard)
+    from float32 parameters, which the optimizer then keeps in float32 too. Either way weights go
+    out (broadcast, HF export) in ``dtype``. ``temperature`` is the generators' sampling
+    temperature (paper: not stated, 1.0). Raises DataError naming the path and what is missing or
+    unreadable; InputError for a bad dtype or temperature.
     """
     torch_dtype = DTYPES.get(dtype)
     if torch_dtype is None:
@@ -279,7 +283,7 @@ def load_policy(
     if not temperature > 0:
         raise InputError(f"sampling temperature must be > 0; got {temperature}")
     root = check_model_dir(path)
-    model, tokenizer = _load_pretrained(root, torch_dtype)
+    model, tokenizer = _load_pretrained(root, torch.float32 if master_weights else torch_dtype)
     model.to(device)
     model.eval()  # dropout off: trainer and generator must compute the same function
     policy = Policy(

@@ -28,21 +28,29 @@ from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from scalerl.environment import ProcessEnv
-from scalerl.errors import DataError
+from scalerl.errors import DataError, InputError
 from scalerl.sync.group import open_store
 from scalerl.trainer.policy import Policy
+
+CPU = torch.device("cpu")
 
 
 class Ranks:
     """The trainer ranks as rank 0 leads them: every collective the followers must join
     (a step, a weight gather, a checkpoint) is announced first, with what it needs."""
 
-    def __init__(self, rank: int, world_size: int) -> None:
-        self.rank, self.world_size = rank, world_size
+    def __init__(self, rank: int = 0, world_size: int = 1, device: torch.device = CPU) -> None:
+        self.rank, self.world_size, self.device = rank, world_size, device
 
     @property
     def leader(self) -> bool:
         return self.rank == 0
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the policy is sharded: over several ranks, and on a GPU always (one rank
+        too), since FSDP's mixed precision is what computes in bf16 from float32 masters."""
+        return dist.is_initialized()
 
     def announce(self, kind: str, payload: Any = None) -> None:
         """Rank 0: tell the followers what comes next (nothing to do with a single rank)."""
@@ -56,15 +64,31 @@ class Ranks:
         return message[0], message[1]
 
 
-def join_ranks(env: ProcessEnv, device: torch.device) -> Ranks:
-    """This trainer's place among the run's trainer ranks; joins their process group when there
-    is more than one. Rank 0 serves the group's store on the bind address, like the sync store."""
-    ranks = Ranks(env.trainer_rank, env.trainer_ranks)
-    if env.trainer_ranks > 1:
+def rank_device(env: ProcessEnv) -> torch.device:
+    """This rank's device: the GPU of its local rank when there are GPUs, else the CPU."""
+    if not torch.cuda.is_available():
+        return CPU
+    if env.trainer_local_rank >= torch.cuda.device_count():
+        raise InputError(
+            f"trainer rank {env.trainer_rank} is local rank {env.trainer_local_rank}, but this "
+            f"machine shows {torch.cuda.device_count()} GPU(s)"
+        )
+    torch.cuda.set_device(env.trainer_local_rank)
+    return torch.device("cuda", env.trainer_local_rank)
+
+
+def join_ranks(env: ProcessEnv) -> Ranks:
+    """This trainer's place among the run's trainer ranks, on its device; joins their process
+    group when there is more than one rank or a GPU. Rank 0 serves the group's store on the bind
+    address, like the sync store."""
+    ranks = Ranks(env.trainer_rank, env.trainer_ranks, rank_device(env))
+    if ranks.world_size > 1:
         host = env.bind_host if ranks.leader else env.trainer_host
         where = f"trainer ranks at {host}:{env.ranks_port}: rank {ranks.rank} of {ranks.world_size}"
         store = open_store(host, env.ranks_port, ranks.rank, env.peer_timeout_s, where)
-        init_ranks(store, ranks.rank, ranks.world_size, device, env.peer_timeout_s)
+        init_ranks(store, ranks.rank, ranks.world_size, ranks.device, env.peer_timeout_s)
+    elif ranks.device.type == "cuda":
+        init_ranks(dist.HashStore(), 0, 1, ranks.device, env.peer_timeout_s)
     return ranks
 
 
@@ -127,24 +151,40 @@ def checkpoint_layers(policy: Policy) -> None:
 
 
 def shard_policy(policy: Policy) -> None:
-    """Shard the policy in place across the ranks of the default process group."""
+    """Shard the policy in place across the ranks of the default process group.
+
+    On GPUs the parameters are float32 master weights (`load_policy(master_weights=True)`): the
+    layers gather them in the model's dtype to compute and reduce gradients in float32. The head
+    computes in float32 with the FP32 head, in the model's dtype without it. On CPU everything
+    runs in the parameters' own dtype."""
     gpu = policy.device.type == "cuda"
-    body = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if gpu
-        else None
-    )
+    compute = policy.dtype if gpu else None
+    body = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32 if gpu else None)
     for layer in decoder_layers(policy):
-        fully_shard(layer, **({"mp_policy": body} if body else {}))
+        fully_shard(layer, mp_policy=body)
     head = policy.head
     if head.weight is not policy.model.get_input_embeddings().weight:
-        # Its own unit in its own dtype: float32 for the FP32 head, whatever the body computes in.
-        fully_shard(head, mp_policy=MixedPrecisionPolicy(param_dtype=head.weight.dtype))
+        head_dtype = torch.float32 if policy.fp32_lm_head else compute
+        fully_shard(head, mp_policy=MixedPrecisionPolicy(param_dtype=head_dtype))
+    # The root (embeddings, final norm, a tied head) computes in the parameters' dtype: float32
+    # masters on GPUs, so a tied FP32 head stays float32.
     fully_shard(policy.scorer)
 
 
 def is_sharded(policy: Policy) -> bool:
     return any(isinstance(p, DTensor) for p in policy.model.parameters())
+
+
+class GatheredWeights:
+    """The policy's weights for the weight sender, which reads them twice (layout, then send).
+    Each pass is one gather that rank 0 announces and every rank joins, one tensor at a time."""
+
+    def __init__(self, policy: Policy, ranks: Ranks) -> None:
+        self.policy, self.ranks = policy, ranks
+
+    def __iter__(self) -> Iterator[tuple[str, Tensor]]:
+        self.ranks.announce("weights")
+        yield from full_weights(self.policy)
 
 
 def full_weights(policy: Policy, cast: bool = True) -> Iterator[tuple[str, Tensor]]:

@@ -13,7 +13,7 @@ from scalerl.environment import ProcessEnv
 from scalerl.operator import manifests, names
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
 from scalerl.rollout.keys import GENERATOR_FILES, TRAINER_FILES, StreamKeys
-from scalerl.spec import load_run, parse_run
+from scalerl.spec import ScaleRLRun, load_run, parse_run
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = load_run(ROOT / "examples" / "run.yaml")
@@ -102,7 +102,7 @@ def test_workloads_are_indexed_jobs_that_never_retry_a_pod() -> None:
         assert spec["backoffLimit"] == 0
         assert spec["template"]["spec"]["restartPolicy"] == "Never"
         assert spec["template"]["metadata"]["labels"][names.LABEL_ATTEMPT] == "0"
-        assert container(role)["command"] == ["scalerl", role]
+        assert container(role)["command"][-2:] == ["scalerl", role]
 
 
 def test_gpus_are_requested_per_replica() -> None:
@@ -161,19 +161,55 @@ def test_pods_listen_on_every_interface_and_local_processes_on_loopback_only() -
 PORTS = {"SCALERL_CHANNEL_PORT": "1", "SCALERL_SYNC_PORT": "2"}
 
 
-def test_each_trainer_pod_is_the_rank_of_its_job_index() -> None:
+def test_each_trainer_rank_is_numbered_from_its_pod_index_and_its_gpu() -> None:
     trainer_env = env_of("trainer")
+    replicas, gpus = RUN.spec.trainers.replicas, RUN.spec.trainers.gpus
     assert "SCALERL_TRAINER_RANK" not in trainer_env  # one template for every rank
-    assert trainer_env["SCALERL_TRAINER_RANKS"] == str(RUN.spec.trainers.replicas)
+    assert "LOCAL_RANK" not in trainer_env  # torchrun numbers the ranks within a pod
+    assert trainer_env["SCALERL_TRAINER_RANKS"] == str(replicas * gpus)
     assert trainer_env["SCALERL_RANKS_PORT"] == str(manifests.RANKS_PORT)
     ranks = [
-        ProcessEnv.from_environ({**trainer_env, "JOB_COMPLETION_INDEX": str(i)}).trainer_rank
-        for i in range(RUN.spec.trainers.replicas)
+        ProcessEnv.from_environ(
+            {**trainer_env, "JOB_COMPLETION_INDEX": str(pod)}
+            | {"LOCAL_RANK": str(gpu), "LOCAL_WORLD_SIZE": str(gpus)}
+        )
+        for pod in range(replicas)
+        for gpu in range(gpus)
     ]
-    assert ranks == list(range(RUN.spec.trainers.replicas))
+    assert [r.trainer_rank for r in ranks] == list(range(replicas * gpus))
+    assert [r.trainer_local_rank for r in ranks] == list(range(gpus)) * replicas
+    # A pod has one metrics port: its first rank serves it.
+    assert [r.metrics_port for r in ranks[:gpus]] == [manifests.METRICS_PORT] + [0] * (gpus - 1)
     # A generator is no trainer rank, whatever its own Job index.
     generator = {**env_of("generator"), "JOB_COMPLETION_INDEX": "3"}
     assert ProcessEnv.from_environ(generator).trainer_rank == 0
+
+
+@pytest.mark.parametrize(("gpus", "ranks_per_pod"), [(0, 1), (1, 1), (2, 2), (8, 8)])
+def test_a_trainer_pod_runs_one_rank_per_gpu_under_torchrun(gpus: int, ranks_per_pod: int) -> None:
+    run = with_trainers(gpus=gpus)
+    trainer = manifests.workload(run, OWNER, "trainer", 0, IMAGES)
+    (box,) = trainer["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in box["env"]}
+    assert env["SCALERL_TRAINER_RANKS"] == str(run.spec.trainers.replicas * ranks_per_pod)
+    if ranks_per_pod == 1:
+        assert box["command"] == ["scalerl", "trainer"]
+    else:
+        assert box["command"][0] == "torchrun"
+        assert f"--nproc-per-node={ranks_per_pod}" in box["command"]
+        assert box["command"][-3:] == ["--no-python", "scalerl", "trainer"]
+    generator = manifests.workload(run, OWNER, "generator", 0, IMAGES)
+    assert generator["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "scalerl",
+        "generator",
+    ]
+
+
+def with_trainers(**changes: Any) -> ScaleRLRun:
+    """examples/run.yaml with its trainers changed."""
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    raw["spec"]["trainers"].update(changes)
+    return parse_run(raw)
 
 
 def test_an_explicit_generator_index_wins_over_the_job_index() -> None:

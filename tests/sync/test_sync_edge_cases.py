@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -217,3 +218,58 @@ def test_layout_lists_what_the_module_doc_says() -> None:
     body = msgpack.unpackb(layout.numpy().tobytes())
     assert body["tensors"] == [["w", "float32", [300], 0, 1200]]
     assert [c[0] for c in body["checksums"]] == [1024, 176]
+
+
+class Gathered:
+    """Like a sharded policy's gathered weights: every pass makes each tensor afresh, one at a
+    time, and counts how many of them are alive at once."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes, self.alive, self.most_alive, self.passes = sizes, 0, 0, 0
+
+    def __iter__(self) -> Any:
+        self.passes += 1
+        for i, size in enumerate(self.sizes):
+            tensor = torch.arange(size, dtype=torch.float32) + i
+            self.alive += 1
+            self.most_alive = max(self.most_alive, self.alive)
+            weakref.finalize(tensor, self._died)
+            yield f"w{i}", tensor
+            del tensor
+
+    def _died(self) -> None:
+        self.alive -= 1
+
+
+def test_the_sender_holds_one_gathered_tensor_at_a_time() -> None:
+    # Tensors smaller than a bucket, larger than one, and one exactly a bucket long.
+    gathered = Gathered([100, 3000, 256, 1, 700, 2048])
+
+    def trainer(group: SyncGroup) -> int:
+        return WeightSender(group, bucket_bytes=2048).send(gathered, version=4).buckets
+
+    buckets, (version, tensors) = pair(trainer, lambda g: WeightReceiver(g).receive(timeout_s=5))
+    assert version == 4 and buckets > len(gathered.sizes)
+    assert gathered.passes == 2  # layout and checksums, then the send
+    # The next tensor is made while the sender still holds the one before.
+    assert gathered.most_alive <= 2
+    for i, (name, tensor) in enumerate(tensors):
+        assert name == f"w{i}"
+        assert torch.equal(tensor, torch.arange(gathered.sizes[i], dtype=torch.float32) + i)
+
+
+def test_weights_that_change_between_the_two_passes_are_refused() -> None:
+    class Shifting(Gathered):
+        def __iter__(self) -> Any:
+            self.passes += 1
+            yield "w", torch.zeros(10 * self.passes)
+
+    def trainer(group: SyncGroup) -> None:
+        WeightSender(group, bucket_bytes=1024).send(Shifting([]), version=1)
+
+    def generator(group: SyncGroup) -> None:
+        with pytest.raises(WeightSyncError):
+            WeightReceiver(group).receive(timeout_s=2)
+
+    with pytest.raises(InputError, match="changed between the sender's two passes"):
+        pair(trainer, generator)

@@ -16,7 +16,7 @@ import torch
 
 from scalerl.errors import WeightSyncError
 from scalerl.sync import SyncGroup, WeightReceiver, WeightSender, connect
-from scalerl.sync.weights import ALIGN, _checksum, _Piece, _plan, _source_checksums
+from scalerl.sync.weights import ALIGN, _as_bytes, _checksum, _Piece, _survey
 
 BUCKET = 1 << 20
 WORLD = 3
@@ -272,11 +272,11 @@ def test_connect_to_an_absent_trainer_fails_with_the_address() -> None:
 
 
 def test_piecewise_sender_checksum_equals_receiver_checksum_of_packed_bucket() -> None:
-    layout, sources = _plan(state_dict(3).items(), BUCKET)
-    expected = _source_checksums(layout, sources, torch.device("cpu"))
+    tensors = list(state_dict(3).items())
+    layout, expected = _survey(tensors, BUCKET, torch.device("cpu"))
     flat = torch.zeros(layout.total, dtype=torch.uint8)
-    for slot, data in zip(layout.slots, sources, strict=True):
-        flat[slot.offset : slot.end] = data
+    for slot, (_, tensor) in zip(layout.slots, tensors, strict=True):
+        flat[slot.offset : slot.end] = _as_bytes(tensor)
     for index in range(layout.buckets):
         low, high = layout.bucket_range(index)
         bucket = flat[low:high]

@@ -95,13 +95,17 @@ def step_on(
     return {name: t.clone() for name, t in full_weights(trio[0])}, result
 
 
-def as_rank(rank: int, world: int, port: int, work: Any, *args: Any) -> None:
-    """A process's body: join the ranks through a TCPStore, do `work(rank, world, ...)`."""
+def as_rank(rank: int, world: int, port: int, gpus: bool, work: Any, *args: Any) -> None:
+    """A process's body: join the ranks through a TCPStore (gloo, or NCCL with one GPU per rank),
+    do `work(rank, world, ...)`."""
     torch.set_num_threads(1)
+    device = torch.device("cuda", rank) if gpus else torch.device("cpu")
+    if gpus:
+        torch.cuda.set_device(device)
     store = dist.TCPStore(
         "127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=TIMEOUT_S)
     )
-    init_ranks(store, rank, world, torch.device("cpu"), TIMEOUT_S)
+    init_ranks(store, rank, world, device, TIMEOUT_S)
     try:
         work(rank, world, *args)
     except BaseException:
@@ -111,11 +115,13 @@ def as_rank(rank: int, world: int, port: int, work: Any, *args: Any) -> None:
     end_rank_process(0)  # as a trainer rank ends
 
 
-def run_ranks(world: int, work: Any, *args: Any) -> None:
+def run_ranks(world: int, work: Any, *args: Any, gpus: bool = False) -> None:
     """`work` on `world` real processes; each must exit 0."""
     ctx = mp.get_context("spawn")
     port = free_port()
-    procs = [ctx.Process(target=as_rank, args=(r, world, port, work, *args)) for r in range(world)]
+    procs = [
+        ctx.Process(target=as_rank, args=(r, world, port, gpus, work, *args)) for r in range(world)
+    ]
     for proc in procs:
         proc.start()
     for proc in procs:
@@ -195,3 +201,65 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank_exactly(
     expected = dict(reference[0].named_weights(cast=False))
     for name, tensor in resumed[0].named_weights(cast=False):
         torch.testing.assert_close(tensor, expected[name], rtol=1e-5, atol=1e-6)
+
+
+# --- on GPUs: bf16 compute from float32 master weights, NCCL -------------------------------------
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def needs_gpus(count: int) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(GPUS < count, reason=f"needs {count} GPU(s), this machine has {GPUS}")
+
+
+def gpu_step(rank: int, world: int, model_dir: Path, batch: Batch, out: Path) -> None:
+    """One step as a trainer rank on a GPU takes it: float32 masters, bf16 compute."""
+    policy = load_policy(
+        model_dir, dtype="bfloat16", fp32_lm_head=True, device=f"cuda:{rank}", master_weights=True
+    )
+    shard_policy(policy)
+    optimizer, scheduler = build_optimizer(
+        policy.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-15, warmup_steps=0
+    )
+    result = train_step(policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP)
+    moments = {v.dtype for s in optimizer.state.values() for v in s.values() if v.dim()}
+    weights = {name: t.float().cpu() for name, t in full_weights(policy, cast=False)}
+    if rank == 0:
+        masters = {p.dtype for p in policy.parameters()}
+        torch.save({"weights": weights, "result": result, "dtypes": masters | moments}, out)
+
+
+def close_to_float32_step(weights: dict[str, torch.Tensor], reference: dict, start: dict) -> None:
+    """bf16 compute moves AdamW's first step (about lr per weight) the way float32 does: a few
+    small gradients may change sign, most weights land within a fraction of the step."""
+    for name, expected in reference.items():
+        moved = (expected - start[name]).abs().mean()
+        off = (weights[name] - expected).abs()
+        assert off.max() <= 2.5e-3, name
+        assert off.mean() <= 0.1 * moved, name
+
+
+@needs_gpus(1)
+def test_on_a_gpu_a_step_computes_in_bf16_from_float32_masters(
+    bf16_model_dir: Path, make_group: Any, tmp_path: Path
+) -> None:
+    batch = fixed_batch(make_group, bf16_model_dir)
+    run_ranks(1, gpu_step, bf16_model_dir, batch, tmp_path / "gpu.pt", gpus=True)
+    on_gpu = torch.load(tmp_path / "gpu.pt", weights_only=False)
+    assert on_gpu["dtypes"] == {torch.float32}  # parameters and AdamW moments
+    start = dict(load_policy(bf16_model_dir, fp32_lm_head=True).named_weights(cast=False))
+    reference, _ = step_on(bf16_model_dir, batch, {"micro_batch_samples": 4})
+    close_to_float32_step(on_gpu["weights"], reference, start)
+
+
+@needs_gpus(2)
+def test_two_nccl_ranks_step_as_one_gpu_does(
+    bf16_model_dir: Path, make_group: Any, tmp_path: Path
+) -> None:
+    batch = fixed_batch(make_group, bf16_model_dir)
+    run_ranks(1, gpu_step, bf16_model_dir, batch, tmp_path / "one.pt", gpus=True)
+    run_ranks(2, gpu_step, bf16_model_dir, batch, tmp_path / "two.pt", gpus=True)
+    one, two = (torch.load(tmp_path / f, weights_only=False) for f in ("one.pt", "two.pt"))
+    start = dict(load_policy(bf16_model_dir, fp32_lm_head=True).named_weights(cast=False))
+    close_to_float32_step(two["weights"], one["weights"], start)
+    assert math.isclose(two["result"].loss, one["result"].loss, rel_tol=1e-2, abs_tol=1e-3)
