@@ -4,6 +4,7 @@ updates, a trainer killed with SIGKILL mid-run, and the resume from its checkpoi
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from scalerl.trainer.history import read_history
+from scalerl.trainer.profile import PHASES
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -143,6 +145,12 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     assert computes == sorted(computes)
     # PipelineRL: weights changed under sequences in flight, so some samples mix versions.
     assert history[-1]["mixed_version_samples"] > 0
+    # The step profile (bench/step_profile.py): this attempt's phases add up to its wall time.
+    last = history[-1]
+    phases = [last[f"trainer_{p}_seconds"] for p in (*PHASES, "other")]
+    assert min(phases) >= 0 and last["trainer_forward_backward_seconds"] > 0
+    assert math.isclose(sum(phases), last["trainer_wall_seconds"], rel_tol=1e-6)
+    assert 0 < last["generator_score_seconds"] < last["generation_seconds"]
     assert (out / "logs" / "trainer-0.log").read_text().count("resumed from") == 2
     fit = json.loads((out / "fit.json").read_text())
     assert {"A", "B", "C_mid", "R0", "A_interval"} <= fit.keys()

@@ -91,6 +91,8 @@ class Tally:
     tokens: int = 0
     idle_s: float = 0.0
     sync_s: float = 0.0
+    score_s: float = 0.0
+    send_wait_s: float = 0.0
     started: float = field(default_factory=time.monotonic)
     active: int = 0
     idle_since: float | None = field(default_factory=time.monotonic)
@@ -146,10 +148,12 @@ class Generator:
 
     async def sample_group(self, example: Example, n: int) -> list[Sample]:
         samples = await self.engine.generate(self.prompts.encode(example), n)
+        started = time.perf_counter()
         for sample in samples:
             sample.reward = self.reward(
                 self.tokens.answer_text(sample.completion_ids), example.answer
             )
+        self.tally.score_s += time.perf_counter() - started
         return samples
 
     async def produce(
@@ -215,8 +219,12 @@ class Generator:
         """The only writer of rollouts: never blocks the loop while the trainer is not reading."""
         while not self.stopped.is_set():
             group = await outbox.get()
+            if self.channel.try_send(group):
+                continue
+            waiting = time.monotonic()
             while not self.channel.try_send(group):
                 await asyncio.sleep(0.005)
+            self.tally.send_wait_s += time.monotonic() - waiting
 
     # --- commands ------------------------------------------------------------------------------
 
@@ -269,6 +277,8 @@ class Generator:
             idle_seconds=t.idle_seconds(),
             weight_sync_seconds=t.sync_s,
             uptime_seconds=time.monotonic() - t.started,
+            score_seconds=t.score_s,
+            send_wait_seconds=t.send_wait_s,
         )
 
     async def next_command(self, timeout_s: float) -> object | None:

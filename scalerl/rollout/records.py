@@ -248,6 +248,8 @@ class GeneratorStats(_Plain):
     idle_seconds: float  # waiting for weights or for the trainer to take rollouts
     weight_sync_seconds: float
     uptime_seconds: float  # since the generator started generating
+    score_seconds: float  # computing rewards
+    send_wait_seconds: float  # rollouts ready but the trainer not reading (backpressure)
 
 
 @dataclass

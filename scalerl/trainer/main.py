@@ -54,6 +54,7 @@ from scalerl.trainer.checkpoint import (
 from scalerl.trainer.history import ComputeClock, TrainerState
 from scalerl.trainer.optim import build_optimizer
 from scalerl.trainer.policy import Policy, load_policy
+from scalerl.trainer.profile import Phases
 from scalerl.trainer.shard import (
     GatheredWeights,
     Ranks,
@@ -92,6 +93,7 @@ class Trainer:
     generator_stats: dict[int, GeneratorStats] = field(default_factory=dict)
     no_signal_streak: int = 0  # consecutive steps with nothing to learn from
     broadcast_version: int = -1  # the policy version the generators were last sent
+    phases: Phases = field(default_factory=Phases)
 
     @property
     def spec(self) -> RunSpec:
@@ -159,6 +161,10 @@ class Trainer:
         taken, self.backlog = self.backlog[:groups], self.backlog[groups:]
         return taken
 
+    def take(self, groups: int) -> list[RolloutGroup]:
+        with self.phases.timing("wait_rollouts"):
+            return self.collect(groups)
+
     def broadcast_weights(self) -> None:
         """Send the new policy; when it did not change, only ask for the next batch."""
         assert self.sender is not None
@@ -167,7 +173,8 @@ class Trainer:
             self.channel.broadcast(MoreRollouts(version=version))
             return
         self.channel.broadcast(UpdateWeights(version=version))
-        stats = self.sender.send(GatheredWeights(self.policy, self.ranks), version)
+        with self.phases.timing("broadcast"):
+            stats = self.sender.send(GatheredWeights(self.policy, self.ranks), version)
         self.metrics.weight_sync_seconds.observe(stats.seconds)
         self.broadcast_version = version
 
@@ -177,14 +184,15 @@ class Trainer:
         self, groups: list[RolloutGroup], max_off_policy: int | None
     ) -> StepResult | None:
         recipe = self.spec.recipe
-        batch, stats = build_batch(
-            groups,
-            current_version=self.state.version,
-            max_off_policy=max_off_policy,
-            pad_id=self.policy.pad_id,
-            normalization=recipe.advantage_normalization,
-            drop_zero_variance=recipe.zero_variance_filtering,
-        )
+        with self.phases.timing("build_batch"):
+            batch, stats = build_batch(
+                groups,
+                current_version=self.state.version,
+                max_off_policy=max_off_policy,
+                pad_id=self.policy.pad_id,
+                normalization=recipe.advantage_normalization,
+                drop_zero_variance=recipe.zero_variance_filtering,
+            )
         self.record_batch(stats)
         self.record_signal(stats)
         if batch is None:
@@ -193,6 +201,8 @@ class Trainer:
         result = train_step(
             self.policy, self.optimizer, self.scheduler, batch, **step_settings(self.spec)
         )
+        self.phases.add("forward_backward", result.seconds - result.optimizer_seconds)
+        self.phases.add("optimizer", result.optimizer_seconds)
         if result.skipped:
             self.state.bump("skipped_steps")
             self.metrics.skipped_steps.inc()
@@ -251,10 +261,10 @@ class Trainer:
         """PipelineRL: one step then a broadcast. PPO-off-policy-k: k steps on one policy's data."""
         recipe = self.spec.recipe
         if recipe.algorithm == "pipelinerl":
-            self.step_once(self.collect(recipe.batch.prompts), recipe.max_off_policy_steps)
+            self.step_once(self.take(recipe.batch.prompts), recipe.max_off_policy_steps)
         else:
             k = max(recipe.max_off_policy_steps, 1)
-            groups = self.collect(k * recipe.batch.prompts)
+            groups = self.take(k * recipe.batch.prompts)
             for i in range(k):
                 chunk = groups[i * recipe.batch.prompts : (i + 1) * recipe.batch.prompts]
                 self.step_once(chunk, max_off_policy=i)
@@ -285,6 +295,17 @@ class Trainer:
     # --- evaluation and checkpoints ---------------------------------------------------------
 
     def evaluate(self) -> dict[str, Any]:
+        with self.phases.timing("evaluate"):
+            entry = self.ask_for_evaluation()
+        entry.update(self.phases.totals())
+        self.state.evaluations.append(entry)
+        self.status.evaluation(entry)
+        self.metrics.eval_pass_rate.set(entry["pass_rate"])
+        log.info("evaluation at step %d: pass rate %.3f", entry["step"], entry["pass_rate"])
+        return entry
+
+    def ask_for_evaluation(self) -> dict[str, Any]:
+        """Every generator's held-out pass rate at this step, as one history entry."""
         step, count = self.state.step, self.spec.generators.replicas
         self.channel.broadcast(Evaluate(step=step, version=self.state.version))
         deadline = time.monotonic() + self.env.peer_timeout_s
@@ -306,10 +327,6 @@ class Trainer:
             **self.state.counters,
             **self.generation_totals(),
         }
-        self.state.evaluations.append(entry)
-        self.status.evaluation(entry)
-        self.metrics.eval_pass_rate.set(entry["pass_rate"])
-        log.info("evaluation at step %d: pass rate %.3f", step, entry["pass_rate"])
         return entry
 
     def generation_totals(self) -> dict[str, float]:
@@ -323,9 +340,19 @@ class Trainer:
             "generated_tokens": sum(s.generated_tokens for s in stats),
             "generation_seconds": uptime / len(stats),
             "generator_idle_fraction": sum(s.idle_seconds for s in stats) / uptime,
+            # Per generator, averaged: the step profile's generator side.
+            **{
+                f"generator_{name}_seconds": sum(getattr(s, f"{name}_seconds") for s in stats)
+                / len(stats)
+                for name in ("idle", "weight_sync", "score", "send_wait")
+            },
         }
 
     def checkpoint(self) -> None:
+        with self.phases.timing("checkpoint"):
+            self.save()
+
+    def save(self) -> None:
         self.state.compute_hours = self.clock.hours()
         self.state.curricula = {str(g): c.state_dict() for g, c in self.curricula.items()}
         save_checkpoint(

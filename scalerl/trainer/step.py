@@ -51,6 +51,7 @@ class StepResult:
     samples: int
     seconds: float
     stats: dict[str, float] = field(default_factory=dict)  # the recipe's ratio/clip statistics
+    optimizer_seconds: float = 0.0  # of `seconds`: clipping, the optimizer and the schedule
     skipped: bool = False
     reason: str = ""
 
@@ -118,11 +119,13 @@ def train_step(
         return _skip(
             optimizer, batch, lr, started, f"non-finite gradient norm ({grad_norm})", totals
         )
+    updating = time.perf_counter()
     if max_grad_norm is not None and grads:
         torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+    done = time.perf_counter()
     return StepResult(
         loss=totals.loss,
         entropy=totals.entropy(),
@@ -130,8 +133,9 @@ def train_step(
         lr=lr,
         tokens=batch.tokens,
         samples=batch.samples,
-        seconds=time.perf_counter() - started,
+        seconds=done - started,
         stats=totals.merged_stats(),
+        optimizer_seconds=done - updating,
     )
 
 

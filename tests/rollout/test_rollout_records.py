@@ -73,6 +73,8 @@ EXAMPLES: list[Message] = [
         idle_seconds=0.25,
         weight_sync_seconds=1.5,
         uptime_seconds=60.0,
+        score_seconds=0.5,
+        send_wait_seconds=2.0,
     ),
     Hello(generator=4, pid=1234),
     Failure(generator=4, message="weights of version 8: checksum mismatch"),

@@ -1,0 +1,82 @@
+"""Where a step's wall time goes in the disaggregated mode: the demo run (examples/local.yaml) for a
+fixed number of steps, then its profile from the last evaluation of `history.jsonl`.
+
+Trainer 0's side: waiting for rollouts, building the batch, forward/backward, the optimizer, the
+weight broadcast, evaluation, checkpoints and the rest. The generators' side (averaged over
+them): generating, idle (no group in flight: waiting for a new version or for quota), weight
+updates, scoring and backpressure (rollouts ready, the trainer not reading).
+
+    .venv/bin/python bench/step_profile.py [--steps 30] [--algorithm pipelinerl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scalerl.trainer.profile import PHASES
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATOR_PARTS = ("idle", "weight_sync", "score", "send_wait")
+
+
+def profile(steps: int, algorithm: str, work: Path) -> dict[str, Any]:
+    run = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
+    spec = run["spec"]
+    spec["recipe"]["algorithm"] = algorithm
+    spec["budget"]["maxSteps"] = steps
+    spec["evaluation"]["everySteps"] = steps  # at the start and at the end only
+    spec["checkpoint"]["everySteps"] = steps
+    path = work / "run.yaml"
+    path.write_text(yaml.safe_dump(run))
+    out = work / "run"
+    command = [sys.executable, "-m", "scalerl.cli", "run", str(path), "--out", str(out)]
+    subprocess.run([*command, "--no-progress"], check=True, capture_output=True)
+    history = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+    return history[-1]
+
+
+def table(last: dict[str, Any]) -> list[str]:
+    steps = max(int(last["step"]), 1)
+    wall = last["trainer_wall_seconds"]
+    lines = [f"trainer 0: {wall:.1f} s for {steps} steps ({wall / steps:.2f} s/step)"]
+    lines.append(f"  {'phase':<18} {'seconds':>8} {'s/step':>7} {'share':>6}")
+    for phase in (*PHASES, "other"):
+        seconds = last[f"trainer_{phase}_seconds"]
+        share = seconds / wall
+        lines.append(f"  {phase:<18} {seconds:>8.1f} {seconds / steps:>7.3f} {share:>6.1%}")
+    uptime = last["generation_seconds"]
+    lines.append(f"generators (mean of each): {uptime:.1f} s up")
+    busy = uptime - last["generator_idle_seconds"]
+    lines.append(f"  {'generating':<18} {busy:>8.1f} {busy / steps:>7.3f} {busy / uptime:>6.1%}")
+    for part in GENERATOR_PARTS:
+        seconds = last[f"generator_{part}_seconds"]
+        lines.append(
+            f"  {part:<18} {seconds:>8.1f} {seconds / steps:>7.3f} {seconds / uptime:>6.1%}"
+        )
+    rate = last["generated_samples"] / uptime
+    lines.append(f"samples generated/s {rate:.1f}; held-out pass rate {last['pass_rate']:.3f}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument(
+        "--algorithm", default="pipelinerl", choices=["pipelinerl", "ppo-off-policy"]
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        last = profile(args.steps, args.algorithm, Path(tmp))
+    print("\n".join(table(last)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Where trainer 0's wall time goes, phase by phase, since this attempt started.
+
+The totals go into every evaluation of the history (`trainer_<phase>_seconds` and
+`trainer_wall_seconds`), next to the generators' own totals, so `bench/step_profile.py` reads a
+whole run's profile from its `history.jsonl`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+PHASES = (
+    "wait_rollouts",  # blocked until the generators deliver a batch's groups
+    "build_batch",  # advantages, filters, padding
+    "forward_backward",  # every micro-batch's forward and backward
+    "optimizer",  # clipping, AdamW, the schedule
+    "broadcast",  # gathering and sending new weights
+    "evaluate",  # asking for held-out pass rates and waiting for them
+    "checkpoint",
+)
+
+
+class Phases:
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.started = time.monotonic()
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] += seconds
+
+    @contextmanager
+    def timing(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(phase, time.perf_counter() - started)
+
+    def totals(self) -> dict[str, float]:
+        """`trainer_<phase>_seconds` for every phase, `other` (status, metrics, the loop itself)
+        and the wall time they add up to."""
+        wall = time.monotonic() - self.started
+        out = {f"trainer_{phase}_seconds": s for phase, s in self.seconds.items()}
+        out["trainer_other_seconds"] = max(wall - sum(self.seconds.values()), 0.0)
+        out["trainer_wall_seconds"] = wall
+        return out
