@@ -46,7 +46,11 @@ def profile(steps: int, algorithm: str, work: Path) -> dict[str, Any]:
 def table(last: dict[str, Any]) -> list[str]:
     steps = max(int(last["step"]), 1)
     wall = last["trainer_wall_seconds"]
-    lines = [f"trainer 0: {wall:.1f} s for {steps} steps ({wall / steps:.2f} s/step)"]
+    running = wall - last["trainer_start_seconds"]
+    lines = [
+        f"trainer 0: {wall:.1f} s, of which {running:.1f} s for {steps} steps after start-up "
+        f"({running / steps:.2f} s/step)"
+    ]
     lines.append(f"  {'phase':<18} {'seconds':>8} {'s/step':>7} {'share':>6}")
     for phase in (*PHASES, "other"):
         seconds = last[f"trainer_{phase}_seconds"]

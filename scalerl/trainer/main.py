@@ -371,7 +371,8 @@ class Trainer:
         return self.state.step >= budget.max_steps or self.clock.hours() >= budget.max_compute_hours
 
     def run_to_end(self) -> None:
-        self.start_generators()
+        with self.phases.timing("start"):
+            self.start_generators()
         if not self.state.evaluations:
             self.evaluate()  # R0: the pass rate at zero RL compute
         every_eval, every_ckpt = self.spec.evaluation.every_steps, self.spec.checkpoint.every_steps

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PHASES = (
+    "start",  # the generators' start-up (vLLM) until the weight-sync group is formed
     "wait_rollouts",  # blocked until the generators deliver a batch's groups
     "build_batch",  # advantages, filters, padding
     "forward_backward",  # every micro-batch's forward and backward
