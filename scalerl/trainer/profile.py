@@ -24,20 +24,30 @@ PHASES = (
 
 
 class Phases:
+    """Seconds per phase. Phases may nest (a resumed run's start-up broadcasts weights): time
+    goes to the innermost phase only, so the phases never overlap and add up to the wall time."""
+
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.started = time.monotonic()
+        self._inner: list[float] = []  # per open phase: seconds already given to phases inside
 
     def add(self, phase: str, seconds: float) -> None:
         self.seconds[phase] += seconds
+        if self._inner:
+            self._inner[-1] += seconds
 
     @contextmanager
     def timing(self, phase: str) -> Iterator[None]:
         started = time.perf_counter()
+        self._inner.append(0.0)
         try:
             yield
         finally:
-            self.add(phase, time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self.seconds[phase] += elapsed - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += elapsed
 
     def totals(self) -> dict[str, float]:
         """`trainer_<phase>_seconds` for every phase, `other` (status, metrics, the loop itself)

@@ -1,0 +1,29 @@
+"""The trainer's step profile: phases that nest never count twice."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from scalerl.trainer.profile import PHASES, Phases
+
+
+def test_a_phase_inside_another_counts_once_and_the_phases_add_up_to_the_wall() -> None:
+    phases = Phases()
+    outside = time.perf_counter()
+    with phases.timing("start"):
+        time.sleep(0.02)
+        with phases.timing("broadcast"):  # a resumed run sends its weights while starting
+            time.sleep(0.03)
+        time.sleep(0.01)
+        phases.add("forward_backward", 0.01)  # measured by the step itself, inside "start"
+    outside = time.perf_counter() - outside
+    totals = phases.totals()
+
+    start, broadcast = totals["trainer_start_seconds"], totals["trainer_broadcast_seconds"]
+    assert broadcast >= 0.03 and start >= 0.02
+    # Counted twice, the broadcast (and the step) would make these exceed the time that passed.
+    assert start + broadcast + 0.01 <= outside
+    parts = [totals[f"trainer_{p}_seconds"] for p in (*PHASES, "other")]
+    assert min(parts) >= 0
+    assert math.isclose(sum(parts), totals["trainer_wall_seconds"], rel_tol=1e-9)
