@@ -184,6 +184,7 @@ class WeightSender:
         """The second pass: every bucket in order, each tensor copied into the bucket(s) it
         falls in, or sent as it is where a bucket is one slice of it already on the device."""
         packing: int | None = None  # the bucket being packed in the scratch buffer
+        filled = 0  # bytes of it written so far (the gaps between tensors are zeroed)
         scratch = self._scratch
         sent = count = 0
 
@@ -191,6 +192,7 @@ class WeightSender:
             nonlocal packing, sent
             if packing is not None:
                 low, high = layout.bucket_range(packing)
+                scratch[filled : high - low].zero_()
                 self._broadcast_bucket(packing, scratch[: high - low])
                 packing, sent = None, sent + 1
 
@@ -208,9 +210,10 @@ class WeightSender:
                     continue
                 if packing is None:
                     scratch = self._scratch_for(min(self.bucket_bytes, layout.total))
-                    scratch[: high - low].zero_()  # the gaps between tensors are zeros
-                    packing = index
+                    packing, filled = index, 0
+                scratch[filled : first - low].zero_()
                 scratch[first - low : last - low].copy_(piece)
+                filled = last - low
         flush()
         if count != len(layout.slots) or sent != layout.buckets:
             raise InputError(
