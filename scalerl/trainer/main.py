@@ -82,7 +82,7 @@ class Trainer:
     metrics: TrainerMetrics
     channel: TrainerChannel
     clock: ComputeClock
-    ranks: Ranks = field(default_factory=lambda: Ranks())
+    ranks: Ranks = field(default_factory=Ranks)
     sender: WeightSender | None = None
     group: SyncGroup | None = None
     backlog: list[RolloutGroup] = field(default_factory=list)
