@@ -76,7 +76,7 @@ async def measure(model: Path, updates: int, run_dir: str) -> dict[str, list[flo
         llm = engine._ready()[0]
         for version, _ in plan[:updates]:  # by part, as update_weights does them
             t0 = time.perf_counter()
-            await llm.pause_generation(mode="keep", clear_cache=False)
+            await llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=False)
             t1 = time.perf_counter()
             await llm.collective_rpc("receive_weights", args=(TIMEOUT_S, version))
             t2 = time.perf_counter()
@@ -111,7 +111,7 @@ def main() -> None:
     print(f"weight update bench: demo model, {size / 2**20:.1f} MB, median of {args.updates}")
     labels = {
         "whole": "update_weights (the generator's pause)",
-        "pause": "  pause_generation",
+        "pause": "  pause (the engine core's scheduler)",
         "rpc": "  receive + reload RPC",
         "label": "  update_weight_version",
         "resume": "  resume_generation",
