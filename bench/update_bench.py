@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import tempfile
 import threading
@@ -22,17 +21,12 @@ from pathlib import Path
 
 from scalerl.demo.assets import default_cache_dir, prepare_demo
 from scalerl.generator.engine import DEFAULT_PHRASE, EngineConfig, GenerationEngine
+from scalerl.ports import free_port
 from scalerl.recipe import InterruptionPlan
 from scalerl.sync import WeightSender, connect
 from scalerl.trainer import load_policy
 
 TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def trainer(

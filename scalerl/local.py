@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from scalerl import preflight
 from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError
 from scalerl.metrics import RunMetrics
+from scalerl.ports import free_port
 from scalerl.progress import ProgressDisplay
 from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
@@ -57,12 +57,6 @@ def resolve_paths(run: ScaleRLRun) -> ScaleRLRun:
     if spec["data"]["validation"].get("path"):
         spec["data"]["validation"]["path"] = resolve(spec["data"]["validation"]["path"])
     return ScaleRLRun.model_validate(data)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:

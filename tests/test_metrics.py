@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import urllib.request
 
-from scalerl.local import free_port
 from scalerl.metrics import (
     GENERATOR_GAUGES,
     TRAINER_GAUGES,
@@ -13,6 +12,7 @@ from scalerl.metrics import (
     TrainerMetrics,
     all_metric_names,
 )
+from scalerl.ports import free_port
 
 DESIGN_NAMES = [
     "truncated_sequences_total",

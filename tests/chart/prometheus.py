@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -21,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from scalerl.ports import free_port
+
 SCRAPE_INTERVAL_S = 1
 
 
@@ -28,16 +29,10 @@ def binary() -> str | None:
     return shutil.which("prometheus")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Prometheus:
     def __init__(self, workdir: Path, targets: Path, rule_files: tuple[Path, ...] = ()) -> None:
         self.workdir = workdir
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = {
             "global": {

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from scalerl.demo.model import build_random_model
 from scalerl.demo.tokenizer import THINK_END, build_tokenizer
 from scalerl.generator.engine import GenerationEngine
+from scalerl.ports import free_port
 from scalerl.sync import SyncGroup, WeightSender, connect
 
 # Odds of `</think>` against an average token at temperature 1 (it varies with context).
@@ -70,12 +70,6 @@ def hf_logprobs(
         logits = model(ids).logits.float()
     logprobs = (logits[0, len(prompt_ids) - 1 : -1] / temperature).log_softmax(-1)
     return logprobs.gather(-1, torch.tensor(completion_ids)[:, None])[:, 0]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def join_as_trainer(engine: GenerationEngine, timeout_s: float = 30.0) -> SyncGroup:

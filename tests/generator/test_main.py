@@ -10,7 +10,7 @@ import yaml
 
 from scalerl.demo.model import build_random_model
 from scalerl.environment import ProcessEnv
-from scalerl.local import free_port
+from scalerl.ports import free_port
 
 
 def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProcess[str], int]:

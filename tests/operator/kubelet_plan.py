@@ -20,9 +20,7 @@ virtualises both:
 from __future__ import annotations
 
 import base64
-import random
 import re
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any
 import yaml
 
 from scalerl.environment import ProcessEnv
+from scalerl.ports import free_port
 
 LOCALHOST = "127.0.0.1"
 GPU = "nvidia.com/gpu"
@@ -46,17 +45,6 @@ SCALERL_PORTS: dict[str, str | None] = {
     "SCALERL_RANKS_PORT": "SCALERL_TRAINER_HOST",
     "SCALERL_METRICS_PORT": None,
 }
-
-
-def port_range() -> tuple[int, int]:
-    """Where local ports are taken: below the kernel's ephemeral range, since a port from there
-    (as binding port 0 gives) may become the source port of some outgoing connection before the
-    process that should listen on it binds it."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768  # Linux's default
-    return 10000, max(low, 12000)
 
 
 class NotReady(Exception):  # noqa: N818 - the pod waits, as Kubernetes keeps it Pending
@@ -76,30 +64,15 @@ class Network:
     """Local ports for Service ports (stable) and for pods' own ports (fresh)."""
 
     service_ports: dict[tuple[str, str, int], int] = field(default_factory=dict)
-    taken: set[int] = field(default_factory=set)
-    rng: random.Random = field(default_factory=random.Random)
 
     def fresh_port(self) -> int:
-        while True:
-            port = self.rng.randrange(*port_range())
-            if port not in self.taken and _bindable(port):
-                self.taken.add(port)
-                return port
+        return free_port(LOCALHOST)
 
     def service_port(self, namespace: str, service: str, target: int) -> int:
         key = (namespace, service, target)
         if key not in self.service_ports:
             self.service_ports[key] = self.fresh_port()
         return self.service_ports[key]
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((LOCALHOST, port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import weakref
@@ -14,14 +13,9 @@ import pytest
 import torch
 
 from scalerl.errors import InputError, WeightSyncError
+from scalerl.ports import free_port
 from scalerl.sync import SyncGroup, WeightReceiver, WeightSender, connect
 from scalerl.sync.weights import _Header
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pair(

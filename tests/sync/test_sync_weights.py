@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -15,18 +14,13 @@ import pytest
 import torch
 
 from scalerl.errors import WeightSyncError
+from scalerl.ports import free_port
 from scalerl.sync import SyncGroup, WeightReceiver, WeightSender, connect
 from scalerl.sync.weights import ALIGN, _as_bytes, _checksum, _Piece, _survey
 
 BUCKET = 1 << 20
 WORLD = 3
 Result = tuple[str, Any]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def state_dict(seed: int) -> dict[str, torch.Tensor]:

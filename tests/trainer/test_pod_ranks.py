@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import yaml
 
 from scalerl.operator import manifests
 from scalerl.operator.manifests import Images, Owner
+from scalerl.ports import free_port
 from scalerl.spec import parse_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,12 +43,6 @@ with open(out, "w") as f:
 leave_ranks(finished=True)
 end_rank_process(0)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def trainer_container() -> dict:

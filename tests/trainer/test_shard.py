@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import socket
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from scalerl.ports import free_port
 from scalerl.rollout.records import RolloutGroup
 from scalerl.trainer import Batch, build_batch, build_optimizer, load_policy, train_step
 from scalerl.trainer.checkpoint import (
@@ -46,12 +46,6 @@ STEP = {
     "max_grad_norm": 1.0,
 }
 TIMEOUT_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def fixed_batch(make_group: Any, model_dir: Path) -> Batch:
