@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from scalerl.trainer import (
     save_checkpoint,
     train_step,
 )
+from scalerl.trainer.checkpoint import LEGACY_OPTIMIZER_FILE, OPTIMIZER_DIR
 
 Trained = tuple[Policy, Optimizer, LRScheduler]
 
@@ -164,3 +166,27 @@ def test_loading_an_incomplete_checkpoint_raises_data_error(
 def test_keep_must_be_positive(model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="keep"):
         save(tmp_path, 1, fresh(model_dir), keep=0)
+
+
+def test_a_checkpoint_of_an_older_scalerl_resumes_on_one_rank(
+    model_dir: Path, make_group: Callable[..., RolloutGroup], tmp_path: Path
+) -> None:
+    # Before sharded checkpoints the optimizer was one trainer's `state_dict()` in optimizer.pt.
+    run = trained(model_dir, make_group)
+    saved = save(tmp_path, 2, run)
+    shutil.rmtree(saved / OPTIMIZER_DIR)
+    torch.save(run[1].state_dict(), saved / LEGACY_OPTIMIZER_FILE)
+
+    policy, optimizer, scheduler = fresh(model_dir)
+    load_checkpoint(saved, policy=policy, optimizer=optimizer, scheduler=scheduler)
+    assert_same_optimizer_state(run[1], optimizer)
+
+
+def test_a_damaged_optimizer_state_is_a_data_error_naming_the_checkpoint(
+    model_dir: Path, make_group: Callable[..., RolloutGroup], tmp_path: Path
+) -> None:
+    saved = save(tmp_path, 2, trained(model_dir, make_group))
+    (saved / OPTIMIZER_DIR / ".metadata").unlink()
+    policy, optimizer, scheduler = fresh(model_dir)
+    with pytest.raises(DataError, match="optimizer state in checkpoint .*step-000002"):
+        load_checkpoint(saved, policy=policy, optimizer=optimizer, scheduler=scheduler)
