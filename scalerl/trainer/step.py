@@ -20,6 +20,7 @@ trained token is skipped the same way (an AdamW step would still apply weight de
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -262,15 +263,16 @@ def _pack_groups(
     """(start, stop) sample ranges: consecutive whole groups (of ``sizes`` samples) weighing up
     to ``limit``, or pieces of one group. A sample weighs 1, or its entry of ``weights``."""
     weight = weights or [1] * sum(sizes)
+    upto = list(itertools.accumulate(weight, initial=0))  # upto[i]: weight of samples 0..i-1
     chunks: list[tuple[int, int]] = []
     open_chunk = False  # whether the last chunk holds whole groups and may take more
     start = 0
     for size in sizes:
         stop = start + size
-        if sum(weight[start:stop]) > limit:
+        if upto[stop] - upto[start] > limit:
             chunks += _pieces(start, stop, limit, weight)
             open_chunk = False
-        elif open_chunk and sum(weight[chunks[-1][0] : stop]) <= limit:
+        elif open_chunk and upto[stop] - upto[chunks[-1][0]] <= limit:
             chunks[-1] = (chunks[-1][0], stop)
         else:
             chunks.append((start, stop))

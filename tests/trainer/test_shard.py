@@ -223,9 +223,11 @@ def gpu_step(rank: int, world: int, model_dir: Path, batch: Batch, out: Path) ->
         torch.save({"weights": weights, "result": result, "dtypes": masters | moments}, out)
 
 
-def steps_agree(weights: dict[str, torch.Tensor], reference: dict, start: dict) -> None:
-    """Two first AdamW steps from `start` agree as bf16 compute allows: each moves a weight by
-    about lr; a few small gradients may change sign, most weights land within a fraction of it."""
+def steps_agree(weights: dict[str, torch.Tensor], reference: dict, model_dir: Path) -> None:
+    """Two first AdamW steps from the weights in `model_dir` agree as bf16 compute allows: each
+    moves a weight by about lr; a few small gradients may change sign, most weights land within
+    a fraction of it."""
+    start = dict(load_policy(model_dir, fp32_lm_head=True).named_weights(cast=False))
     for name, expected in reference.items():
         moved = (expected - start[name]).abs().mean()
         off = (weights[name] - expected).abs()
@@ -241,9 +243,8 @@ def test_on_a_gpu_a_step_computes_in_bf16_from_float32_masters(
     run_ranks(1, gpu_step, bf16_model_dir, batch, tmp_path / "gpu.pt", gpus=True)
     on_gpu = torch.load(tmp_path / "gpu.pt", weights_only=False)
     assert on_gpu["dtypes"] == {torch.float32}  # parameters and AdamW moments
-    start = dict(load_policy(bf16_model_dir, fp32_lm_head=True).named_weights(cast=False))
     reference, _ = step_on(bf16_model_dir, batch, {"micro_batch_samples": 4})
-    steps_agree(on_gpu["weights"], reference, start)
+    steps_agree(on_gpu["weights"], reference, bf16_model_dir)
 
 
 @needs_gpus(2)
@@ -254,6 +255,5 @@ def test_two_nccl_ranks_step_as_one_gpu_does(
     run_ranks(1, gpu_step, bf16_model_dir, batch, tmp_path / "one.pt", gpus=True)
     run_ranks(2, gpu_step, bf16_model_dir, batch, tmp_path / "two.pt", gpus=True)
     one, two = (torch.load(tmp_path / f, weights_only=False) for f in ("one.pt", "two.pt"))
-    start = dict(load_policy(bf16_model_dir, fp32_lm_head=True).named_weights(cast=False))
-    steps_agree(two["weights"], one["weights"], start)
+    steps_agree(two["weights"], one["weights"], bf16_model_dir)
     assert math.isclose(two["result"].loss, one["result"].loss, rel_tol=1e-2, abs_tol=1e-3)
