@@ -342,12 +342,17 @@ def _interval(pair: list[float] | None) -> str:
 
 
 def add_process_parsers(subparsers: Subparsers) -> None:
-    """`scalerl trainer` and `scalerl generator`: the processes of a run (pods, or local runs).
+    """`scalerl trainer`, `scalerl generator` and `scalerl colocated`: the processes of a run
+    (pods, or local runs).
 
-    Both read the environment contract of scalerl/environment.py (SCALERL_SPEC, SCALERL_RUN_DIR,
+    All read the environment contract of scalerl/environment.py (SCALERL_SPEC, SCALERL_RUN_DIR,
     ports, SCALERL_GENERATOR_INDEX), so they take no arguments.
     """
-    for name, what in (("trainer", "one trainer rank"), ("generator", "one vLLM generator")):
+    for name, what in (
+        ("trainer", "one trainer rank"),
+        ("generator", "one vLLM generator"),
+        ("colocated", "the trainer and its vLLM engine in one process (placement colocated)"),
+    ):
         p = subparsers.add_parser(
             name,
             help=f"{what} of a run (reads the SCALERL_* environment)",
@@ -359,6 +364,8 @@ def add_process_parsers(subparsers: Subparsers) -> None:
 def cmd_process(args: argparse.Namespace) -> int:
     if args.process == "trainer":
         from scalerl.trainer.main import main as process_main
+    elif args.process == "colocated":
+        from scalerl.colocated import main as process_main
     else:
         from scalerl.generator.main import main as process_main
     process_main()

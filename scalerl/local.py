@@ -84,9 +84,9 @@ class Gang:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
 
-    def start(self, role: str, env: ProcessEnv, log_path: Path) -> None:
+    def start(self, role: str, command: str, env: ProcessEnv, log_path: Path) -> None:
+        """Start `scalerl <command>` as `role` (its processes.json and Prometheus name)."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = "trainer" if role.startswith("trainer") else "generator"
         with log_path.open("ab") as log:
             # Own process group: Ctrl-C reaches only the runner, which stops the gang in order,
             # and stop() can take a generator's vLLM engine process down with it.
@@ -148,8 +148,11 @@ LEADER = "trainer-0"  # trainer rank 0: the run ends when it does
 
 
 def roles(spec: RunSpec) -> list[str]:
-    """The processes of a run, by role: `trainer-<rank>` and `generator-<index>`."""
+    """The processes of a run, by role: `trainer-<rank>` and `generator-<index>`; colocated,
+    the one process (trainer and engine) is trainer-0."""
     trainers = [f"trainer-{r}" for r in range(spec.trainers.replicas)]
+    if spec.colocated:
+        return trainers
     return trainers + [f"generator-{g}" for g in range(spec.generators.replicas)]
 
 
@@ -182,19 +185,23 @@ class LocalRun:
             trainer_host="127.0.0.1",
             channel_port=free_port(),
             sync_port=free_port(),
-            compute_units=count + trainers,
+            compute_units=spec.processes,  # process-hours, locally
             trainer_ranks=trainers,
             ranks_port=free_port(),
         )
         gang = Gang()
         logs = self.out / "logs"
         ports = {role: free_port() for role in roles(spec)}
-        for r in range(trainers):
-            env = ProcessEnv(**base, metrics_port=ports[f"trainer-{r}"], trainer_rank=r)
-            gang.start(f"trainer-{r}", env, logs / f"trainer-{r}.log")
-        for g in range(count):
-            env = ProcessEnv(**base, metrics_port=ports[f"generator-{g}"], generator_index=g)
-            gang.start(f"generator-{g}", env, logs / f"generator-{g}.log")
+        if spec.colocated:
+            env = ProcessEnv(**base, metrics_port=ports[LEADER])
+            gang.start(LEADER, "colocated", env, logs / f"{LEADER}.log")
+        else:
+            for r in range(trainers):
+                env = ProcessEnv(**base, metrics_port=ports[f"trainer-{r}"], trainer_rank=r)
+                gang.start(f"trainer-{r}", "trainer", env, logs / f"trainer-{r}.log")
+            for g in range(count):
+                env = ProcessEnv(**base, metrics_port=ports[f"generator-{g}"], generator_index=g)
+                gang.start(f"generator-{g}", "generator", env, logs / f"generator-{g}.log")
         processes = {
             role: {"pid": proc.pid, "metrics": f"http://127.0.0.1:{ports[role]}/metrics"}
             for role, proc in gang.processes.items()

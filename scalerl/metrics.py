@@ -106,8 +106,11 @@ class _Metrics:
         counters: dict[str, str],
         gauges: dict[str, str],
         histograms: dict[str, str],
+        alongside: _Metrics | None = None,
     ) -> None:
-        self.registry = CollectorRegistry()
+        # `alongside`: share another set's registry (one process serving both roles' series);
+        # a histogram both sets have is the other's, observed by both.
+        self.registry = alongside.registry if alongside is not None else CollectorRegistry()
         self._series: dict[str, Any] = {}
         for name, doc in counters.items():
             self._add(name, Counter(PREFIX + name, doc, LABELS, registry=self.registry), run)
@@ -116,6 +119,9 @@ class _Metrics:
         for name, doc in gauges.items():
             self._gauges[name] = Gauge(PREFIX + name, doc, LABELS, registry=self.registry)
         for name, doc in histograms.items():
+            if alongside is not None and name in alongside._series:
+                self._series[name] = alongside._series[name]
+                continue
             metric = Histogram(
                 PREFIX + name, doc, LABELS, registry=self.registry, buckets=_SECONDS_BUCKETS
             )
@@ -140,9 +146,9 @@ class _Metrics:
 
 
 class GeneratorMetrics(_Metrics):
-    def __init__(self, run: str) -> None:
+    def __init__(self, run: str, alongside: TrainerMetrics | None = None) -> None:
         sync = {"weight_sync_seconds": HISTOGRAMS["weight_sync_seconds"]}
-        super().__init__(run, GENERATOR_COUNTERS, GENERATOR_GAUGES, sync)
+        super().__init__(run, GENERATOR_COUNTERS, GENERATOR_GAUGES, sync, alongside)
 
 
 class TrainerMetrics(_Metrics):

@@ -379,8 +379,11 @@ class RunSpec(_Model):
     trainers: TrainersSpec = TrainersSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
     failure_policy: FailurePolicySpec = FailurePolicySpec()
-    placement: Literal["disaggregated"] = Field(
-        "disaggregated", description="disaggregated: a process (pod) per trainer and generator."
+    placement: Literal["disaggregated", "colocated"] = Field(
+        "disaggregated",
+        description="disaggregated: a process (pod) per trainer rank and generator, weights "
+        "broadcast. colocated: one process (pod) holds the trainer and one vLLM engine, which "
+        "take turns on its devices; weights move in memory.",
     )
     suspend: Bool = False
     seed: Int = Field(0, ge=0, le=2**32 - 1)
@@ -394,6 +397,35 @@ class RunSpec(_Model):
                 "cannot be interrupted)",
             )
         return self
+
+    @model_validator(mode="after")
+    def _colocated_is_one_process(self) -> RunSpec:
+        if self.placement != "colocated":
+            return self
+        one = "must be 1 with placement colocated (one process holds the trainer and the engine)"
+        for field, value in (
+            ("trainers.replicas", self.trainers.replicas),
+            ("generators.replicas", self.generators.replicas),
+            ("generators.tensorParallel", self.generators.tensor_parallel),
+        ):
+            if value != 1:
+                raise _at(field, f"{one}; got {value}")
+        if self.trainers.gpus > 1:
+            raise _at(
+                "trainers.gpus",
+                f"must be 0 or 1 with placement colocated; got {self.trainers.gpus}",
+            )
+        if self.generators.gpus != self.trainers.gpus:
+            raise _at(
+                "generators.gpus",
+                f"must equal trainers.gpus ({self.trainers.gpus}) with placement colocated: the "
+                f"engine shares the trainer's device; got {self.generators.gpus}",
+            )
+        return self
+
+    @property
+    def colocated(self) -> bool:
+        return self.placement == "colocated"
 
     @property
     def thinks(self) -> bool:
@@ -416,8 +448,15 @@ class RunSpec(_Model):
         return max(1, self.trainers.gpus)
 
     @property
+    def processes(self) -> int:
+        """Processes (pods) of the run: a CPU run's compute units, in process-hours."""
+        return 1 if self.colocated else self.trainers.replicas + self.generators.replicas
+
+    @property
     def compute_units(self) -> int:
         """GPUs of the whole run (generators + trainers); compute = wall hours x this."""
+        if self.colocated:  # trainer and engine share one pod's devices
+            return self.trainers.gpus
         return self.generators.replicas * self.generators.gpus + self.trainers.replicas * (
             self.trainers.gpus
         )

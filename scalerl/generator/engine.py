@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from scalerl.errors import DataError, InputError, PeerError, ScaleRLError, WeightSyncError
+from scalerl.generator.inproc import Colocation, InprocLLM
 from scalerl.generator.length import LengthControl, Segment
 from scalerl.generator.tokens import eos_ids, think_end_id
 from scalerl.recipe.interruption import InterruptionPlan
@@ -122,12 +123,20 @@ def _rpc_dir(config: EngineConfig) -> Path:
 
 
 class GenerationEngine:
-    """Drives one `AsyncLLM`; `version` is the policy version of the weights it holds."""
+    """Drives one `AsyncLLM`; `version` is the policy version of the weights it holds.
 
-    def __init__(self, config: EngineConfig, *, version: int = 0) -> None:
+    With `colocation` (the colocated mode) the engine runs in this process instead
+    (`scalerl.generator.inproc`): it shares the device with the trainer through the colocation's
+    turnstile and takes new weights from its hand-off, in memory, instead of the sync group.
+    """
+
+    def __init__(
+        self, config: EngineConfig, *, version: int = 0, colocation: Colocation | None = None
+    ) -> None:
         self.config = config
         self.version = version
-        self._llm: AsyncLLM | None = None
+        self.colocation = colocation
+        self._llm: AsyncLLM | InprocLLM | None = None
         self._length: LengthControl | None = None
         self._rng = random.Random(config.seed)
         self._request_ids = itertools.count()
@@ -145,7 +154,10 @@ class GenerationEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         started = time.monotonic()
-        self._llm = AsyncLLM.from_engine_args(self._engine_args())
+        if self.colocation is None:
+            self._llm = AsyncLLM.from_engine_args(self._engine_args())
+        else:
+            self._llm = self.colocation.start_engine(self._engine_args())
         try:
             await self._control(self._llm.update_weight_version(str(self.version)), "labelling")
             self._length = self._length_control(self._llm.get_tokenizer())
@@ -155,10 +167,11 @@ class GenerationEngine:
         return time.monotonic() - started
 
     def _engine_args(self) -> Any:
-        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
 
         config = self.config
-        return AsyncEngineArgs(
+        colocated = self.colocation is not None
+        return (EngineArgs if colocated else AsyncEngineArgs)(
             model=str(config.model_path),
             dtype=config.dtype,
             seed=config.seed,
@@ -170,6 +183,8 @@ class GenerationEngine:
             logprobs_mode="processed_logprobs",
             hf_overrides={"head_dtype": "float32"} if config.fp32_lm_head else {},
             disable_log_stats=True,
+            # Colocated on a GPU: the engine's memory is released while the trainer steps.
+            enable_sleep_mode=colocated and self.colocation.sleep,  # type: ignore[union-attr]
         )
 
     def _length_control(self, tokenizer: Any) -> LengthControl:
@@ -188,11 +203,12 @@ class GenerationEngine:
         llm, self._llm = self._llm, None
         if llm is None:
             return
-        try:
-            rpc = llm.collective_rpc("close_weight_sync")
-            await self._control(rpc, "closing the sync group", SHUTDOWN_TIMEOUT_S)
-        except ScaleRLError:
-            pass  # the engine is going away regardless
+        if self.colocation is None:
+            try:
+                rpc = llm.collective_rpc("close_weight_sync")
+                await self._control(rpc, "closing the sync group", SHUTDOWN_TIMEOUT_S)
+            except ScaleRLError:
+                pass  # the engine is going away regardless
         llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
 
     # --- sampling ------------------------------------------------------------------------------
@@ -308,8 +324,21 @@ class GenerationEngine:
                 await self._control(llm.resume_generation(), "resuming", timeout_s + RPC_GRACE_S)
             return time.monotonic() - started
 
-    async def _swap(self, llm: AsyncLLM, version: int, timeout_s: float) -> None:
+    async def _swap(self, llm: AsyncLLM | InprocLLM, version: int, timeout_s: float) -> None:
         keep = f"generation continues on version {self.version}"
+        if self.colocation is not None:
+            # The trainer waits on the hand-off, so its tensors hold still while they are read.
+            with self.colocation.handoff.receive(version) as named:
+                try:
+                    rpc = llm.collective_rpc("load_weights_in_memory", args=(named, version))
+                    applied = await rpc
+                except Exception as err:
+                    raise WeightSyncError(
+                        f"loading weights of version {version} in memory failed: "
+                        f"{_worker_message(err)}"
+                    ) from err
+                await self._label(llm, version, applied)
+            return
         rpc = llm.collective_rpc("receive_weights", args=(timeout_s, version))
         try:
             applied = await asyncio.wait_for(rpc, timeout_s + RPC_GRACE_S)
@@ -321,6 +350,9 @@ class GenerationEngine:
             raise WeightSyncError(
                 f"receiving weights of version {version} failed: {_worker_message(err)}; {keep}"
             ) from err
+        await self._label(llm, version, applied)
+
+    async def _label(self, llm: AsyncLLM | InprocLLM, version: int, applied: list[int]) -> None:
         if list(applied) != [version] * len(applied):
             raise WeightSyncError(f"workers applied versions {applied}, expected {version}")
         # Still paused: every token sampled from here on carries the new label (module doc).
@@ -329,7 +361,7 @@ class GenerationEngine:
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _ready(self) -> tuple[AsyncLLM, LengthControl]:
+    def _ready(self) -> tuple[AsyncLLM | InprocLLM, LengthControl]:
         if self._llm is None or self._length is None:
             raise PeerError("the generation engine is not running: call start() first")
         return self._llm, self._length
@@ -347,13 +379,17 @@ class GenerationEngine:
             raise PeerError(f"vLLM engine failed {what}: {_worker_message(err)}") from err
 
 
-async def _pause(llm: AsyncLLM) -> None:
+async def _pause(llm: AsyncLLM | InprocLLM) -> None:
     """Freeze in-flight requests with their KV cache: `AsyncLLM.pause_generation(mode="keep",
     clear_cache=False)` without its closing 20 ms sleep, which vLLM keeps only so that outputs
     already on their way arrive before it returns, "not required for correctness". Ours do not
     depend on that order: the engine labels each token's version (module doc). 20 ms was 40 %
-    of an idle engine's whole update (bench/update_bench.py)."""
-    await llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=False)
+    of an idle engine's whole update (bench/update_bench.py). An in-process engine just stops
+    stepping."""
+    if isinstance(llm, InprocLLM):
+        await llm.pause()
+    else:
+        await llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=False)
 
 
 def _segment(completion: CompletionOutput, request_id: str) -> Segment:

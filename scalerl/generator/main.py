@@ -23,6 +23,7 @@ from typing import TypeVar
 from scalerl.environment import ProcessEnv
 from scalerl.errors import DataError, PeerError, ScaleRLError, WeightSyncError
 from scalerl.generator.engine import EngineConfig, GenerationEngine, prepare_vllm_environment
+from scalerl.generator.inproc import Colocation
 from scalerl.generator.prompts import (
     Example,
     PromptEncoder,
@@ -36,6 +37,7 @@ from scalerl.metrics import GeneratorMetrics
 from scalerl.preflight import model_len_needed, model_limit
 from scalerl.recipe import InterruptionPlan, NoPositiveResampling
 from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
+from scalerl.rollout.pipe import GeneratorEnd
 from scalerl.rollout.records import (
     EvalResult,
     Evaluate,
@@ -53,6 +55,7 @@ from scalerl.spec import RunSpec, ScaleRLRun, load_run
 
 log = logging.getLogger("scalerl.generator")
 T = TypeVar("T")
+Channel = GeneratorChannel | GeneratorEnd  # to trainer 0, or to the trainer thread (colocated)
 
 
 def engine_config(spec: RunSpec, env: ProcessEnv, max_model_len: int) -> EngineConfig:
@@ -120,7 +123,7 @@ class Generator:
     run: ScaleRLRun
     env: ProcessEnv
     engine: GenerationEngine
-    channel: GeneratorChannel
+    channel: Channel
     reward: RewardFn
     tokens: ModelTokens
     prompts: PromptEncoder
@@ -330,13 +333,14 @@ class Generator:
         start = await self.wait_for(Start, self.env.peer_timeout_s)
         self.curriculum.load_state_dict(start.curriculum)
         await self.engine.start()
-        await self.engine.init_weight_sync(
-            self.env.trainer_host,
-            self.env.sync_port,
-            self.spec.generators.replicas + 1,
-            self.index + 1,
-            self.env.peer_timeout_s,
-        )
+        if self.engine.colocation is None:  # colocated, weights arrive in memory
+            await self.engine.init_weight_sync(
+                self.env.trainer_host,
+                self.env.sync_port,
+                self.spec.generators.replicas + 1,
+                self.index + 1,
+                self.env.peer_timeout_s,
+            )
         if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
             first = await self.wait_for(UpdateWeights, self.env.peer_timeout_s)
             await self.update(first)
@@ -368,15 +372,39 @@ class Generator:
 
 
 async def serve(env: ProcessEnv) -> None:
+    """The generator process: its own /metrics, the rollout stream to trainer 0, its engine."""
     run = load_run(env.spec)
+    metrics = GeneratorMetrics(run.name)
+    metrics.serve(env.metrics_port, env.bind_host)
+    keys = StreamKeys.load(env.stream_keys, GENERATOR_FILES) if env.stream_keys else None
+    channel = GeneratorChannel(
+        f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index, keys=keys
+    )
+    # SIGTERM (the runner stopping the gang, or Kubernetes) cancels the run, so the finally
+    # below shuts the vLLM engine process down instead of orphaning it.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _cancel(asyncio.current_task()))
+    try:
+        generator = build_generator(run, env, channel, metrics)
+    except BaseException:
+        channel.close()
+        raise
+    await run_generator(generator)
+
+
+def build_generator(
+    run: ScaleRLRun,
+    env: ProcessEnv,
+    channel: Channel,
+    metrics: GeneratorMetrics,
+    colocation: Colocation | None = None,
+) -> Generator:
+    """A generator for this process's shard of the prompts, its engine not started yet."""
     spec = run.spec
     model = Path(spec.model.path)
     if not (model / "config.json").is_file():
         raise DataError(f"spec.model.path: {model} is not a Hugging Face model directory")
     from transformers import AutoTokenizer
 
-    metrics = GeneratorMetrics(run.name)
-    metrics.serve(env.metrics_port, env.bind_host)
     train, validation = train_and_validation(spec.data, spec.seed)
     count = spec.generators.replicas
     tokenizer = AutoTokenizer.from_pretrained(str(model))
@@ -391,18 +419,10 @@ async def serve(env: ProcessEnv) -> None:
         )
     config = engine_config(spec, env, needed)
     prepare_vllm_environment(config)
-    engine = GenerationEngine(config)
-    keys = StreamKeys.load(env.stream_keys, GENERATOR_FILES) if env.stream_keys else None
-    channel = GeneratorChannel(
-        f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index, keys=keys
-    )
-    # SIGTERM (the runner stopping the gang, or Kubernetes) cancels the run, so the finally
-    # below shuts the vLLM engine process down instead of orphaning it.
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _cancel(asyncio.current_task()))
-    generator = Generator(
+    return Generator(
         run=run,
         env=env,
-        engine=engine,
+        engine=GenerationEngine(config, colocation=colocation),
         channel=channel,
         reward=load_reward(spec.data.reward),
         tokens=ModelTokens.load(model, tokenizer, spec.model.think_end),
@@ -412,14 +432,19 @@ async def serve(env: ProcessEnv) -> None:
         metrics=metrics,
         curriculum=NoPositiveResampling(spec.recipe.no_positive_resampling.pass_rate_threshold),
     )
+
+
+async def run_generator(generator: Generator) -> None:
+    """Run until the trainer says stop; a failure is told to the trainer, and the engine is shut
+    down whatever happens."""
     try:
         await generator.run_forever()
     except ScaleRLError as err:
-        channel.try_send(Failure(env.generator_index, str(err)))
+        generator.channel.try_send(Failure(generator.index, str(err)))
         raise
     finally:
-        await engine.shutdown()
-        channel.close()
+        await generator.engine.shutdown()
+        generator.channel.close()
 
 
 def _cancel(task: asyncio.Task[None] | None) -> Callable[[], None]:

@@ -55,6 +55,12 @@ class WeightSyncExtension:
         worker.reload_weights(weights_iterator=iter(named), is_checkpoint_format=True)
         return version
 
+    def load_weights_in_memory(self, named: list[tuple[str, Any]], version: int) -> int:
+        """Load tensors handed over in this process (the colocated mode); return `version`."""
+        worker: Any = self
+        worker.reload_weights(weights_iterator=iter(named), is_checkpoint_format=True)
+        return version
+
     def close_weight_sync(self) -> None:
         """Leave the sync group, if joined; safe to call twice."""
         if self._scalerl_group is not None:

@@ -75,7 +75,9 @@ def ensure_workloads(
 
 
 def remove_workloads(kube: Kube, owner: Owner) -> int:
-    """Delete the gang's Jobs and pods; how many objects were deleted."""
+    """Delete the gang's Jobs and pods; how many objects were deleted. Every role's, whatever
+    the placement: a Job that is not there (a colocated run's generators) is no error, and a run
+    whose placement changed leaves nothing of its old gang behind."""
     deleted = 0
     for role in names.WORKLOAD_ROLES:
         deleted += kube.delete("batch/v1", "Job", owner.namespace, names.workload(owner.name, role))

@@ -57,6 +57,22 @@ SPEC_RULES = [
         "message": "checkpoint.claimName is immutable: the run's checkpoints live on that volume",
         "fieldPath": ".checkpoint.claimName",
     },
+    {
+        "rule": "self.placement != 'colocated' || (self.trainers.replicas == 1 && "
+        "self.generators.replicas == 1 && self.generators.tensorParallel == 1 && "
+        "self.trainers.gpus <= 1 && self.generators.gpus == self.trainers.gpus)",
+        "message": "placement colocated runs one process: trainers.replicas, generators.replicas "
+        "and generators.tensorParallel must be 1, trainers.gpus 0 or 1, and generators.gpus "
+        "equal to trainers.gpus",
+        "fieldPath": ".placement",
+    },
+    {
+        # A running gang's pods are built for one placement; the other would meet none of them.
+        "rule": "self.placement == oldSelf.placement",
+        "message": "placement is immutable: the run's pods are built for it; create a new "
+        "ScaleRLRun instead",
+        "fieldPath": ".placement",
+    },
 ]
 LENGTH_RULES = [
     {

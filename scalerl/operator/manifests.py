@@ -8,6 +8,10 @@ from the last checkpoint. A trainer that reaches its budget exits 0, so "Succeed
 says. Each pod learns its index from the Job (JOB_COMPLETION_INDEX); the rest of its process is
 fully described by the container command and the environment contract of scalerl.environment.
 
+A colocated run (`spec.placement: colocated`) is one process, `scalerl colocated`: the trainer with
+its vLLM engine in process. It runs as the trainer's Job (one pod, trainer 0's environment, the
+trainer's resources) and has no generator Job, so its gang is that one pod.
+
 Storage convention: `spec.checkpoint.claimName` is one volume laid out as `models/`, `data/` and
 `runs/<run>/`, mounted at /models and /data (read-only) and /checkpoints (the run directory), so a
 spec names its model and data as /models/... and /data/... . Without a claim, checkpoints live in
@@ -137,10 +141,12 @@ def static_children(
 
 
 def workloads(run: ScaleRLRun, owner: Owner, attempt: int, images: Images) -> list[dict[str, Any]]:
-    return [
-        workload(run, owner, names.ROLE_TRAINER, attempt, images),
-        workload(run, owner, names.ROLE_GENERATOR, attempt, images),
-    ]
+    return [workload(run, owner, role, attempt, images) for role in workload_roles(run)]
+
+
+def workload_roles(run: ScaleRLRun) -> tuple[str, ...]:
+    """The roles that have a Job: a colocated run's one process is its trainer's pod."""
+    return (names.ROLE_TRAINER,) if run.spec.colocated else names.WORKLOAD_ROLES
 
 
 def run_document(run: ScaleRLRun, namespace: str) -> dict[str, Any]:
@@ -164,7 +170,10 @@ def config_map(run: ScaleRLRun, owner: Owner) -> dict[str, Any]:
 
 
 def stream_keys_secret(owner: Owner, keys: StreamKeys) -> dict[str, Any]:
-    """The rollout stream's CURVE keys; every gang attempt mounts the same Secret."""
+    """The rollout stream's CURVE keys; every gang attempt mounts the same Secret.
+
+    Made for every run, colocated ones too, though their pod mounts none (see `workload`): the
+    static children stay one set whatever the placement, and an unused Secret costs nothing."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -264,7 +273,6 @@ def role_binding(owner: Owner) -> dict[str, Any]:
 def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, str]:
     """The environment contract, as the local runner writes it, for one role's pods."""
     spec = run.spec
-    processes = spec.trainers.replicas + spec.generators.replicas
     env = ProcessEnv(
         spec=Path(CONFIG_DIR) / SPEC_FILE,
         run_dir=Path(RUN_DIR),
@@ -273,10 +281,10 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
         sync_port=SYNC_PORT,
         metrics_port=METRICS_PORT,
         # GPU-hours; a CPU run counts process-hours like the local runner.
-        compute_units=spec.compute_units or processes,
+        compute_units=spec.compute_units or spec.processes,
         status=f"kubernetes:{owner.namespace}/{owner.name}",
         bind_host="0.0.0.0",  # peers reach the pod through its Service, not its hostname
-        stream_keys=Path(KEYS_DIR),
+        stream_keys=None if spec.colocated else Path(KEYS_DIR),  # no stream, no keys
         trainer_ranks=spec.trainers.replicas * spec.ranks_per_trainer,
         ranks_port=RANKS_PORT,
     )
@@ -295,7 +303,10 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
 def process_command(run: ScaleRLRun, role_name: str) -> list[str]:
     """The container's command: the role's process, or in a trainer pod with several GPUs one
     rank per GPU, started and watched by torchrun (one failed rank stops the others, and the pod
-    fails with it, which restarts the gang)."""
+    fails with it, which restarts the gang). A colocated run's one process: `scalerl colocated`
+    (at most one GPU, so one rank, and no torchrun)."""
+    if run.spec.colocated:
+        return ["scalerl", "colocated"]
     ranks = run.spec.ranks_per_trainer
     if role_name != names.ROLE_TRAINER or ranks == 1:
         return ["scalerl", role_name]
@@ -313,12 +324,17 @@ def workload(
     """The Indexed Job of one role (trainer or generator) for one gang attempt."""
     trainer = role_name == names.ROLE_TRAINER
     replicas: ReplicaSpec = run.spec.trainers if trainer else run.spec.generators
-    image = images.trainer if trainer else images.generator
     extra = {names.LABEL_ATTEMPT: str(attempt)}
     pod_labels = {**names.labels(owner.name, role_name), **extra}
+    mounts, volumes = _mounts(run), _volumes(run, owner)
+    # A colocated process has no rollout stream between pods: it holds no keys (its environment
+    # names none), so it neither needs the Secret to start nor holds a secret it never uses.
+    if not run.spec.colocated:
+        mounts.append({"name": "stream-keys", "mountPath": KEYS_DIR, "readOnly": True})
+        volumes.append(_keys_volume(owner, role_name))
     container = {
         "name": role_name,
-        "image": replicas.image or image,
+        "image": replicas.image or _default_image(run, role_name, images),
         "command": process_command(run, role_name),
         "env": [
             {"name": k, "value": v}
@@ -326,10 +342,7 @@ def workload(
         ],
         "ports": [{"name": name, "containerPort": port} for name, port in _ports()],
         "resources": _resources(replicas),
-        "volumeMounts": [
-            *_mounts(run),
-            {"name": "stream-keys", "mountPath": KEYS_DIR, "readOnly": True},
-        ],
+        "volumeMounts": mounts,
         "securityContext": CONTAINER_SECURITY,
     }
     pod_spec: dict[str, Any] = {
@@ -338,7 +351,7 @@ def workload(
         **images.pod_fields(),
         "subdomain": names.service(owner.name),
         "containers": [container],
-        "volumes": [*_volumes(run, owner), _keys_volume(owner, role_name)],
+        "volumes": volumes,
     }
     if role_name == names.ROLE_TRAINER:
         pod_spec["serviceAccountName"] = names.account(owner.name)
@@ -389,6 +402,14 @@ def fit_job(run: ScaleRLRun, owner: Owner, number: int, images: Images) -> dict[
             },
         },
     }
+
+
+def _default_image(run: ScaleRLRun, role_name: str, images: Images) -> str:
+    """The role's image unless its spec names one. A colocated process runs vLLM in process:
+    the generator image has vLLM (and torch), the trainer image has no vLLM."""
+    if role_name == names.ROLE_TRAINER and not run.spec.colocated:
+        return images.trainer
+    return images.generator
 
 
 def _ports() -> list[tuple[str, int]]:

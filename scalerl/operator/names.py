@@ -18,6 +18,7 @@ MANAGED_BY = "scalerl-operator"
 ROLE_TRAINER = "trainer"
 ROLE_GENERATOR = "generator"
 ROLE_FIT = "fit"
+# The roles that may have a Job (a colocated run has only the trainer's).
 WORKLOAD_ROLES = (ROLE_TRAINER, ROLE_GENERATOR)
 
 # An Indexed Job pod's hostname is "<job>-<index>", a DNS label (<= 63): "<run>-generator-" plus

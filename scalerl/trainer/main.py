@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,11 @@ import torch
 
 from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError, report
+from scalerl.generator.inproc import Colocation
 from scalerl.metrics import TrainerMetrics
 from scalerl.recipe import NoPositiveResampling
 from scalerl.rollout.keys import TRAINER_FILES, StreamKeys
+from scalerl.rollout.pipe import TrainerEnd
 from scalerl.rollout.records import (
     EvalResult,
     Evaluate,
@@ -80,9 +83,11 @@ class Trainer:
     state: TrainerState
     status: StatusSink
     metrics: TrainerMetrics
-    channel: TrainerChannel
+    channel: TrainerChannel | TrainerEnd
     clock: ComputeClock
     ranks: Ranks = field(default_factory=Ranks)
+    # Colocated: the engine shares this process and device; weights are handed over in memory.
+    colocation: Colocation | None = None
     sender: WeightSender | None = None
     group: SyncGroup | None = None
     backlog: list[RolloutGroup] = field(default_factory=list)
@@ -118,10 +123,15 @@ class Trainer:
                     curriculum=curriculum.state_dict(),
                 ),
             )
-        self.group = connect(
-            self.env.bind_host, self.env.sync_port, count + 1, 0, timeout_s=self.env.peer_timeout_s
-        )
-        self.sender = WeightSender(self.group)
+        if self.colocation is None:
+            self.group = connect(
+                self.env.bind_host,
+                self.env.sync_port,
+                count + 1,
+                0,
+                timeout_s=self.env.peer_timeout_s,
+            )
+            self.sender = WeightSender(self.group)
         if self.state.version > 0:  # resumed: generators start from the base weights
             self.broadcast_weights()
         self.broadcast_version = self.state.version
@@ -167,16 +177,28 @@ class Trainer:
 
     def broadcast_weights(self) -> None:
         """Send the new policy; when it did not change, only ask for the next batch."""
-        assert self.sender is not None
         version = self.state.version
         if version == self.broadcast_version:
             self.channel.broadcast(MoreRollouts(version=version))
             return
-        self.channel.broadcast(UpdateWeights(version=version))
         with self.phases.timing("broadcast"):
-            stats = self.sender.send(GatheredWeights(self.policy, self.ranks), version)
-        self.metrics.weight_sync_seconds.observe(stats.seconds)
+            if self.colocation is not None:
+                self.hand_over(version)
+            else:
+                assert self.sender is not None
+                self.channel.broadcast(UpdateWeights(version=version))
+                stats = self.sender.send(GatheredWeights(self.policy, self.ranks), version)
+                self.metrics.weight_sync_seconds.observe(stats.seconds)
         self.broadcast_version = version
+
+    def hand_over(self, version: int) -> None:
+        """Colocated: the engine loads the policy's own tensors (no copy on our side, no
+        checksums: nothing crosses a wire); the engine records the seconds it took."""
+        assert self.colocation is not None
+        handoff = self.colocation.handoff
+        handoff.offer(version, self.policy.named_weights())
+        self.channel.broadcast(UpdateWeights(version=version))
+        handoff.wait(self.env.peer_timeout_s)  # the policy must hold still until it is loaded
 
     # --- training --------------------------------------------------------------------------------
 
@@ -198,9 +220,10 @@ class Trainer:
         if batch is None:
             return None
         self.ranks.announce("step", batch)
-        result = train_step(
-            self.policy, self.optimizer, self.scheduler, batch, **step_settings(self.spec)
-        )
+        with self.device():
+            result = train_step(
+                self.policy, self.optimizer, self.scheduler, batch, **step_settings(self.spec)
+            )
         self.phases.add("forward_backward", result.seconds - result.optimizer_seconds)
         self.phases.add("optimizer", result.optimizer_seconds)
         if result.skipped:
@@ -224,6 +247,11 @@ class Trainer:
             clip_fraction=result.stats.get("clip_fraction", 0.0),
         )
         return result
+
+    def device(self) -> AbstractContextManager[None]:
+        """The device for a step: colocated, the engine stops stepping (and sleeps, on a GPU)
+        until the step is done."""
+        return self.colocation.turnstile.hold() if self.colocation is not None else nullcontext()
 
     def record_signal(self, stats: BatchStats) -> None:
         """Say at once when a step has nothing to learn from; fail the run when that lasts."""
@@ -453,8 +481,16 @@ def build_learner(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> Learner:
     return Learner(policy, optimizer, scheduler, state)
 
 
-def build_trainer(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> Trainer:
-    """Rank 0: the learner plus the run's roles (rollout stream, status, metrics, compute)."""
+def build_trainer(
+    run: ScaleRLRun,
+    env: ProcessEnv,
+    ranks: Ranks,
+    *,
+    channel: TrainerEnd | None = None,
+    colocation: Colocation | None = None,
+) -> Trainer:
+    """Rank 0: the learner plus the run's roles (rollout stream, status, metrics, compute).
+    Colocated: the stream is the in-process `channel` and weights go through `colocation`."""
     learner = build_learner(run, env, ranks)
     state = learner.state
     status = open_status(env.status, env.run_dir)
@@ -462,8 +498,6 @@ def build_trainer(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> Trainer:
     metrics = TrainerMetrics(run.name)
     metrics.max_off_policy_steps.set(run.spec.recipe.max_off_policy_steps)
     metrics.serve(env.metrics_port, env.bind_host)
-    keys = StreamKeys.load(env.stream_keys, TRAINER_FILES) if env.stream_keys else None
-    channel = TrainerChannel(f"tcp://{env.bind_host}:{env.channel_port}", keys=keys)
     clock = ComputeClock(env.compute_units, state.compute_hours)
     return Trainer(
         run,
@@ -474,10 +508,16 @@ def build_trainer(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> Trainer:
         state,
         status,
         metrics,
-        channel,
+        channel if channel is not None else open_channel(env),
         clock,
         ranks,
+        colocation,
     )
+
+
+def open_channel(env: ProcessEnv) -> TrainerChannel:
+    keys = StreamKeys.load(env.stream_keys, TRAINER_FILES) if env.stream_keys else None
+    return TrainerChannel(f"tcp://{env.bind_host}:{env.channel_port}", keys=keys)
 
 
 def follow(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> None:

@@ -196,6 +196,27 @@ def test_cel_forbids_changing_what_defines_the_experiment(edit: dict[str, Any]) 
 
 
 @needs_cel
+def test_cel_keeps_a_colocated_run_to_one_process() -> None:
+    # The defaults (8 generators, 2 trainer ranks, 8 GPUs each) are a disaggregated run's.
+    errors = rejected(with_spec(placement="colocated"))
+    assert any("placement colocated runs one process" in e for e in errors)
+
+    def one(gpus: int) -> dict[str, int]:
+        return {"replicas": 1, "gpus": gpus}
+
+    assert rejected(with_spec(placement="colocated", trainers=one(1), generators=one(1))) == []
+    assert rejected(with_spec(placement="colocated", trainers=one(0), generators=one(1))) != []
+
+
+@needs_cel
+def test_cel_forbids_changing_the_placement_of_a_run() -> None:
+    old = with_spec()
+    one = {"replicas": 1, "gpus": 1}
+    new = with_spec(placement="colocated", trainers=one, generators=dict(one))
+    assert any("placement is immutable" in e for e in rejected(new, old))
+
+
+@needs_cel
 def test_cel_allows_changing_budget_and_suspend() -> None:
     old = with_spec()
     new = with_spec(budget={"maxSteps": 20000}, suspend=True, generators={"replicas": 4})

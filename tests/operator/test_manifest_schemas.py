@@ -1,6 +1,7 @@
 """Every object the operator builds for a run passes Kubernetes' own schemas (kubernetes-validate,
 strict: no unknown fields), for runs of several shapes: GPUs or CPU, a checkpoint claim or none,
-images of the run's own, the NetworkPolicy on, off or without metrics namespaces."""
+images of the run's own, colocated (one pod) or not, the NetworkPolicy on, off or without metrics
+namespaces."""
 
 from __future__ import annotations
 
@@ -35,6 +36,18 @@ RUNS = {
             checkpoint={"claimName": None},
         )
     ),
+    "colocated-gpu": lambda: parse_run(
+        run_manifest("one-gpu", placement="colocated", generators={"replicas": 1})
+    ),
+    "colocated-cpu": lambda: parse_run(
+        run_manifest(
+            "one-cpu",
+            placement="colocated",
+            generators={"replicas": 1, "gpus": 0},
+            trainers={"replicas": 1, "gpus": 0},
+            checkpoint={"claimName": None},
+        )
+    ),
 }
 NETWORKS = {
     "policy": NetworkSettings(),
@@ -66,6 +79,18 @@ def test_every_object_of_a_run_passes_kubernetes_schemas(run: str, network: str)
         except kubernetes_validate.ValidationError as err:
             where = ".".join(str(p) for p in err.path)
             pytest.fail(f"{obj['kind']} {obj['metadata']['name']}: {where}: {err.message}")
+
+
+@pytest.mark.parametrize("run", ["colocated-gpu", "colocated-cpu"])
+def test_a_colocated_run_validates_as_one_trainer_pod(run: str) -> None:
+    """The colocated shapes above are the ones meant: one workload, the trainer's."""
+    jobs = [o for o in objects(RUNS[run](), NETWORKS["policy"]) if o["kind"] == "Job"]
+    roles = [job["metadata"]["labels"]["scalerl.dev/role"] for job in jobs]
+    assert roles == ["trainer", "fit"]
+    assert jobs[0]["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "scalerl",
+        "colocated",
+    ]
 
 
 def test_the_cpu_run_has_no_gpu_and_its_own_images() -> None:

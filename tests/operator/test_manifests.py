@@ -352,3 +352,74 @@ def test_pods_pull_with_the_operators_pull_secrets() -> None:
     for job in jobs:
         assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "registry"}]
     assert "imagePullSecrets" not in by_kind("Job", "trainer")["spec"]["template"]["spec"]
+
+
+def colocated(gpus: int = 0, **trainers: Any) -> ScaleRLRun:
+    """examples/run.yaml as one colocated process, on CPU (gpus 0) or one GPU."""
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    raw["spec"]["placement"] = "colocated"
+    raw["spec"]["generators"].update(replicas=1, gpus=gpus)
+    raw["spec"]["trainers"].update(replicas=1, gpus=gpus, **trainers)
+    return parse_run(raw)
+
+
+def colocated_pod(run: ScaleRLRun, images: Images = IMAGES) -> dict[str, Any]:
+    (job,) = manifests.workloads(run, OWNER, 0, images)
+    return dict(job["spec"]["template"]["spec"])
+
+
+def test_a_colocated_run_is_one_trainer_job_running_scalerl_colocated() -> None:
+    objs = manifests.children(colocated(), OWNER, 0, IMAGES, KEYS)
+    jobs = [o for o in objs if o["kind"] == "Job"]
+    assert [(j["metadata"]["name"], j["metadata"]["labels"][names.LABEL_ROLE]) for j in jobs] == [
+        ("math-8b-trainer", "trainer")
+    ]
+    spec = jobs[0]["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == 1
+    assert spec["backoffLimit"] == 0
+    pod = spec["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["scalerl", "colocated"]
+    assert pod["serviceAccountName"] == "math-8b-status"  # it writes the run's status
+    assert manifests.workload_roles(colocated()) == ("trainer",)
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_a_colocated_pod_has_trainer_zeros_environment(gpus: int) -> None:
+    env = {e["name"]: e["value"] for e in colocated_pod(colocated(gpus))["containers"][0]["env"]}
+    # One process on CPU, one GPU on a GPU: either way one compute unit.
+    assert env["SCALERL_COMPUTE_UNITS"] == "1"
+    assert env["SCALERL_TRAINER_RANKS"] == "1"
+    process = ProcessEnv.from_environ({**env, "JOB_COMPLETION_INDEX": "0"})
+    assert (process.trainer_rank, process.generator_index) == (0, -1)
+    assert process.trainer_host == "math-8b-trainer.research.svc"
+    assert process.metrics_port == manifests.METRICS_PORT
+    assert process.status == "kubernetes:research/math-8b"
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_a_colocated_pod_takes_the_trainers_resources(gpus: int) -> None:
+    resources = colocated_pod(colocated(gpus))["containers"][0]["resources"]
+    assert resources["requests"]["memory"] == "512Gi"  # spec.trainers.resources
+    if gpus:
+        assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == 1
+    else:
+        assert "nvidia.com/gpu" not in str(resources)
+
+
+def test_a_colocated_pod_runs_the_generator_image_unless_the_trainers_name_one() -> None:
+    images = Images(trainer="registry.local/trainer:1", generator="registry.local/generator:1")
+    default = colocated_pod(colocated(), images)["containers"][0]
+    assert default["image"] == "registry.local/generator:1"  # vLLM is in the generator image
+    own = colocated_pod(colocated(image="registry.local/mine:2"), images)["containers"][0]
+    assert own["image"] == "registry.local/mine:2"
+
+
+def test_a_colocated_pod_holds_no_stream_keys() -> None:
+    objs = manifests.children(colocated(), OWNER, 0, IMAGES, KEYS)
+    assert "Secret" in {o["kind"] for o in objs}  # the static children are one set
+    pod = colocated_pod(colocated())
+    assert "stream-keys" not in {v["name"] for v in pod["volumes"]}
+    assert "stream-keys" not in {m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert ProcessEnv.from_environ(env).stream_keys is None

@@ -62,8 +62,8 @@ def event_reasons(k8s: Any, *expected: str) -> list[str]:
     return list(expected)
 
 
-def gang_up(k8s: Any, attempt: int = 0) -> list[dict[str, Any]]:
-    """Wait for the gang of `attempt` to have all its pods; return them."""
+def gang_up(k8s: Any, attempt: int = 0, size: int = GANG_PODS) -> list[dict[str, Any]]:
+    """Wait for the gang of `attempt` to have all its `size` pods (and no other); return them."""
 
     def ready() -> list[dict[str, Any]] | None:
         found = [
@@ -71,7 +71,7 @@ def gang_up(k8s: Any, attempt: int = 0) -> list[dict[str, Any]]:
             for p in pods(k8s)
             if p["metadata"]["labels"].get("scalerl.dev/attempt") == str(attempt)
         ]
-        return found if len(found) == GANG_PODS and len(pods(k8s)) == GANG_PODS else None
+        return found if len(found) == size and len(pods(k8s)) == size else None
 
     return k8s.wait_for(ready, WAIT, f"the pods of gang attempt {attempt}")
 
@@ -156,6 +156,26 @@ def test_a_failed_pod_restarts_the_gang_until_the_bound_then_fails(cluster: Any)
     assert final["restarts"] == 2
     assert "exit code 137" in final["message"] and "maxRestarts" in final["message"]
     assert condition(cluster, "Ready")["reason"] == "RestartLimitExceeded"
+
+
+def test_a_colocated_run_is_one_pod_restarted_and_removed_alone(cluster: Any) -> None:
+    colocated = run_manifest(placement="colocated", generators={"replicas": 1})
+    with operator(cluster), JobController(cluster):
+        create(cluster, colocated)
+        (pod,) = gang_up(cluster, 0, size=1)
+        assert owned(cluster)["jobs"] == ["r1-trainer"]
+        assert pod["spec"]["containers"][0]["command"] == ["scalerl", "colocated"]
+        set_phase(cluster, pod, "Running")
+        cluster.wait_for(lambda: phase_is(cluster, "Running"), WAIT, "Running")
+        set_phase(cluster, pod, "Failed", exit_code=1)
+        (pod,) = gang_up(cluster, 1, size=1)
+        assert status(cluster)["restarts"] == 1
+        assert owned(cluster)["jobs"] == ["r1-trainer"]
+        set_phase(cluster, pod, "Running")
+        cluster.wait_for(lambda: phase_is(cluster, "Running"), WAIT, "Running again")
+        event_reasons(cluster, "Created", "Running", "GangRestart", "Running")
+        cluster.kubectl("delete", "srl", "r1", "--timeout=60s", timeout=90)
+        cluster.wait_for(lambda: owned(cluster) == {}, WAIT, "no children")
 
 
 def test_a_pod_of_an_old_gang_failing_restarts_nothing(cluster: Any) -> None:

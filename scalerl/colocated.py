@@ -1,0 +1,102 @@
+"""The colocated process (`scalerl colocated`, `spec.placement: colocated`): the trainer and one
+vLLM engine in one process, taking turns on its device.
+
+The trainer runs on the main thread exactly as in its own process (`scalerl.trainer.main`), and
+the generator on a second thread with its asyncio loop (`scalerl.generator.main`), its engine in
+this process (`scalerl.generator.inproc`). What changes is only how they meet:
+
+- the rollout stream is a pair of queues (`scalerl.rollout.pipe`): rollout groups reach the
+  trainer as the objects the generator built;
+- new weights are the policy's own tensors, loaded by the engine in memory: no broadcast, no
+  buckets, no checksums;
+- the engine steps only while the trainer does not (`Turnstile`), so each has every core, and on
+  a GPU the engine sleeps (its weights and KV cache released) while the trainer steps.
+
+The recipe is unchanged. PipelineRL-k: the engine keeps sampling the next batch's groups between
+steps, in-flight sequences continue on the new weights, and groups more than k versions old are
+dropped. PPO-off-policy-k: k batches from one policy, k steps, one hand-over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import threading
+import traceback
+
+import torch
+
+from scalerl.environment import ProcessEnv
+from scalerl.errors import ScaleRLError
+from scalerl.generator.inproc import Colocation
+from scalerl.metrics import GeneratorMetrics
+from scalerl.rollout.pipe import GENERATOR, GeneratorEnd, Pipe
+from scalerl.rollout.records import Failure, Stop
+from scalerl.spec import ScaleRLRun, load_run
+from scalerl.trainer.main import build_trainer
+from scalerl.trainer.shard import Ranks
+
+log = logging.getLogger("scalerl.colocated")
+# After the trainer stops, how long the engine thread has to shut its engine down.
+ENGINE_STOP_S = 30.0
+
+
+def main() -> None:
+    env = ProcessEnv.from_environ()
+    logging.basicConfig(level=os.environ.get("SCALERL_LOG", "INFO"))
+    run = load_run(env.spec)
+    run_colocated(run, env)
+
+
+def run_colocated(run: ScaleRLRun, env: ProcessEnv) -> None:
+    """Train to the end of the run with the engine on a second thread; raises what failed."""
+    colocation = Colocation(sleep=torch.cuda.is_available())
+    pipe = Pipe()
+    trainer = build_trainer(run, env, Ranks(), channel=pipe.trainer, colocation=colocation)
+    # One /metrics for the process: the generator's series join the trainer's registry.
+    metrics = GeneratorMetrics(run.name, alongside=trainer.metrics)
+    engine = threading.Thread(
+        target=_engine_thread,
+        args=(run, env, pipe.generator, metrics, colocation),
+        name="scalerl-engine",
+        daemon=True,  # a wedged engine must not keep a failed process alive
+    )
+    engine.start()
+    try:
+        trainer.run_to_end()
+    except ScaleRLError as err:
+        trainer.channel.broadcast(Stop(reason=f"trainer failed: {err}"))
+        raise
+    except BaseException:
+        trainer.channel.broadcast(Stop(reason="trainer failed"))
+        raise
+    finally:
+        engine.join(ENGINE_STOP_S)
+
+
+def _engine_thread(
+    run: ScaleRLRun,
+    env: ProcessEnv,
+    channel: GeneratorEnd,
+    metrics: GeneratorMetrics,
+    colocation: Colocation,
+) -> None:
+    """The generator, on its own loop. Whatever ends it unexpectedly reaches the trainer as a
+    Failure, so the trainer never waits out its peer timeout for a dead thread."""
+    from scalerl.generator.main import build_generator, run_generator
+
+    env = dataclasses.replace(env, generator_index=GENERATOR, metrics_port=0)
+    # Torch's thread count is per process: the engine must not shrink the trainer's.
+    threads = torch.get_num_threads()
+    try:
+        generator = build_generator(run, env, channel, metrics, colocation)
+        asyncio.run(run_generator(generator))
+    except ScaleRLError:
+        pass  # run_generator told the trainer already
+    except BaseException as err:  # a bug: the trainer must hear of it
+        log.error("engine thread failed:\n%s", traceback.format_exc())
+        channel.try_send(Failure(GENERATOR, f"engine thread failed: {type(err).__name__}: {err}"))
+    finally:
+        torch.set_num_threads(threads)
