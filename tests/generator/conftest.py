@@ -19,6 +19,7 @@ from scalerl.demo.model import build_random_model
 from scalerl.demo.tokenizer import THINK_END, build_tokenizer
 from scalerl.generator.engine import GenerationEngine
 from scalerl.ports import free_port
+from scalerl.rollout.records import Sample
 from scalerl.sync import SyncGroup, WeightSender, connect
 
 # Odds of `</think>` against an average token at temperature 1 (it varies with context).
@@ -95,6 +96,36 @@ async def push_weights(
     return seconds
 
 
+def check_swap(
+    s: Sample,
+    prompt: list[int],
+    old_model: PreTrainedModel,
+    new_model: PreTrainedModel,
+    old: int,
+    temperature: float,
+) -> bool:
+    """Tokens before an in-flight swap are the old model's; after it, the new model's continuing
+    on the old KV cache. Returns whether this sample saw the swap (old -> old + 1)."""
+    ids, versions = s.completion_ids, s.versions
+    assert versions == sorted(versions) and set(versions) <= {old, old + 1}
+    assert versions[0] == old, "every request had sampled before the update"
+    if old + 1 not in versions:
+        expected = hf_logprobs(old_model, prompt, ids, temperature=temperature)
+        torch.testing.assert_close(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=0)
+        return False
+    k = versions.index(old + 1)  # first token the new weights sampled
+    with torch.no_grad():
+        # The step that sampled token k fed token k-1 through the new weights: KV up to k-2 is old.
+        before = old_model(torch.tensor([prompt + ids[: k - 1]]), use_cache=True)
+        logits_old = before.logits[0, len(prompt) - 1 :]
+        after = new_model(torch.tensor([ids[k - 1 : -1]]), past_key_values=before.past_key_values)
+        logits = torch.cat([logits_old, after.logits[0]]).float() / temperature
+    logprobs = logits.log_softmax(-1)
+    expected = logprobs.gather(-1, torch.tensor(ids)[:, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=0)
+    return True
+
+
 class Kit:
     """The helpers above, plus a directory for models and engine runs."""
 
@@ -103,6 +134,7 @@ class Kit:
     hf_logprobs = staticmethod(hf_logprobs)
     join_as_trainer = staticmethod(join_as_trainer)
     push_weights = staticmethod(push_weights)
+    check_swap = staticmethod(check_swap)
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -196,42 +196,12 @@ async def test_in_flight_update_continues_requests_on_new_weights(harness: Harne
     switched = 0
     for prompt, samples in zip(PROMPTS, groups, strict=True):
         for s in samples:
-            switched += _check_swap(kit, s, prompt, old_model, new_model, old)
+            switched += kit.check_swap(s, prompt, old_model, new_model, old, TEMPERATURE)
     print(f"{switched} of 16 requests saw the swap")
     assert switched >= 12, "most requests were still running when the weights changed"
     after = await engine.generate(PROMPT, 4, max_tokens=24)
     assert all(s.versions == [old + 1] * len(s.versions) for s in after)
     harness.assert_matches_reference(after, PROMPT)
-
-
-def _check_swap(
-    kit: Any,
-    s: Sample,
-    prompt: list[int],
-    old_model: PreTrainedModel,
-    new_model: PreTrainedModel,
-    old: int,
-) -> bool:
-    """Tokens before the swap are the old model's; after it, the new model's continuing on the
-    old KV cache. Returns whether this sample saw the swap."""
-    ids, versions = s.completion_ids, s.versions
-    assert versions == sorted(versions) and set(versions) <= {old, old + 1}
-    assert versions[0] == old, "every request had sampled before the update"
-    if old + 1 not in versions:
-        expected = kit.hf_logprobs(old_model, prompt, ids, temperature=TEMPERATURE)
-        torch.testing.assert_close(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=0)
-        return False
-    k = versions.index(old + 1)  # first token the new weights sampled
-    with torch.no_grad():
-        # The step that sampled token k fed token k-1 through the new weights: KV up to k-2 is old.
-        before = old_model(torch.tensor([prompt + ids[: k - 1]]), use_cache=True)
-        logits_old = before.logits[0, len(prompt) - 1 :]
-        after = new_model(torch.tensor([ids[k - 1 : -1]]), past_key_values=before.past_key_values)
-        logits = torch.cat([logits_old, after.logits[0]]).float() / TEMPERATURE
-    logprobs = logits.log_softmax(-1)
-    expected = logprobs.gather(-1, torch.tensor(ids)[:, None])[:, 0]
-    torch.testing.assert_close(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=0)
-    return True
 
 
 async def test_requests_after_an_update_do_not_reuse_kv_cached_by_old_weights(
