@@ -35,7 +35,7 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -49,6 +49,7 @@ from scalerl.rollout.records import Sample
 from scalerl.spec import INTERRUPTION_PHRASE, THINK_END
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from vllm.outputs import CompletionOutput
     from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -127,7 +128,8 @@ class GenerationEngine:
 
     With `colocation` (the colocated mode) the engine runs in this process instead
     (`scalerl.generator.inproc`): it shares the device with the trainer through the colocation's
-    turnstile and takes new weights from its hand-off, in memory, instead of the sync group.
+    turnstile, and the trainer loads new weights into it in memory (`load_in_memory`) instead of
+    broadcasting them over the sync group.
     """
 
     def __init__(
@@ -157,13 +159,15 @@ class GenerationEngine:
         if self.colocation is None:
             self._llm = AsyncLLM.from_engine_args(self._engine_args())
         else:
-            self._llm = self.colocation.start_engine(self._engine_args())
+            self._llm = self.colocation.start_engine(self, self._engine_args())
         try:
             await self._control(self._llm.update_weight_version(str(self.version)), "labelling")
             self._length = self._length_control(self._llm.get_tokenizer())
         except BaseException:
             await self.shutdown()
             raise
+        if self.colocation is not None:
+            self.colocation.started.set()
         return time.monotonic() - started
 
     def _engine_args(self) -> Any:
@@ -313,6 +317,8 @@ class GenerationEngine:
         WeightSyncError (the sync group may then need `init_weight_sync` again).
         """
         llm = self._ready()[0]
+        if isinstance(llm, InprocLLM):
+            raise WeightSyncError("a colocated engine takes weights in memory: load_in_memory")
         async with self._update_lock:
             started = time.monotonic()
             try:
@@ -324,21 +330,8 @@ class GenerationEngine:
                 await self._control(llm.resume_generation(), "resuming", timeout_s + RPC_GRACE_S)
             return time.monotonic() - started
 
-    async def _swap(self, llm: AsyncLLM | InprocLLM, version: int, timeout_s: float) -> None:
+    async def _swap(self, llm: AsyncLLM, version: int, timeout_s: float) -> None:
         keep = f"generation continues on version {self.version}"
-        if self.colocation is not None:
-            # The trainer waits on the hand-off, so its tensors hold still while they are read.
-            with self.colocation.handoff.receive(version) as named:
-                try:
-                    rpc = llm.collective_rpc("load_weights_in_memory", args=(named, version))
-                    applied = await rpc
-                except Exception as err:
-                    raise WeightSyncError(
-                        f"loading weights of version {version} in memory failed: "
-                        f"{_worker_message(err)}"
-                    ) from err
-                await self._label(llm, version, applied)
-            return
         rpc = llm.collective_rpc("receive_weights", args=(timeout_s, version))
         try:
             applied = await asyncio.wait_for(rpc, timeout_s + RPC_GRACE_S)
@@ -350,14 +343,30 @@ class GenerationEngine:
             raise WeightSyncError(
                 f"receiving weights of version {version} failed: {_worker_message(err)}; {keep}"
             ) from err
-        await self._label(llm, version, applied)
-
-    async def _label(self, llm: AsyncLLM | InprocLLM, version: int, applied: list[int]) -> None:
         if list(applied) != [version] * len(applied):
             raise WeightSyncError(f"workers applied versions {applied}, expected {version}")
         # Still paused: every token sampled from here on carries the new label (module doc).
         await self._control(llm.update_weight_version(str(version)), "labelling weights")
         self.version = version
+
+    def load_in_memory(self, weights: Iterable[tuple[str, Tensor]], version: int) -> float:
+        """Colocated, from the trainer's thread while it holds the device (no engine step runs):
+        load `weights` as `version` and label it; returns the seconds taken. Tokens sampled
+        from here on are the new version's, as after a pause (module doc)."""
+        llm = self._ready()[0]
+        assert isinstance(llm, InprocLLM), "only an in-process engine loads weights in memory"
+        started = time.monotonic()
+        try:
+            applied = llm.engine.collective_rpc("load_weights_in_memory", args=(weights, version))
+        except Exception as err:
+            raise WeightSyncError(
+                f"loading weights of version {version} in memory failed: {_worker_message(err)}"
+            ) from err
+        if list(applied) != [version] * len(applied):
+            raise WeightSyncError(f"the engine loaded versions {applied}, expected {version}")
+        llm.engine.set_weight_version(str(version))
+        self.version = version
+        return time.monotonic() - started
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -379,17 +388,13 @@ class GenerationEngine:
             raise PeerError(f"vLLM engine failed {what}: {_worker_message(err)}") from err
 
 
-async def _pause(llm: AsyncLLM | InprocLLM) -> None:
+async def _pause(llm: AsyncLLM) -> None:
     """Freeze in-flight requests with their KV cache: `AsyncLLM.pause_generation(mode="keep",
     clear_cache=False)` without its closing 20 ms sleep, which vLLM keeps only so that outputs
     already on their way arrive before it returns, "not required for correctness". Ours do not
     depend on that order: the engine labels each token's version (module doc). 20 ms was 40 %
-    of an idle engine's whole update (bench/update_bench.py). An in-process engine just stops
-    stepping."""
-    if isinstance(llm, InprocLLM):
-        await llm.pause()
-    else:
-        await llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=False)
+    of an idle engine's whole update (bench/update_bench.py)."""
+    await llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=False)
 
 
 def _segment(completion: CompletionOutput, request_id: str) -> Segment:

@@ -5,15 +5,17 @@ process boundary (its RPC turns tensors into lists). The legacy `LLMEngine` with
 off builds the engine core, the executor and the model here: `collective_rpc` then calls the
 worker directly, and the trainer's tensors reach `reload_weights` by reference.
 
-`InprocLLM` gives `LLMEngine` the part of `AsyncLLM`'s surface `GenerationEngine` uses (generate
-as an async iterator, version labels, pause and resume, RPC), so the length rules, version stamps
-and cache salts stay one code path. One stepper task calls `LLMEngine.step()` while requests are
+`InprocLLM` gives `LLMEngine` the part of `AsyncLLM`'s surface `GenerationEngine` samples with
+(generate as an async iterator, version labels), so the length rules, version stamps and cache
+salts stay one code path. One stepper task calls `LLMEngine.step()` while requests are
 unfinished and the engine is not paused; each step is one forward pass, run on the loop's thread
 (the loop yields between steps, so scoring and commands keep up).
 
 `Turnstile` lets another thread (the trainer) take the device between two engine steps: the
 stepper never starts a step while the trainer holds it, so training and generation alternate and
-each gets every core (or the whole GPU, with the engine asleep; see `Turnstile.hold`).
+each gets every core (or the whole GPU, with the engine asleep; see `Turnstile.hold`). The trainer
+also loads new weights while it holds the device (`Colocation.load`): in-flight requests are
+frozen with their KV cache, as by a pause, and continue on the new weights.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from torch import Tensor
     from vllm.outputs import RequestOutput
     from vllm.v1.engine.llm_engine import LLMEngine
+
+    from scalerl.generator.engine import GenerationEngine
 
 
 class Turnstile:
@@ -48,23 +52,23 @@ class Turnstile:
         self._free: asyncio.Event | None = None  # set on the loop when the trainer lets go
         self._loop: asyncio.AbstractEventLoop | None = None
         self.engine: LLMEngine | None = None
-        self.sleep = False
 
-    def attach(self, engine: LLMEngine, loop: asyncio.AbstractEventLoop, *, sleep: bool) -> None:
-        self.engine, self._loop, self.sleep = engine, loop, sleep
+    def attach(self, engine: LLMEngine, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine, self._loop = engine, loop
         self._free = asyncio.Event()
 
     @contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self, *, sleep: bool = False) -> Iterator[None]:
+        """The device, between two engine steps; `sleep`: with the engine's memory released."""
         self._wanted.set()
         try:
             with self._lock:
-                if self.sleep and self.engine is not None:
+                if sleep and self.engine is not None:
                     self.engine.sleep(level=1, mode="keep")
                 try:
                     yield
                 finally:
-                    if self.sleep and self.engine is not None:
+                    if sleep and self.engine is not None:
                         self.engine.wake_up()
         finally:
             self._wanted.clear()
@@ -91,18 +95,15 @@ class InprocLLM:
         self.turnstile = turnstile
         self._waiting: dict[str, asyncio.Future[RequestOutput]] = {}
         self._work = asyncio.Event()
-        self._paused = False
-        self._resumed = asyncio.Event()
-        self._resumed.set()
         self._stepper: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
 
     @classmethod
-    def from_engine_args(cls, args: Any, turnstile: Turnstile, *, sleep: bool) -> InprocLLM:
+    def from_engine_args(cls, args: Any, turnstile: Turnstile) -> InprocLLM:
         from vllm.v1.engine.llm_engine import LLMEngine
 
         engine = LLMEngine.from_engine_args(args, enable_multiprocessing=False)
-        turnstile.attach(engine, asyncio.get_running_loop(), sleep=sleep)
+        turnstile.attach(engine, asyncio.get_running_loop())
         return cls(engine, turnstile)
 
     # --- requests --------------------------------------------------------------------------------
@@ -139,7 +140,6 @@ class InprocLLM:
                     self._work.clear()
                     await self._work.wait()
                     continue
-                await self._resumed.wait()
                 for output in await self.turnstile.step(self.engine):
                     if output.finished:
                         done = self._waiting.pop(output.request_id, None)
@@ -157,19 +157,8 @@ class InprocLLM:
 
     # --- control ---------------------------------------------------------------------------------
 
-    async def pause(self) -> None:
-        """Freeze in-flight requests with their KV cache: the stepper takes no more steps."""
-        self._resumed.clear()
-
-    async def resume_generation(self) -> None:
-        self._resumed.set()
-
     async def update_weight_version(self, version: str) -> None:
         self.engine.set_weight_version(version)
-
-    async def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
-        """The worker's method, called here: arguments pass by reference (tensors included)."""
-        return self.engine.collective_rpc(method, args=args)
 
     def shutdown(self, timeout: float | None = None) -> None:
         if self._stepper is not None:
@@ -181,56 +170,31 @@ class InprocLLM:
         self.engine.engine_core.shutdown()
 
 
-class Handoff:
-    """New weights, handed from the trainer's thread to the engine's in memory.
-
-    The trainer offers a version (its tensors, by reference), tells the generator to update, and
-    waits until the engine has loaded them: until then it must not step, since the engine reads
-    those very tensors. A load that failed is the trainer's error too.
-    """
-
-    def __init__(self) -> None:
-        self._offer: tuple[int, list[tuple[str, Tensor]]] | None = None
-        self._done = threading.Event()
-        self._error: str | None = None
-
-    def offer(self, version: int, weights: Iterable[tuple[str, Tensor]]) -> None:
-        self._offer, self._error = (version, list(weights)), None
-        self._done.clear()
-
-    def wait(self, timeout_s: float) -> None:
-        """The trainer's side: block until the offered version is loaded (or failed)."""
-        version = self._offer[0] if self._offer is not None else None
-        if not self._done.wait(timeout_s):
-            raise WeightSyncError(
-                f"the engine did not load version {version} within {timeout_s:g} s"
-            )
-        if self._error is not None:
-            raise WeightSyncError(self._error)
-
-    @contextmanager
-    def receive(self, version: int) -> Iterator[list[tuple[str, Tensor]]]:
-        """The engine's side: the offered tensors while it loads them."""
-        offer, self._offer = self._offer, None
-        try:
-            if offer is None or offer[0] != version:
-                offered = None if offer is None else offer[0]
-                raise WeightSyncError(f"version {version} was announced but {offered} offered")
-            yield offer[1]
-        except BaseException as err:
-            self._error = str(err) or type(err).__name__
-            raise
-        finally:
-            self._done.set()
-
-
 @dataclass
 class Colocation:
-    """What the trainer and the in-process engine share: the device and the weight hand-off."""
+    """What the trainer and the in-process engine share: the device, and the engine itself, into
+    which the trainer loads new weights while it holds the device."""
 
     turnstile: Turnstile = field(default_factory=Turnstile)
-    handoff: Handoff = field(default_factory=Handoff)
-    sleep: bool = False  # release the engine's memory while the trainer holds the device (GPU)
+    sleep: bool = False  # release the engine's memory while the trainer steps (GPU)
+    engine: GenerationEngine | None = None  # set when the engine starts
+    started: threading.Event = field(default_factory=threading.Event)  # ... and once it has
 
-    def start_engine(self, engine_args: Any) -> InprocLLM:
-        return InprocLLM.from_engine_args(engine_args, self.turnstile, sleep=self.sleep)
+    def start_engine(self, engine: GenerationEngine, engine_args: Any) -> InprocLLM:
+        self.engine = engine
+        return InprocLLM.from_engine_args(engine_args, self.turnstile)
+
+    def train(self) -> AbstractContextManager[None]:
+        """The device for a training step: the engine stops stepping (and sleeps, on a GPU)."""
+        return self.turnstile.hold(sleep=self.sleep)
+
+    def load(self, weights: Iterable[tuple[str, Tensor]], version: int, timeout_s: float) -> float:
+        """The trainer's thread: load `weights` (by reference) into the engine as `version`,
+        between two engine steps; returns the seconds it took. A resumed run's first load may
+        come while the engine is still starting: it waits up to `timeout_s` for it."""
+        if not self.started.wait(timeout_s) or self.engine is None:
+            raise WeightSyncError(
+                f"the engine did not start within {timeout_s:g} s to load version {version}"
+            )
+        with self.turnstile.hold(sleep=False):
+            return self.engine.load_in_memory(weights, version)

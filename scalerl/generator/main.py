@@ -314,7 +314,8 @@ class Generator:
                 continue
             if isinstance(command, UpdateWeights):
                 await self.update(command)
-            elif isinstance(command, MoreRollouts):
+            elif isinstance(command, MoreRollouts):  # colocated: new weights are in already
+                self.metrics.generator_policy_version.set(self.engine.version)
                 self.grant_quota()
             elif isinstance(command, Evaluate):
                 task = asyncio.create_task(self.evaluate(command))
@@ -333,7 +334,8 @@ class Generator:
         start = await self.wait_for(Start, self.env.peer_timeout_s)
         self.curriculum.load_state_dict(start.curriculum)
         await self.engine.start()
-        if self.engine.colocation is None:  # colocated, weights arrive in memory
+        colocated = self.engine.colocation is not None  # weights are loaded in memory
+        if not colocated:
             await self.engine.init_weight_sync(
                 self.env.trainer_host,
                 self.env.sync_port,
@@ -342,8 +344,10 @@ class Generator:
                 self.env.peer_timeout_s,
             )
         if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
-            first = await self.wait_for(UpdateWeights, self.env.peer_timeout_s)
-            await self.update(first)
+            if colocated:  # the trainer loads them, then says so
+                await self.wait_for(MoreRollouts, self.env.peer_timeout_s)
+            else:
+                await self.update(await self.wait_for(UpdateWeights, self.env.peer_timeout_s))
             if self.engine.version != start.version:
                 raise WeightSyncError(
                     f"could not load the resumed weights of version {start.version}"

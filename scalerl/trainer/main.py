@@ -192,13 +192,13 @@ class Trainer:
         self.broadcast_version = version
 
     def hand_over(self, version: int) -> None:
-        """Colocated: the engine loads the policy's own tensors (no copy on our side, no
-        checksums: nothing crosses a wire); the engine records the seconds it took."""
+        """Colocated: load the policy's own tensors into the engine, between two of its steps
+        (no copy on our side, no checksums: nothing crosses a wire), then let it sample on."""
         assert self.colocation is not None
-        handoff = self.colocation.handoff
-        handoff.offer(version, self.policy.named_weights())
-        self.channel.broadcast(UpdateWeights(version=version))
-        handoff.wait(self.env.peer_timeout_s)  # the policy must hold still until it is loaded
+        weights = self.policy.named_weights()
+        seconds = self.colocation.load(weights, version, self.env.peer_timeout_s)
+        self.metrics.weight_sync_seconds.observe(seconds)
+        self.channel.broadcast(MoreRollouts(version=version))
 
     # --- training --------------------------------------------------------------------------------
 
@@ -251,7 +251,7 @@ class Trainer:
     def device(self) -> AbstractContextManager[None]:
         """The device for a step: colocated, the engine stops stepping (and sleeps, on a GPU)
         until the step is done."""
-        return self.colocation.turnstile.hold() if self.colocation is not None else nullcontext()
+        return self.colocation.train() if self.colocation is not None else nullcontext()
 
     def record_signal(self, stats: BatchStats) -> None:
         """Say at once when a step has nothing to learn from; fail the run when that lasts."""

@@ -18,7 +18,6 @@ from transformers import PreTrainedModel
 
 from scalerl.demo.model import build_random_model
 from scalerl.demo.tokenizer import build_tokenizer
-from scalerl.errors import WeightSyncError
 from scalerl.generator.engine import DEFAULT_PHRASE, EngineConfig, GenerationEngine
 from scalerl.generator.inproc import Colocation
 from scalerl.recipe.interruption import InterruptionPlan
@@ -41,11 +40,9 @@ class Colocated:
     kit: Any
 
     async def hand_over(self, model: PreTrainedModel, version: int) -> float:
-        """What the colocated trainer does: offer its tensors, then the engine loads them."""
-        self.colocation.handoff.offer(version, model.state_dict().items())
-        seconds = await self.engine.update_weights(version, timeout_s=30.0)
-        self.colocation.handoff.wait(0.0)  # already loaded: returns at once, or raises
-        return seconds
+        """What the colocated trainer does, from its own thread: load its tensors in memory."""
+        weights = list(model.state_dict().items())
+        return await asyncio.to_thread(self.colocation.load, weights, version, 30.0)
 
     def assert_matches_reference(self, samples: list[Any], prompt: list[int]) -> None:
         for sample in samples:
@@ -108,28 +105,6 @@ async def test_in_memory_update_continues_requests_on_new_weights(colocated: Col
     after = await engine.generate(PROMPTS[0], 4, max_tokens=24)
     assert all(s.versions == [old + 1] * len(s.versions) for s in after)
     colocated.assert_matches_reference(after, PROMPTS[0])
-
-
-async def test_a_version_that_was_not_offered_fails_on_both_sides(colocated: Colocated) -> None:
-    engine, handoff = colocated.engine, colocated.colocation.handoff
-    before = engine.version
-    handoff.offer(before + 5, colocated.reference.state_dict().items())
-    with pytest.raises(WeightSyncError, match=f"version {before + 1} was announced"):
-        await engine.update_weights(before + 1, timeout_s=5.0)
-    with pytest.raises(WeightSyncError, match="announced"):
-        handoff.wait(0.0)  # the trainer learns it too, instead of stepping on
-    assert engine.version == before
-    samples = await engine.generate(PROMPTS[1], 2, max_tokens=12)
-    assert all(set(s.versions) == {before} for s in samples)
-
-
-async def test_a_trainer_waits_for_a_load_that_never_comes_and_says_which(
-    colocated: Colocated,
-) -> None:
-    handoff = colocated.colocation.handoff
-    handoff.offer(99, [])
-    with pytest.raises(WeightSyncError, match="did not load version 99 within 0.1 s"):
-        await asyncio.to_thread(handoff.wait, 0.1)
 
 
 async def test_no_engine_step_runs_while_the_trainer_holds_the_device(
