@@ -263,7 +263,7 @@ def test_the_demo_learns_colocated_in_one_process(tmp_path: Path) -> None:
         wait_for_step(out, 5, proc, timeout_s=300)
         processes = json.loads((out / "processes.json").read_text())
         assert set(processes) == {"trainer-0", "runner"}  # one process, no generator
-        assert "scalerl colocated" in " ".join(_command_line(processes["trainer-0"]["pid"]))
+        assert _command_line(processes["trainer-0"]["pid"])[-2:] == ["scalerl.cli", "colocated"]
         # One /metrics serves the trainer's series and the engine's.
         served = scrape(processes["trainer-0"]["metrics"])
         for name in ("scalerl_step", "scalerl_generated_sequences_total"):
@@ -315,7 +315,7 @@ def test_colocated_ppo_off_policy_survives_a_kill_and_resumes(tmp_path: Path) ->
 
 
 def _command_line(pid: object) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
 
 
 def _sample(text: str, series: str) -> float:
