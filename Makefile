@@ -34,6 +34,7 @@ bench: setup
 	$(BIN)/python bench/sync_bench.py
 	$(BIN)/python bench/pipeline_bench.py
 	$(BIN)/python bench/step_profile.py
+	$(BIN)/python bench/step_profile.py --placement colocated
 	$(BIN)/python bench/update_bench.py
 	$(BIN)/python bench/stability_bench.py
 	$(BIN)/python bench/trainer_bench.py

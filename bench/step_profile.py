@@ -1,12 +1,15 @@
-"""Where a step's wall time goes in the disaggregated mode: the demo run (examples/local.yaml) for a
-fixed number of steps, then its profile from the last evaluation of `history.jsonl`.
+"""Where a step's wall time goes: the demo run (examples/local.yaml, or with `--placement colocated`
+examples/colocated.yaml) for a fixed number of steps, then its profile from the last evaluation of
+`history.jsonl`.
 
 Trainer 0's side: waiting for rollouts, building the batch, forward/backward, the optimizer, the
 weight broadcast, evaluation, checkpoints and the rest. The generators' side (averaged over
 them): generating, idle (no group in flight: waiting for a new version or for quota), weight
-updates, scoring and backpressure (rollouts ready, the trainer not reading).
+updates, scoring and backpressure (rollouts ready, the trainer not reading). Colocated, the
+"broadcast" is the in-memory load, and "waiting for rollouts" is the engine generating.
 
     .venv/bin/python bench/step_profile.py [--steps 30] [--algorithm pipelinerl]
+                                           [--placement disaggregated|colocated]
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATOR_PARTS = ("idle", "weight_sync", "score", "send_wait")
 
 
-def profile(steps: int, algorithm: str, work: Path) -> dict[str, Any]:
-    run = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
+EXAMPLES = {"disaggregated": "local.yaml", "colocated": "colocated.yaml"}
+
+
+def profile(steps: int, algorithm: str, placement: str, work: Path) -> dict[str, Any]:
+    run = yaml.safe_load((ROOT / "examples" / EXAMPLES[placement]).read_text())
     spec = run["spec"]
     spec["recipe"]["algorithm"] = algorithm
     spec["budget"]["maxSteps"] = steps
@@ -76,9 +82,11 @@ def main() -> None:
     parser.add_argument(
         "--algorithm", default="pipelinerl", choices=["pipelinerl", "ppo-off-policy"]
     )
+    parser.add_argument("--placement", default="disaggregated", choices=sorted(EXAMPLES))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        last = profile(args.steps, args.algorithm, Path(tmp))
+        last = profile(args.steps, args.algorithm, args.placement, Path(tmp))
+    print(f"{args.placement}, {args.algorithm}, {args.steps} steps")
     print("\n".join(table(last)))
 
 

@@ -1,32 +1,36 @@
-"""Time to +0.3 held-out pass rate: scalerl against Hugging Face TRL's `GRPOTrainer`.
+"""Time to +0.1/+0.2/+0.3 held-out pass rate: Hugging Face TRL's `GRPOTrainer` against scalerl,
+colocated (one process) and disaggregated (a trainer and generator processes).
 
-Both systems start from the demo's base model (`builtin:demo`: a tiny Llama warmed up on string
-reversal), train on the same prompts with the same ±1 exact-match reward, and are evaluated on the
-same held-out prompts with the same k samples per prompt at the spec's temperature. For each we
-record when held-out pass rate first reaches its own starting pass rate + 0.3 (`--gain`).
+All three start from the demo's base model (`builtin:demo`: a tiny Llama warmed up on string
+reversal), train on the same prompts with the same ±1 exact-match reward, the same batch and
+learning rate, and are evaluated on the same held-out prompts with the same k samples per prompt
+at the spec's temperature. For each we record when held-out pass rate first reaches its own
+starting pass rate + each gain (`--gains`, default 0.1,0.2,0.3; a run stops at the last), and its
+seconds per optimizer step.
 
     .venv/bin/pip install -e '.[bench]'          # TRL and what it needs, pinned
-    .venv/bin/python bench/trl_bench.py [--cap-minutes 15] [--only trl|ours] [--eval-every N]
-                                        [--repeats R] [--gain 0.3] [--json FILE] [--keep DIR]
+    .venv/bin/python bench/trl_bench.py [--cap-minutes 15] [--only trl|colocated|disaggregated]
+                                        [--eval-every N] [--repeats R] [--gains 0.1,0.2,0.3]
+                                        [--json FILE] [--keep DIR]
 
-With `--repeats R` the two systems run R rounds, one after the other, in alternating order (the
-machine's load drifts); each round gets its own row and ratios, and the median ratio is printed.
-Besides wall clocks, the CPU seconds of each system's whole process tree are reported: on a
-machine shared with other jobs they move less than wall time does.
+With `--repeats R` the systems run R rounds, one after the other, in rotating order (the machine's
+load drifts); each round gets its own rows and ratios, and the median ratio is printed. Besides
+wall clocks, the CPU seconds of each system's whole process tree are reported: on a machine
+shared with other jobs they move less than wall time does. The versions compared are printed.
 
 **Ours** is `scalerl run SPEC --out TMP --no-progress` as a subprocess, on a temporary copy of the
-spec (default examples/local.yaml) in which only `evaluation.everySteps` may change (the recipe is
-untouched). Its figures come from its own `history.jsonl` (evaluation by our generators: vLLM,
-mean@k over the first `validation.prompts` held-out prompts). Three clocks:
+spec (default examples/local.yaml) in which only `evaluation.everySteps` may change, and for the
+colocated system `placement: colocated` with one trainer and one generator (the recipe is
+untouched). Its figures come from its own `history.jsonl` (evaluation by our engines: vLLM,
+mean@k over the first `validation.prompts` held-out prompts). Clocks:
+  - training clock: the trainer's compute clock (`compute / processes * 3600`, process-hours on
+    CPU) from the end of the step-0 evaluation, minus the seconds it spent in later evaluations
+    (`trainer_evaluate_seconds`), as TRL's leaves its evaluations out;
+  - seconds per step: the trainer's wall time less start-up and evaluations, over its steps;
   - wall incl. start-up: from spawning `scalerl run` until the line reaching the target appears in
-    history.jsonl (process start, asset lookup, vLLM start-up, model loads, every evaluation);
-  - compute clock: `compute / (generators.replicas + 1) * 3600`, the trainer's clock, which starts
-    once the trainer process has loaded its model (so it includes waiting for vLLM to start and
-    the step-0 evaluation);
-  - training clock: the compute clock minus its value at the step-0 evaluation, i.e. from the end of
-    the first evaluation; later evaluations are still inside it (the trainer waits for them).
-The run is stopped (SIGTERM, which the runner handles as Ctrl-C) once the target is reached or at
-the cap.
+    history.jsonl (process start, asset lookup, vLLM start-up, model loads, every evaluation).
+The run is stopped (SIGTERM, which the runner handles as Ctrl-C) once the last target is reached
+or at the cap.
 
 **TRL** runs in a subprocess of this script (`GRPOTrainer`, HF `generate` on CPU, no vLLM).
 Settings come from the same spec where TRL has a counterpart:

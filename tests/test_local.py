@@ -251,12 +251,12 @@ def test_the_demo_learns_colocated_in_one_process(tmp_path: Path) -> None:
     out = tmp_path / "run"
     demo = {
         **COLOCATED,
-        # The demo's own recipe and batch (16 x 8), 30 of its 100 steps.
+        # The demo's own recipe and batch (16 x 8), 40 of its 100 steps.
         "recipe": {"batch": {"prompts": 16, "generationsPerPrompt": 8}},
         "data": {"validation": {"prompts": 128}},
-        "evaluation": {"everySteps": 10, "generationsPerPrompt": 8},
-        "budget": {"maxSteps": 30},
-        "checkpoint": {"everySteps": 10},
+        "evaluation": {"everySteps": 20, "generationsPerPrompt": 8},
+        "budget": {"maxSteps": 40},
+        "checkpoint": {"everySteps": 20},
     }
     proc = start_run(write_spec(tmp_path, **demo), out)
     try:
@@ -275,10 +275,11 @@ def test_the_demo_learns_colocated_in_one_process(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 0, output
     history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == [0, 10, 20, 30]
-    # 1024 held-out samples per evaluation (standard error about 0.015); five colocated runs
-    # went from 0.19 to 0.41-0.50 in 30 steps.
-    assert history[-1]["pass_rate"] >= history[0]["pass_rate"] + 0.1, history
+    assert [e["step"] for e in history] == [0, 20, 40]
+    # 1024 held-out samples per evaluation (standard error about 0.015). Colocated demo runs
+    # gained 0.18-0.31 by step 30 and 0.37 by step 40; the spread between runs (about 0.05)
+    # comes from training, not from the evaluation.
+    assert history[-1]["pass_rate"] >= history[0]["pass_rate"] + 0.15, history
     last = history[-1]
     # PipelineRL in one process: the engine samples the next batch between steps, and sequences
     # in flight at a hand-over continue on the new weights.

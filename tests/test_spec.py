@@ -119,7 +119,7 @@ def test_status_is_ignored_when_loading() -> None:
     assert parse_run(obj).name == "math-8b"
 
 
-@pytest.mark.parametrize("name", ["run.yaml", "local.yaml"])
+@pytest.mark.parametrize("name", ["run.yaml", "local.yaml", "colocated.yaml"])
 def test_examples_are_valid(name: str) -> None:
     assert load_run(EXAMPLES / name).spec.model.path
 

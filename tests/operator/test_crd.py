@@ -136,7 +136,7 @@ def test_every_crd_default_is_the_spec_default(path: tuple[str, ...], default: A
         assert default == (list(expected) if isinstance(expected, tuple) else expected)
 
 
-@pytest.mark.parametrize("example", ["run.yaml", "local.yaml"])
+@pytest.mark.parametrize("example", ["run.yaml", "local.yaml", "colocated.yaml"])
 def test_examples_are_admitted(example: str) -> None:
     run = yaml.safe_load((ROOT / "examples" / example).read_text())
     _, errors = admit(SCHEMA, run)
