@@ -9,8 +9,9 @@ this process (`scalerl.generator.inproc`). What changes is only how they meet:
   trainer as the objects the generator built;
 - new weights are the policy's own tensors, loaded by the engine in memory: no broadcast, no
   buckets, no checksums;
-- the engine steps only while the trainer does not (`Turnstile`), so each has every core, and on
-  a GPU the engine sleeps (its weights and KV cache released) while the trainer steps.
+- on a GPU the engine steps only while the trainer does not (`Turnstile`), and sleeps (its
+  weights and KV cache released) while the trainer steps; on a CPU the engine samples on one
+  core while the trainer steps on the others. Weight loads always come between engine steps.
 
 The recipe is unchanged. PipelineRL-k: the engine keeps sampling the next batch's groups between
 steps, in-flight sequences continue on the new weights, and groups more than k versions old are
@@ -52,7 +53,7 @@ def main() -> None:
 
 def run_colocated(run: ScaleRLRun, env: ProcessEnv) -> None:
     """Train to the end of the run with the engine on a second thread; raises what failed."""
-    colocation = Colocation(sleep=torch.cuda.is_available())
+    colocation = colocation_here()
     pipe = Pipe()
     trainer = build_trainer(run, env, Ranks(), channel=pipe.trainer, colocation=colocation)
     # One /metrics for the process: the generator's series join the trainer's registry.
@@ -76,6 +77,21 @@ def run_colocated(run: ScaleRLRun, env: ProcessEnv) -> None:
         engine.join(ENGINE_STOP_S)
 
 
+def colocation_here() -> Colocation:
+    """How trainer and engine share this machine. A GPU: in turns, the engine asleep while the
+    trainer steps. A CPU with several cores: at once, the engine on one core (vLLM keeps its
+    engine to one thread) and the trainer on the others."""
+    if torch.cuda.is_available():
+        return Colocation(sleep=True, exclusive=True)
+    cores = os.cpu_count() or 1
+    if cores < 2:
+        return Colocation(exclusive=True)
+    # Torch's CPU thread count is per thread (OpenMP): this sets the trainer's, and vLLM sets
+    # its engine thread's to one when it starts.
+    torch.set_num_threads(cores - 1)
+    return Colocation(exclusive=False)
+
+
 def _engine_thread(
     run: ScaleRLRun,
     env: ProcessEnv,
@@ -88,8 +104,6 @@ def _engine_thread(
     from scalerl.generator.main import build_generator, run_generator
 
     env = dataclasses.replace(env, generator_index=GENERATOR, metrics_port=0)
-    # Torch's thread count is per process: the engine must not shrink the trainer's.
-    threads = torch.get_num_threads()
     try:
         generator = build_generator(run, env, channel, metrics, colocation)
         asyncio.run(run_generator(generator))
@@ -98,5 +112,3 @@ def _engine_thread(
     except BaseException as err:  # a bug: the trainer must hear of it
         log.error("engine thread failed:\n%s", traceback.format_exc())
         channel.try_send(Failure(GENERATOR, f"engine thread failed: {type(err).__name__}: {err}"))
-    finally:
-        torch.set_num_threads(threads)

@@ -12,10 +12,11 @@ unfinished and the engine is not paused; each step is one forward pass, run on t
 (the loop yields between steps, so scoring and commands keep up).
 
 `Turnstile` lets another thread (the trainer) take the device between two engine steps: the
-stepper never starts a step while the trainer holds it, so training and generation alternate and
-each gets every core (or the whole GPU, with the engine asleep; see `Turnstile.hold`). The trainer
-also loads new weights while it holds the device (`Colocation.load`): in-flight requests are
-frozen with their KV cache, as by a pause, and continue on the new weights.
+stepper never starts a step while the trainer holds it. On a GPU training and generation take
+turns this way (with the engine asleep while the trainer steps; see `Turnstile.hold`); on a CPU
+they share the cores (`Colocation.exclusive`). The trainer loads new weights while it holds the
+device (`Colocation.load`): in-flight requests are frozen with their KV cache, as by a pause, and
+continue on the new weights.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -177,6 +178,11 @@ class Colocation:
 
     turnstile: Turnstile = field(default_factory=Turnstile)
     sleep: bool = False  # release the engine's memory while the trainer steps (GPU)
+    # Whether a training step takes the device from the engine. On a GPU it must (they share
+    # its memory); on a CPU with cores to spare the engine, which vLLM keeps to one thread,
+    # samples the next batch while the trainer steps on the other cores, as PipelineRL overlaps
+    # them across processes. Weight loads always take the device.
+    exclusive: bool = True
     engine: GenerationEngine | None = None  # set when the engine starts
     started: threading.Event = field(default_factory=threading.Event)  # ... and once it has
 
@@ -185,8 +191,9 @@ class Colocation:
         return InprocLLM.from_engine_args(engine_args, self.turnstile)
 
     def train(self) -> AbstractContextManager[None]:
-        """The device for a training step: the engine stops stepping (and sleeps, on a GPU)."""
-        return self.turnstile.hold(sleep=self.sleep)
+        """The device for a training step: the engine stops stepping (and sleeps, on a GPU),
+        unless training and generation share the cores (`exclusive` False)."""
+        return self.turnstile.hold(sleep=self.sleep) if self.exclusive else nullcontext()
 
     def load(self, weights: Iterable[tuple[str, Tensor]], version: int, timeout_s: float) -> float:
         """The trainer's thread: load `weights` (by reference) into the engine as `version`,
