@@ -8,8 +8,8 @@ worker directly, and the trainer's tensors reach `reload_weights` by reference.
 `InprocLLM` gives `LLMEngine` the part of `AsyncLLM`'s surface `GenerationEngine` samples with
 (generate as an async iterator, version labels), so the length rules, version stamps and cache
 salts stay one code path. One stepper task calls `LLMEngine.step()` while requests are
-unfinished and the engine is not paused; each step is one forward pass, run on the loop's thread
-(the loop yields between steps, so scoring and commands keep up).
+unfinished; each step is one forward pass, run on the loop's thread (the loop yields between
+steps, so scoring and commands keep up).
 
 `Turnstile` lets another thread (the trainer) take the device between two engine steps: the
 stepper never starts a step while the trainer holds it. On a GPU training and generation take
@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scalerl.errors import WeightSyncError
+from scalerl.errors import PeerError, WeightSyncError
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -112,7 +112,7 @@ class InprocLLM:
     async def generate(self, prompt: Any, params: Any, request_id: str) -> AsyncIterator[Any]:
         """The request's final output (FINAL_ONLY requests are all we send)."""
         if self._failure is not None:
-            raise RuntimeError(f"the in-process engine failed: {self._failure}")
+            raise PeerError(f"the in-process vLLM engine failed: {self._failure}")
         done = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = done
         self.engine.add_request(request_id, prompt, params)
@@ -153,7 +153,7 @@ class InprocLLM:
             self._failure = err
             for done in self._waiting.values():
                 if not done.done():
-                    done.set_exception(RuntimeError(f"the in-process engine failed: {err}"))
+                    done.set_exception(PeerError(f"the in-process vLLM engine failed: {err}"))
             self._waiting.clear()
 
     # --- control ---------------------------------------------------------------------------------

@@ -1,30 +1,34 @@
 """Length control of one sample: thinking budget, ScaleRL's forced interruption, answer budget.
 
-Each sample is at most two engine requests, each with one completion (n = 1):
+Each sample is one engine request (n = 1), and a second one only when it must:
 
-1. Thinking: `max_tokens` = the sample's cutoff (`InterruptionPlan.cutoff`, uniform in the
-   window), stopping on the `</think>` token. vLLM ends it in one of three ways:
-   - EOS before `</think>`: the sample is complete (no answer phase);
-   - `</think>` in time: go on to the answer;
-   - the cutoff: with interruption enabled, append the phrase (loss mask 0, log-prob 0.0, the
-     current policy version) and go on to the answer; with it disabled the cutoff is the
-     thinking budget and the sample is truncated there.
-2. Answer: a continuation request whose prompt is the prompt plus everything so far, with
-   `max_tokens` = answer budget and no stop token but EOS. Hitting the budget means truncated.
+1. The first request: `max_tokens` = the sample's cutoff (`InterruptionPlan.cutoff`, uniform in
+   the window), stopping on EOS only. vLLM ends it in one of three ways:
+   - EOS before `</think>`: the sample is complete (no answer);
+   - `</think>` in time: the same request goes on into the answer. The answer ends with EOS
+     within the cutoff (the usual case: one request), or runs into the answer budget there (the
+     sample is truncated at the budget; the tokens past it are dropped), or is still going at the
+     cutoff: a continuation request completes it, within what is left of the answer budget;
+   - the cutoff before `</think>`: with interruption enabled, append the phrase (loss mask 0,
+     log-prob 0.0, the current policy version) and go on to the answer; with it disabled the
+     cutoff is the thinking budget and the sample is truncated there.
+2. A continuation: a request whose prompt is the prompt plus everything so far, with `max_tokens`
+   = what is left of the answer budget and no stop token but EOS. Hitting it means truncated.
 
-Why two requests rather than one long request checked afterwards: one request of
-`thinking + answer` tokens cannot enforce the answer budget after an early `</think>`, wastes
-every token past the cutoff, and cannot inject the phrase. The continuation re-reads the
-prefix, which vLLM's prefix cache mostly serves from blocks it already holds; its cost is one
-prefill per sample that reaches the answer phase. One request per sample (rather than one with
-`n` samples) lets every sample have its own cutoff; vLLM fans an `n` request out into `n`
-requests internally anyway, so nothing is lost.
+Every token is sampled from the policy given everything before it, so this is the distribution
+of "think, then answer within the budgets" exactly; going on past `</think>` in the same request
+only saves the continuation's prefill and scheduling (on a small model, a third of a batch's
+generation time). Why not one long request checked afterwards: it cannot enforce the answer
+budget after an early `</think>` without wasting everything past it, nor inject the phrase.
+A continuation re-reads the prefix, which vLLM's prefix cache mostly serves from blocks it
+already holds. One request per sample (rather than one with `n` samples) lets every sample have
+its own cutoff; vLLM fans an `n` request out into `n` requests internally anyway.
 
 A model that does not think (`think_end_id` None) has one phase: one request of at most
 `answer_budget` tokens. Every request also stops on the model's EOS ids (all of them: tokenizer
 and generation config), so a completion ends where the model says it ends.
 
-`max_model_len` caps both phases: a sample that runs into it is truncated.
+`max_model_len` caps every request: a sample that runs into it is truncated.
 """
 
 from __future__ import annotations
@@ -46,9 +50,18 @@ class Segment:
     versions: list[int]
     finish_reason: str  # vLLM's: "stop" (EOS or a stop token) or "length"
 
+    def split(self, at: int) -> tuple[Segment, Segment]:
+        """The first `at` tokens (cut there: finish "length") and the rest (this finish)."""
+        head = Segment(self.token_ids[:at], self.logprobs[:at], self.versions[:at], "length")
+        tail = Segment(
+            self.token_ids[at:], self.logprobs[at:], self.versions[at:], self.finish_reason
+        )
+        return head, tail
+
 
 # (prompt ids, max new tokens, stop token ids) -> the request's output.
 Sampler = Callable[[list[int], int, Sequence[int]], Awaitable[Segment]]
+_NOTHING = Segment([], [], [], "length")  # an answer not begun yet
 
 
 @dataclass
@@ -100,29 +113,51 @@ class LengthControl:
     async def sample(
         self, sampler: Sampler, prompt_ids: list[int], cutoff: int, version: Callable[[], int]
     ) -> Sample:
-        """One sample under the two-phase scheme of the module doc; `version()` stamps the
-        injected phrase with the policy version current when it is injected."""
+        """One sample under the scheme of the module doc; `version()` stamps the injected
+        phrase with the policy version current when it is injected."""
         if self.think_end_id is None:
             return await self.sample_plain(sampler, prompt_ids, self.plan.answer_budget)
         out = _Completion()
-        thinking = await sampler(
-            prompt_ids, self._room(prompt_ids, out, cutoff), [self.think_end_id, *self.eos_ids]
-        )
-        out.add(thinking)
-        closed = bool(thinking.token_ids) and thinking.token_ids[-1] == self.think_end_id
-        if thinking.finish_reason == "stop" and not closed:
+        first = await sampler(prompt_ids, self._room(prompt_ids, out, cutoff), self.eos_ids)
+        if self.think_end_id in first.token_ids:  # closed in time: the rest is the answer's
+            thinking, answer = first.split(first.token_ids.index(self.think_end_id) + 1)
+            out.add(thinking)
+            return await self._answer(sampler, prompt_ids, out, answer, interrupted=False)
+        out.add(first)
+        if first.finish_reason == "stop":
             return out.finish("stop", truncated=False, interrupted=False)  # EOS while thinking
-        interrupted = False
-        if not closed:
-            cut_at_plan = len(thinking.token_ids) >= cutoff
-            if not (self.plan.enabled and cut_at_plan):
-                return out.finish("length", truncated=True, interrupted=False)
-            out.inject(self.phrase_ids, version())
-            interrupted = True
+        cut_at_plan = len(first.token_ids) >= cutoff
+        if not (self.plan.enabled and cut_at_plan):
+            return out.finish("length", truncated=True, interrupted=False)
+        out.inject(self.phrase_ids, version())
+        return await self._answer(sampler, prompt_ids, out, _NOTHING, interrupted=True)
+
+    async def _answer(
+        self,
+        sampler: Sampler,
+        prompt_ids: list[int],
+        out: _Completion,
+        begun: Segment,
+        *,
+        interrupted: bool,
+    ) -> Sample:
+        """The answer after the thinking in `out`: `begun` (what the thinking request already
+        sampled of it) completed by a continuation if it was cut short, within the budget."""
         room = self._room(prompt_ids, out, self.plan.answer_budget)
         if room <= 0:
             return out.finish("length", truncated=True, interrupted=interrupted)
-        answer = await sampler(prompt_ids + out.ids, room, self.eos_ids)
+        answer = begun
+        if len(answer.token_ids) > room:  # ran past the budget within the cutoff
+            answer = answer.split(room)[0]
+        elif answer.finish_reason == "length" and len(answer.token_ids) < room:
+            so_far = prompt_ids + out.ids + answer.token_ids
+            rest = await sampler(so_far, room - len(answer.token_ids), self.eos_ids)
+            answer = Segment(
+                answer.token_ids + rest.token_ids,
+                answer.logprobs + rest.logprobs,
+                answer.versions + rest.versions,
+                rest.finish_reason,
+            )
         out.add(answer)
         truncated = answer.finish_reason == "length"
         return out.finish(answer.finish_reason, truncated=truncated, interrupted=interrupted)
