@@ -17,8 +17,9 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from scalerl.demo.model import build_random_model
 from scalerl.demo.tokenizer import THINK_END, build_tokenizer
-from scalerl.generator.engine import GenerationEngine
+from scalerl.generator.engine import DEFAULT_PHRASE, EngineConfig, GenerationEngine
 from scalerl.ports import free_port
+from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
 from scalerl.sync import SyncGroup, WeightSender, connect
 
@@ -126,6 +127,34 @@ def check_swap(
     return True
 
 
+def thinking_engine(
+    path: Path, run_dir: Path, temperature: float, plan: InterruptionPlan
+) -> EngineConfig:
+    """The engine the generator tests run on `path` (a thinking model)."""
+    return EngineConfig(
+        model_path=str(path),
+        dtype="float32",
+        fp32_lm_head=False,
+        max_model_len=512,
+        temperature=temperature,
+        seed=0,
+        phrase=DEFAULT_PHRASE,
+        plan=plan,
+        run_dir=str(run_dir),
+    )
+
+
+def assert_logprobs_match(
+    reference: PreTrainedModel, samples: list[Sample], prompt: list[int], temperature: float
+) -> None:
+    """Every sampled token's log-prob is the reference model's (injected ones are skipped)."""
+    for sample in samples:
+        expected = hf_logprobs(reference, prompt, sample.completion_ids, temperature=temperature)
+        got = torch.tensor(sample.logprobs)
+        sampled = torch.tensor(sample.loss_mask, dtype=torch.bool)
+        torch.testing.assert_close(got[sampled], expected[sampled], atol=1e-4, rtol=0)
+
+
 class Kit:
     """The helpers above, plus a directory for models and engine runs."""
 
@@ -135,6 +164,8 @@ class Kit:
     join_as_trainer = staticmethod(join_as_trainer)
     push_weights = staticmethod(push_weights)
     check_swap = staticmethod(check_swap)
+    thinking_engine = staticmethod(thinking_engine)
+    assert_logprobs_match = staticmethod(assert_logprobs_match)
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -53,30 +53,13 @@ class Harness:
     kit: Any  # conftest.Kit
 
     def assert_matches_reference(self, samples: list[Sample], prompt: list[int]) -> None:
-        """Every sampled token's log-prob is the reference model's (injected ones are skipped)."""
-        for sample in samples:
-            expected = self.kit.hf_logprobs(
-                self.reference, prompt, sample.completion_ids, temperature=TEMPERATURE
-            )
-            got = torch.tensor(sample.logprobs)
-            sampled = torch.tensor(sample.loss_mask, dtype=torch.bool)
-            torch.testing.assert_close(got[sampled], expected[sampled], atol=1e-4, rtol=0)
+        self.kit.assert_logprobs_match(self.reference, samples, prompt, TEMPERATURE)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def harness(kit: Any) -> AsyncIterator[Harness]:
     path = kit.make_thinking_model(kit.root / "thinking")
-    config = EngineConfig(
-        model_path=str(path),
-        dtype="float32",
-        fp32_lm_head=False,
-        max_model_len=512,
-        temperature=TEMPERATURE,
-        seed=0,
-        phrase=DEFAULT_PHRASE,
-        plan=PLAN,
-        run_dir=str(kit.root / "engine-run"),
-    )
+    config = kit.thinking_engine(path, kit.root / "engine-run", TEMPERATURE, PLAN)
     engine = GenerationEngine(config, version=FIRST_VERSION)
     seconds = await engine.start()
     print(f"\nengine start: {seconds:.1f} s")

@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-import torch
 from transformers import PreTrainedModel
 
 from scalerl.demo.model import build_random_model
 from scalerl.demo.tokenizer import build_tokenizer
-from scalerl.generator.engine import DEFAULT_PHRASE, EngineConfig, GenerationEngine
+from scalerl.generator.engine import GenerationEngine
 from scalerl.generator.inproc import Colocation
 from scalerl.recipe.interruption import InterruptionPlan
 
@@ -45,29 +44,14 @@ class Colocated:
         return await asyncio.to_thread(self.colocation.load, weights, version, 30.0)
 
     def assert_matches_reference(self, samples: list[Any], prompt: list[int]) -> None:
-        for sample in samples:
-            expected = self.kit.hf_logprobs(
-                self.reference, prompt, sample.completion_ids, temperature=TEMPERATURE
-            )
-            sampled = torch.tensor(sample.loss_mask, dtype=torch.bool)
-            got = torch.tensor(sample.logprobs)
-            torch.testing.assert_close(got[sampled], expected[sampled], atol=1e-4, rtol=0)
+        self.kit.assert_logprobs_match(self.reference, samples, prompt, TEMPERATURE)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def colocated(kit: Any) -> AsyncIterator[Colocated]:
     path = kit.make_thinking_model(kit.root / "thinking-inproc")
-    config = EngineConfig(
-        model_path=str(path),
-        dtype="float32",
-        fp32_lm_head=False,
-        max_model_len=512,
-        temperature=TEMPERATURE,
-        seed=0,
-        phrase=DEFAULT_PHRASE,
-        plan=InterruptionPlan(thinking_budget=16, answer_budget=12, window=(8, 16)),
-        run_dir=str(kit.root / "inproc-run"),
-    )
+    plan = InterruptionPlan(thinking_budget=16, answer_budget=12, window=(8, 16))
+    config = kit.thinking_engine(path, kit.root / "inproc-run", TEMPERATURE, plan)
     colocation = Colocation()
     engine = GenerationEngine(config, version=0, colocation=colocation)
     await engine.start()
