@@ -38,7 +38,7 @@ bench: setup
 	$(BIN)/python bench/update_bench.py
 	$(BIN)/python bench/stability_bench.py
 	$(BIN)/python bench/trainer_bench.py
-	$(BIN)/python bench/trl_bench.py
+	$(BIN)/python bench/trl_bench.py --eval-every 5
 
 # The ScaleRLRun CRD, generated from scalerl/spec.py, for kubectl and for the chart
 # (tests/operator/test_crd.py fails when either is stale).

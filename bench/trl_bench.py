@@ -66,10 +66,10 @@ What TRL cannot match (differences the comparison includes, by design):
     norms from weight decay;
   - ours evaluates with vLLM (two-phase length control), TRL with HF `generate`: the same
     distribution for completions that close </think> within the thinking budget (all of them here);
-  - each system's target is its own start + gain. Both starts measure the same base model, yet
-    ours read 0.161-0.165 in every run and HF sampling 0.19 (0.180-0.207 over six seeds; the model's
-    exact probability of the right completion is 0.187): ours' lower start lowers its target a
-    little, which if anything favours us.
+  - each system's target is its own start + gain. All three starts measure the same base model:
+    HF sampling reads 0.19 (0.180-0.207 over six seeds; the model's exact probability of the right
+    completion is 0.187), ours 0.188-0.194. (Before a sample became one engine request, the
+    disaggregated mode read 0.161-0.165 in every run; the cause was not found.)
 """
 
 from __future__ import annotations
