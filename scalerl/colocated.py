@@ -1,5 +1,5 @@
 """The colocated process (`scalerl colocated`, `spec.placement: colocated`): the trainer and one
-vLLM engine in one process, taking turns on its device.
+vLLM engine in one process, sharing its device.
 
 The trainer runs on the main thread exactly as in its own process (`scalerl.trainer.main`), and
 the generator on a second thread with its asyncio loop (`scalerl.generator.main`), its engine in
@@ -13,9 +13,10 @@ this process (`scalerl.generator.inproc`). What changes is only how they meet:
   weights and KV cache released) while the trainer steps; on a CPU the engine samples on one
   core while the trainer steps on the others. Weight loads always come between engine steps.
 
-The recipe is unchanged. PipelineRL-k: the engine keeps sampling the next batch's groups between
-steps, in-flight sequences continue on the new weights, and groups more than k versions old are
-dropped. PPO-off-policy-k: k batches from one policy, k steps, one hand-over.
+The recipe is unchanged. PipelineRL-k: the engine samples the next batch while (CPU) or between
+(GPU) steps, sequences in flight at a weight load continue on the new weights, and groups more
+than k versions old are dropped. PPO-off-policy-k: k batches from one policy, k steps, one load.
+A process killed by a signal takes its engine with it: there is no engine process to orphan.
 """
 
 from __future__ import annotations
