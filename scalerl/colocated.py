@@ -34,7 +34,7 @@ from scalerl.environment import ProcessEnv
 from scalerl.errors import ScaleRLError
 from scalerl.generator.inproc import Colocation
 from scalerl.metrics import GeneratorMetrics
-from scalerl.rollout.pipe import GENERATOR, GeneratorEnd, Pipe
+from scalerl.rollout.pipe import GENERATOR, GeneratorEnd, pipe
 from scalerl.rollout.records import Failure, Stop
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.trainer.main import build_trainer
@@ -55,13 +55,13 @@ def main() -> None:
 def run_colocated(run: ScaleRLRun, env: ProcessEnv) -> None:
     """Train to the end of the run with the engine on a second thread; raises what failed."""
     colocation = colocation_here()
-    pipe = Pipe()
-    trainer = build_trainer(run, env, Ranks(), channel=pipe.trainer, colocation=colocation)
+    trainer_end, generator_end = pipe()
+    trainer = build_trainer(run, env, Ranks(), channel=trainer_end, colocation=colocation)
     # One /metrics for the process: the generator's series join the trainer's registry.
     metrics = GeneratorMetrics(run.name, alongside=trainer.metrics)
     engine = threading.Thread(
         target=_engine_thread,
-        args=(run, env, pipe.generator, metrics, colocation),
+        args=(run, env, generator_end, metrics, colocation),
         name="scalerl-engine",
         daemon=True,  # a wedged engine must not keep a failed process alive
     )

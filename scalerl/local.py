@@ -192,16 +192,13 @@ class LocalRun:
         gang = Gang()
         logs = self.out / "logs"
         ports = {role: free_port() for role in roles(spec)}
-        if spec.colocated:
-            env = ProcessEnv(**base, metrics_port=ports[LEADER])
-            gang.start(LEADER, "colocated", env, logs / f"{LEADER}.log")
-        else:
-            for r in range(trainers):
-                env = ProcessEnv(**base, metrics_port=ports[f"trainer-{r}"], trainer_rank=r)
-                gang.start(f"trainer-{r}", "trainer", env, logs / f"trainer-{r}.log")
-            for g in range(count):
-                env = ProcessEnv(**base, metrics_port=ports[f"generator-{g}"], generator_index=g)
-                gang.start(f"generator-{g}", "generator", env, logs / f"generator-{g}.log")
+        for r in range(trainers):  # colocated: one, which holds the engine too
+            env = ProcessEnv(**base, metrics_port=ports[f"trainer-{r}"], trainer_rank=r)
+            command = "colocated" if spec.colocated else "trainer"
+            gang.start(f"trainer-{r}", command, env, logs / f"trainer-{r}.log")
+        for g in range(0 if spec.colocated else count):
+            env = ProcessEnv(**base, metrics_port=ports[f"generator-{g}"], generator_index=g)
+            gang.start(f"generator-{g}", "generator", env, logs / f"generator-{g}.log")
         processes = {
             role: {"pid": proc.pid, "metrics": f"http://127.0.0.1:{ports[role]}/metrics"}
             for role, proc in gang.processes.items()

@@ -383,7 +383,7 @@ class RunSpec(_Model):
         "disaggregated",
         description="disaggregated: a process (pod) per trainer rank and generator, weights "
         "broadcast. colocated: one process (pod) holds the trainer and one vLLM engine, which "
-        "take turns on its devices; weights move in memory.",
+        "share its device; weights move in memory.",
     )
     suspend: Bool = False
     seed: Int = Field(0, ge=0, le=2**32 - 1)

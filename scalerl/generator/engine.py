@@ -159,7 +159,7 @@ class GenerationEngine:
         if self.colocation is None:
             self._llm = AsyncLLM.from_engine_args(self._engine_args())
         else:
-            self._llm = self.colocation.start_engine(self, self._engine_args())
+            self._llm = self.colocation.start_engine(self._engine_args())
         try:
             await self._control(self._llm.update_weight_version(str(self.version)), "labelling")
             self._length = self._length_control(self._llm.get_tokenizer())
@@ -167,15 +167,15 @@ class GenerationEngine:
             await self.shutdown()
             raise
         if self.colocation is not None:
-            self.colocation.started.set()
+            self.colocation.ready(self)
         return time.monotonic() - started
 
     def _engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
 
         config = self.config
-        colocated = self.colocation is not None
-        return (EngineArgs if colocated else AsyncEngineArgs)(
+        colocation = self.colocation
+        return (AsyncEngineArgs if colocation is None else EngineArgs)(
             model=str(config.model_path),
             dtype=config.dtype,
             seed=config.seed,
@@ -188,7 +188,7 @@ class GenerationEngine:
             hf_overrides={"head_dtype": "float32"} if config.fp32_lm_head else {},
             disable_log_stats=True,
             # Colocated on a GPU: the engine's memory is released while the trainer steps.
-            enable_sleep_mode=colocated and self.colocation.sleep,  # type: ignore[union-attr]
+            enable_sleep_mode=colocation is not None and colocation.sleep,
         )
 
     def _length_control(self, tokenizer: Any) -> LengthControl:
@@ -357,13 +357,11 @@ class GenerationEngine:
         assert isinstance(llm, InprocLLM), "only an in-process engine loads weights in memory"
         started = time.monotonic()
         try:
-            applied = llm.engine.collective_rpc("load_weights_in_memory", args=(weights, version))
+            llm.engine.collective_rpc("load_weights_in_memory", args=(weights,))
         except Exception as err:
             raise WeightSyncError(
                 f"loading weights of version {version} in memory failed: {_worker_message(err)}"
             ) from err
-        if list(applied) != [version] * len(applied):
-            raise WeightSyncError(f"the engine loaded versions {applied}, expected {version}")
         llm.engine.set_weight_version(str(version))
         self.version = version
         return time.monotonic() - started

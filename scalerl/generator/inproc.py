@@ -183,12 +183,16 @@ class Colocation:
     # samples the next batch while the trainer steps on the other cores, as PipelineRL overlaps
     # them across processes. Weight loads always take the device.
     exclusive: bool = True
-    engine: GenerationEngine | None = None  # set when the engine starts
-    started: threading.Event = field(default_factory=threading.Event)  # ... and once it has
+    engine: GenerationEngine | None = None  # once it has started
+    started: threading.Event = field(default_factory=threading.Event)
 
-    def start_engine(self, engine: GenerationEngine, engine_args: Any) -> InprocLLM:
-        self.engine = engine
+    def start_engine(self, engine_args: Any) -> InprocLLM:
         return InprocLLM.from_engine_args(engine_args, self.turnstile)
+
+    def ready(self, engine: GenerationEngine) -> None:
+        """The engine has started: the trainer may load weights into it."""
+        self.engine = engine
+        self.started.set()
 
     def train(self) -> AbstractContextManager[None]:
         """The device for a training step: the engine stops stepping (and sleeps, on a GPU),

@@ -58,6 +58,15 @@ class Segment:
         )
         return head, tail
 
+    def then(self, more: Segment) -> Segment:
+        """This segment continued by `more` (its finish is the end's)."""
+        return Segment(
+            self.token_ids + more.token_ids,
+            self.logprobs + more.logprobs,
+            self.versions + more.versions,
+            more.finish_reason,
+        )
+
 
 # (prompt ids, max new tokens, stop token ids) -> the request's output.
 Sampler = Callable[[list[int], int, Sequence[int]], Awaitable[Segment]]
@@ -151,13 +160,7 @@ class LengthControl:
             answer = answer.split(room)[0]
         elif answer.finish_reason == "length" and len(answer.token_ids) < room:
             so_far = prompt_ids + out.ids + answer.token_ids
-            rest = await sampler(so_far, room - len(answer.token_ids), self.eos_ids)
-            answer = Segment(
-                answer.token_ids + rest.token_ids,
-                answer.logprobs + rest.logprobs,
-                answer.versions + rest.versions,
-                rest.finish_reason,
-            )
+            answer = answer.then(await sampler(so_far, room - len(answer.token_ids), self.eos_ids))
         out.add(answer)
         truncated = answer.finish_reason == "length"
         return out.finish(answer.finish_reason, truncated=truncated, interrupted=interrupted)

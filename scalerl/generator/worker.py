@@ -12,6 +12,7 @@ group is a separate process-group object built by `scalerl.sync.connect`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from scalerl.errors import WeightSyncError
@@ -49,17 +50,16 @@ class WeightSyncExtension:
                 f"the trainer sent version {version} but version {expected_version} was "
                 "announced; keeping the previous weights"
             )
+        self.load_weights_in_memory(named)
+        return version
+
+    def load_weights_in_memory(self, named: Iterable[tuple[str, Any]]) -> None:
+        """Load `(name, tensor)` pairs in place: received ones, or in the colocated mode the
+        trainer's own, handed over in this process."""
         # HF checkpoint names; vLLM fuses q/k/v and gate/up itself. `reload_weights` is the
         # worker's wrapper that sets the vLLM config context (plain `load_weights` fails on CPU).
         worker: Any = self
         worker.reload_weights(weights_iterator=iter(named), is_checkpoint_format=True)
-        return version
-
-    def load_weights_in_memory(self, named: list[tuple[str, Any]], version: int) -> int:
-        """Load tensors handed over in this process (the colocated mode); return `version`."""
-        worker: Any = self
-        worker.reload_weights(weights_iterator=iter(named), is_checkpoint_format=True)
-        return version
 
     def close_weight_sync(self) -> None:
         """Leave the sync group, if joined; safe to call twice."""

@@ -1,7 +1,7 @@
 """The rollout stream inside one process: the colocated mode's trainer and generator, on two
 threads, exchange the same messages as over ZeroMQ (`scalerl.rollout.stream`), as objects.
 
-`Pipe.trainer` and `Pipe.generator` offer the methods of `TrainerChannel` and `GeneratorChannel`
+`pipe()`'s two ends offer the methods of `TrainerChannel` and `GeneratorChannel`
 that the trainer and generator call, so neither knows which stream it talks over. Nothing is
 encoded: a rollout group reaches the trainer as the object the generator built.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import queue
 import time
-from dataclasses import dataclass, field
 
 from scalerl.errors import PeerError
 from scalerl.rollout.records import Hello, Message
@@ -83,15 +82,8 @@ class GeneratorEnd:
         pass
 
 
-@dataclass
-class Pipe:
-    up: queue.Queue[Message] = field(default_factory=queue.Queue)  # generator -> trainer
-    down: queue.Queue[Message] = field(default_factory=queue.Queue)  # trainer -> generator
-
-    @property
-    def trainer(self) -> TrainerEnd:
-        return TrainerEnd(self.up, self.down)
-
-    @property
-    def generator(self) -> GeneratorEnd:
-        return GeneratorEnd(self.up, self.down)
+def pipe() -> tuple[TrainerEnd, GeneratorEnd]:
+    """The trainer's end and the generator's end of one stream."""
+    up: queue.Queue[Message] = queue.Queue()  # generator -> trainer
+    down: queue.Queue[Message] = queue.Queue()  # trainer -> generator
+    return TrainerEnd(up, down), GeneratorEnd(up, down)
