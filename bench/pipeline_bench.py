@@ -45,10 +45,12 @@ def run_mode(name: str, recipe: dict[str, object], steps: int, work: Path) -> di
     total = time.monotonic() - started
     last = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()][-1]
     units = spec["generators"]["replicas"] + 1
-    train_wall = last["compute"] * 3600 / units
+    train_wall = last["compute"] * 3600 / units  # training only: no start-up, no evaluations
+    generation = last["generation"]
+    uptime = generation["generation_seconds"]
     return {
-        "samples_per_s": last["generated_samples"] / last["generation_seconds"],
-        "idle_fraction": last["generator_idle_fraction"],
+        "samples_per_s": generation["generated_samples"] / uptime,
+        "idle_fraction": generation["generator_idle_seconds"] / uptime,
         "steps_per_s": last["step"] / train_wall,
         "pass_rate": last["pass_rate"],
         "wall_s": total,

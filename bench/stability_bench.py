@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from scalerl.trainer.history import read_history
+from scalerl.status.history import read_history
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "chat-arith.yaml"

@@ -51,27 +51,28 @@ def profile(steps: int, algorithm: str, placement: str, work: Path) -> dict[str,
 
 def table(last: dict[str, Any]) -> list[str]:
     steps = max(int(last["step"]), 1)
-    wall = last["trainer_wall_seconds"]
-    running = wall - last["trainer_start_seconds"]
+    trainer, generation = last["trainer_seconds"], last["generation"]
+    wall = trainer["wall"]
+    running = wall - trainer["start"]
     lines = [
         f"trainer 0: {wall:.1f} s, of which {running:.1f} s for {steps} steps after start-up "
         f"({running / steps:.2f} s/step)"
     ]
     lines.append(f"  {'phase':<18} {'seconds':>8} {'s/step':>7} {'share':>6}")
     for phase in (*PHASES, "other"):
-        seconds = last[f"trainer_{phase}_seconds"]
+        seconds = trainer[phase]
         share = seconds / wall
         lines.append(f"  {phase:<18} {seconds:>8.1f} {seconds / steps:>7.3f} {share:>6.1%}")
-    uptime = last["generation_seconds"]
+    uptime = generation["generation_seconds"]
     lines.append(f"generators (mean of each): {uptime:.1f} s up")
-    busy = uptime - last["generator_idle_seconds"]
+    busy = uptime - generation["generator_idle_seconds"]
     lines.append(f"  {'generating':<18} {busy:>8.1f} {busy / steps:>7.3f} {busy / uptime:>6.1%}")
     for part in GENERATOR_PARTS:
-        seconds = last[f"generator_{part}_seconds"]
+        seconds = generation[f"generator_{part}_seconds"]
         lines.append(
             f"  {part:<18} {seconds:>8.1f} {seconds / steps:>7.3f} {seconds / uptime:>6.1%}"
         )
-    rate = last["generated_samples"] / uptime
+    rate = generation["generated_samples"] / uptime
     lines.append(f"samples generated/s {rate:.1f}; held-out pass rate {last['pass_rate']:.3f}")
     return lines
 

@@ -18,16 +18,17 @@ PLAIN_EVERY_S = 10.0
 
 
 def describe(progress: dict[str, Any]) -> str:
+    """progress.json (`scalerl.status.history.Progress`) in one line."""
+    train = progress.get("train") or {}
     parts = []
-    for key, label, fmt in (
-        ("pass_rate", "train", "{:.2f}"),
-        ("eval_pass_rate", "eval", "{:.2f}"),
-        ("truncation_rate", "trunc", "{:.1%}"),
-        ("policy_lag", "lag", "{:.1f}"),
-        ("entropy", "entropy", "{:.2f}"),
-        ("compute", "compute", "{:.3g}h"),
+    for value, label, fmt in (
+        (progress.get("eval_pass_rate"), "held-out", "{:.2f}"),
+        (train.get("pass_rate"), "train", "{:.2f}"),
+        (train.get("truncation_rate"), "trunc", "{:.1%}"),
+        (train.get("policy_lag"), "lag", "{:.1f}"),
+        (train.get("entropy"), "entropy", "{:.2f}"),
+        (progress.get("compute"), "compute", "{:.3g}h"),
     ):
-        value = progress.get(key)
         if value is not None:
             parts.append(f"{label} {fmt.format(value)}")
     return "  ".join(parts)

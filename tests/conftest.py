@@ -8,10 +8,13 @@ single-token `</think>` and a chat template.
 from __future__ import annotations
 
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from history_rows import history_row, impossible_rows
+
+from scalerl.status.history import HistoryRow
 
 USER_EOS, USER_PAD, USER_UNK = "<eos>", "<pad>", "<unk>"
 USER_END_OF_TURN = "<|end|>"  # a second EOS, listed only in generation_config.json
@@ -95,18 +98,18 @@ def chat_template() -> str:
     return CHAT_TEMPLATE
 
 
-@pytest.fixture
-def history_entry() -> Callable[..., dict[str, object]]:
-    """`history_entry(step, compute, pass_rate=0.3)`: one evaluation as the trainer records it."""
+@pytest.fixture(name="history_row")
+def history_row_fixture() -> Callable[..., HistoryRow]:
+    """`history_row(step, compute, pass_rate=0.3)`: one evaluation as the trainer records it."""
+    return history_row
 
-    def make(step: int, compute: float, pass_rate: float = 0.3) -> dict[str, object]:
-        return {
-            "step": step,
-            "version": step,
-            "compute": compute,
-            "pass_rate": pass_rate,
-            "eval_truncation_rate": 0.01,
-            "loss": 0.1,
-        }
 
-    return make
+@pytest.fixture(scope="session", autouse=True)
+def every_history_counts_whole_samples(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """After the session: every run any test made has held-out pass rates that count samples."""
+    yield
+    base = tmp_path_factory.getbasetemp()
+    bad = [line for path in sorted(base.rglob("history.jsonl")) for line in impossible_rows(path)]
+    assert not bad, "\n".join(bad)

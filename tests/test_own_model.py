@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from scalerl.demo.arith import SYSTEM_PROMPT
-from scalerl.trainer.history import read_history
+from scalerl.status.history import read_history
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "chat-arith.yaml"
 # Measured on 2 cores: the base is at ~0.2 and the example's run ends near ~0.6; a rise of at

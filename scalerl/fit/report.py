@@ -12,6 +12,7 @@ import numpy as np
 from scalerl.errors import ScaleRLError
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.plot import plot_fit
+from scalerl.spec import BudgetSpec
 
 FIT_FILE = "fit.json"
 PLOT_FILE = "curve.png"
@@ -19,19 +20,23 @@ BACKTEST_MIN_EVALUATIONS = 8
 
 
 def write_fit(
-    history: list[dict[str, Any]], out: Path, *, min_compute: float | None, budget: float
+    history: list[dict[str, Any]], out: Path, *, min_compute: float | None, budget: BudgetSpec
 ) -> dict[str, Any]:
     """Fit the evaluations so far; write fit.json and curve.png in `out`; return fit.json's data.
 
-    `predictedAtBudget` is the curve at the run's compute budget: where the run will end.
+    `predictedAtBudget` is the curve where the run will end: at the compute of the first budget it
+    hits (`budget`; maxSteps at the run's compute per step so far, or maxComputeHours), which is
+    `budget` in fit.json and `budgetLimit` names.
     """
     compute = np.array([e["compute"] for e in history], dtype=float)
     pass_rate = np.array([e["pass_rate"] for e in history], dtype=float)
     result = fit_curve(compute, pass_rate, min_compute=min_compute)
+    end, limit = budget.end(int(history[-1]["step"]), float(compute[-1]))
     report = {
         **result.to_dict(),
-        "predictedAtBudget": result.predict(budget),
-        "budget": budget,
+        "predictedAtBudget": result.predict(end),
+        "budget": end,
+        "budgetLimit": limit,
         "evaluations": len(history),
         "lastStep": history[-1].get("step"),
         "backtest": backtest(compute, pass_rate, min_compute),
@@ -39,7 +44,7 @@ def write_fit(
     tmp = out / (FIT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out / FIT_FILE)
-    plot_fit(result, compute, pass_rate, out / PLOT_FILE, predict_to=budget)
+    plot_fit(result, compute, pass_rate, out / PLOT_FILE, predict_to=end)
     return report
 
 

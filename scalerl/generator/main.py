@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from scalerl.environment import ProcessEnv
 from scalerl.errors import DataError, PeerError, ScaleRLError, WeightSyncError
@@ -52,10 +52,21 @@ from scalerl.rollout.records import (
 )
 from scalerl.rollout.stream import GeneratorChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
+from scalerl.status.history import PromptScore
 
 log = logging.getLogger("scalerl.generator")
 T = TypeVar("T")
 Channel = GeneratorChannel | GeneratorEnd  # to trainer 0, or to the trainer thread (colocated)
+
+
+def score(example: Example, samples: list[Sample]) -> PromptScore:
+    """What one held-out prompt scored: samples, passes (`Sample.passed`), truncations."""
+    return PromptScore(
+        prompt_id=example.id,
+        samples=len(samples),
+        correct=sum(s.passed for s in samples),
+        truncated=sum(s.truncated for s in samples),
+    )
 
 
 def engine_config(spec: RunSpec, env: ProcessEnv, max_model_len: int) -> EngineConfig:
@@ -248,26 +259,42 @@ class Generator:
         self.grant_quota()
 
     async def evaluate(self, command: Evaluate) -> None:
+        """Sample k completions of every held-out prompt and report what each prompt scored."""
         k = self.spec.evaluation.generations_per_prompt
         self.tally.begin()
         try:
             groups = await asyncio.gather(*(self.sample_group(e, k) for e in self.validation))
         finally:
             self.tally.end()
-        samples = [s for g in groups for s in g]
         result = EvalResult(
             step=command.step,
             version=command.version,
             generator=self.index,
-            prompts=len(groups),
-            samples=len(samples),
-            pass_sum=float(sum(s.reward > 0 for s in samples)),
-            truncated=sum(s.truncated for s in samples),
-            tokens=sum(len(s.completion_ids) for s in samples),
+            scores=[score(e, g) for e, g in zip(self.validation, groups, strict=True)],
+            tokens=sum(len(s.completion_ids) for g in groups for s in g),
+            completions=self.readable(groups),
         )
         for message in (self.stats(), result):  # stats first: the trainer records both
             while not self.channel.try_send(message):
                 await asyncio.sleep(0.005)
+
+    def readable(self, groups: list[list[Sample]]) -> list[dict[str, Any]]:
+        """The first `evaluation.logCompletions` completions of this generator's share, decoded
+        (one per prompt in turn, so they cover as many prompts as they can)."""
+        wanted = self.spec.evaluation.log_completions
+        pairs = [(e, g[0]) for e, g in zip(self.validation, groups, strict=True) if g][:wanted]
+        return [
+            {
+                "prompt_id": example.id,
+                "prompt": example.prompt,
+                "completion": self.tokens.tokenizer.decode(sample.completion_ids),
+                "answer": example.answer,
+                "reward": sample.reward,
+                "passed": sample.passed,
+                "truncated": sample.truncated,
+            }
+            for example, sample in pairs
+        ]
 
     def stats(self) -> GeneratorStats:
         t = self.tally
@@ -378,7 +405,7 @@ class Generator:
 async def serve(env: ProcessEnv) -> None:
     """The generator process: its own /metrics, the rollout stream to trainer 0, its engine."""
     run = load_run(env.spec)
-    metrics = GeneratorMetrics(run.name)
+    metrics = GeneratorMetrics(run.namespace, run.name)
     metrics.serve(env.metrics_port, env.bind_host)
     keys = StreamKeys.load(env.stream_keys, GENERATOR_FILES) if env.stream_keys else None
     channel = GeneratorChannel(

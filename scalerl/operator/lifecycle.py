@@ -385,6 +385,13 @@ def stop(ctx: Context, run_obj: dict[str, Any], reason: str) -> None:
         ctx.emit(run_obj, WARNING, "PredictedBelowTarget", message)
 
 
+def fitted(kept: int, count: int) -> str:
+    """What a fit of status.evaluations reads: all evaluations, or the thinned ones."""
+    if kept >= count:
+        return f"{count} evaluations"
+    return f"{kept} of {count} evaluations (status.evaluations, thinned evenly on log compute)"
+
+
 def start_fit(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any]) -> None:
     """One fit Job at a time: the next waits until the previous one finished."""
     status = status_of(run_obj)
@@ -392,11 +399,12 @@ def start_fit(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any]) -> None:
     if children.fit_job_active(ctx.kube, ctx.owner, jobs):
         return
     count = int(status.get("evaluationCount", 0))
+    kept = len(status.get("evaluations") or [])
     created = children.create_fit_job(ctx.kube, run, ctx.owner, jobs + 1, ctx.images)
     fields = {"fit": {"jobs": jobs + 1, "evaluations": count}}
     if transition(ctx.status, lambda s: fit_jobs(s) == jobs, fields=fields) and created:
         name = names.fit_job(ctx.owner.name, jobs + 1)
-        ctx.emit(run_obj, NORMAL, "FitStarted", f"Job {name} fits {count} evaluations")
+        ctx.emit(run_obj, NORMAL, "FitStarted", f"Job {name} fits {fitted(kept, count)}")
 
 
 def cleanup(ctx: Context, run_obj: dict[str, Any]) -> int:

@@ -18,9 +18,16 @@ PREDICTED = "Predicted"
 
 
 def predict(
-    evaluations: list[dict[str, Any]], *, min_compute: float, budget: float, **fit_options: Any
+    evaluations: list[dict[str, Any]],
+    *,
+    min_compute: float,
+    budget: BudgetSpec,
+    **fit_options: Any,
 ) -> dict[str, Any]:
-    """status.prediction from status.evaluations; FitError/DataError when no fit can be made."""
+    """status.prediction from status.evaluations; FitError/DataError when no fit can be made.
+
+    `predictedAtBudget` is at the run's end: the first budget it will hit (`BudgetSpec.end`).
+    """
     from scalerl.fit import fit_curve  # late: scipy, only in the fit Job
 
     points = sorted(evaluations, key=lambda e: e["computeHours"])
@@ -34,15 +41,19 @@ def predict(
     )
     fitted = result.to_dict()
     interval = fitted["A_interval"]
+    last = points[-1]
+    end, limit = budget.end(int(last["step"]), float(last["computeHours"]))
     return {
         "A": round_value(fitted["A"]),
         "B": round_value(fitted["B"]),
         "C_mid": round_value(fitted["C_mid"]),
         "R0": round_value(fitted["R0"]),
         "A_interval": None if interval is None else [round_value(v) for v in interval],
-        "predictedAtBudget": round_value(result.predict(budget)),
-        "budget": budget,
+        "predictedAtBudget": round_value(result.predict(end)),
+        "budget": round_value(end),
+        "budgetLimit": limit,
         "points": int(fitted["points"]),
+        "evaluations": len(points),
         "fittedAt": now_rfc3339(),
     }
 
@@ -52,8 +63,10 @@ def describe(prediction: dict[str, Any]) -> str:
     band = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
     return (
         f"A={prediction['A']:.3f}{band} C_mid={prediction['C_mid']:.4g} "
-        f"B={prediction['B']:.2f} from {prediction['points']} points; "
-        f"{prediction['predictedAtBudget']:.3f} predicted at budget {prediction['budget']:.4g}"
+        f"B={prediction['B']:.2f} from {prediction['points']} points past fit.minCompute of "
+        f"{prediction['evaluations']} in status.evaluations; "
+        f"{prediction['predictedAtBudget']:.3f} predicted at the run's end "
+        f"({prediction['budgetLimit']}, compute {prediction['budget']:.4g})"
     )
 
 
@@ -86,7 +99,7 @@ def _predict_run(
     spec = parse_run(run).spec  # a run whose spec no longer parses gets no fit (SpecError)
     evaluations = (run.get("status") or {}).get("evaluations") or []
     floor = spec.fit.min_compute if min_compute is None else min_compute
-    return predict(evaluations, min_compute=floor, budget=spec.budget.max_compute_hours, **options)
+    return predict(evaluations, min_compute=floor, budget=spec.budget, **options)
 
 
 def _conditions(run: dict[str, Any], ok: bool, reason: str, message: str) -> dict[str, Any] | None:

@@ -211,11 +211,15 @@ def _progress() -> dict[str, Any]:
             "policyVersion": _int("Version of the weights generators sample with."),
             "maxSteps": _int("spec.budget.maxSteps as the trainer read it."),
             "computeHours": _num("Compute spent (GPU-hours; suspended time excluded)."),
-            "passRate": _num("Train pass rate of the last batch."),
-            "evalPassRate": _num("Held-out pass rate of the last evaluation.", nullable=True),
+            "evalPassRate": _num(
+                "Held-out mean@k pass rate of the last evaluation.", nullable=True
+            ),
+            "trainPassRate": _num(
+                "Pass rate of the last training batch (reward > 0 and not truncated)."
+            ),
             "truncationRate": _num("Fraction of the last batch's samples cut at the budget."),
-            "entropy": _num("Mean token entropy of the last batch."),
-            "policyLag": _num("Mean policy lag (steps) of the last batch's tokens."),
+            "entropy": _num("Mean token entropy of the last trained batch."),
+            "policyLag": _num("Mean policy lag (steps) of the last trained batch's tokens."),
             "updatedAt": {"type": "string", "format": "date-time"},
         },
     }
@@ -233,7 +237,9 @@ def _evaluations() -> dict[str, Any]:
             "properties": {
                 "step": _int("Step of the evaluation."),
                 "computeHours": _num("Compute at the evaluation (GPU-hours)."),
-                "passRate": _num("Held-out mean@k pass rate."),
+                "passRate": _num("Held-out mean@k pass rate (correct / samples)."),
+                "passRateSE": _num("Standard error of passRate, from the per-prompt means."),
+                "samples": _int("Held-out samples scored (prompts x k)."),
                 "truncationRate": _num("Fraction of held-out samples cut at the budget."),
             },
         },
@@ -250,9 +256,22 @@ def _prediction() -> dict[str, Any]:
             "C_mid": _num("Compute (GPU-hours) at half of the gain from R0 to A."),
             "R0": _num("Pass rate at the start."),
             "A_interval": _interval("Bootstrap interval of A."),
-            "predictedAtBudget": _num("Predicted pass rate at spec.budget.maxComputeHours."),
-            "budget": _num("The compute budget predictedAtBudget refers to."),
-            "points": _int("Evaluations the fit used."),
+            "predictedAtBudget": _num(
+                "Predicted pass rate where the run will end: at the first budget it will hit."
+            ),
+            "budget": _num(
+                "The compute where the run will end (GPU-hours): maxComputeHours, or the compute "
+                "maxSteps will have taken at the run's compute per step so far."
+            ),
+            "budgetLimit": {
+                "type": "string",
+                "enum": ["maxSteps", "maxComputeHours"],
+                "description": "The budget the run will hit first.",
+            },
+            "points": _int("Evaluations the fit used (past fit.minCompute)."),
+            "evaluations": _int(
+                "Evaluations the fit read: status.evaluations, thinned evenly on log compute."
+            ),
             "fittedAt": {"type": "string", "format": "date-time"},
         },
     }

@@ -21,6 +21,7 @@ import msgpack
 import numpy as np
 
 from scalerl.errors import InputError
+from scalerl.status.history import PromptScore
 
 
 def _run_lengths(values: list[int]) -> list[int]:
@@ -110,6 +111,13 @@ class Sample:
     def __len__(self) -> int:
         return len(self.completion_ids)
 
+    @property
+    def passed(self) -> bool:
+        """The one definition of a pass (train, held-out, curriculum): a positive reward for a
+        completion that finished within its budgets. A truncated sample fails, whatever its
+        reward: it is left out of training, and counting it would reward running long."""
+        return self.reward > 0 and not self.truncated
+
     def _check_lengths(self) -> None:
         lengths = {len(self.logprobs), len(self.versions), len(self.loss_mask)}
         if lengths != {len(self.completion_ids)}:
@@ -174,10 +182,10 @@ class RolloutGroup:
 
     @property
     def pass_rate(self) -> float:
-        """Fraction of samples with a positive reward (0.0 for no samples)."""
+        """Fraction of samples that passed (`Sample.passed`; 0.0 for no samples)."""
         if not self.samples:
             return 0.0
-        return sum(s.reward > 0 for s in self.samples) / len(self.samples)
+        return sum(s.passed for s in self.samples) / len(self.samples)
 
     @property
     def completion_tokens(self) -> int:
@@ -216,23 +224,54 @@ class RolloutGroup:
 
 
 @dataclass
-class EvalResult(_Plain):
-    """One generator's share of an evaluation on held-out prompts (generator -> trainer)."""
+class EvalResult:
+    """One generator's share of an evaluation on held-out prompts (generator -> trainer): what
+    each of its prompts scored, and a few completions for a person to read when asked."""
 
     TYPE: ClassVar[str] = "eval_result"
     step: int
     version: int
     generator: int
-    prompts: int
-    samples: int
-    pass_sum: float  # sum of per-sample pass indicators; mean@k = pass_sum / samples
-    truncated: int
+    scores: list[PromptScore]
     tokens: int
-    mean_entropy: float | None = None  # mean per-token entropy, None when the engine gave none
+    completions: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def pass_rate(self) -> float:
-        return self.pass_sum / self.samples if self.samples else 0.0
+    def to_msg(self) -> dict[str, Any]:
+        return {
+            "type": self.TYPE,
+            "step": self.step,
+            "version": self.version,
+            "generator": self.generator,
+            "scores": [[s.prompt_id, s.samples, s.correct, s.truncated] for s in self.scores],
+            "tokens": self.tokens,
+            "completions": list(self.completions),
+        }
+
+    @classmethod
+    def from_msg(cls, msg: dict[str, Any]) -> EvalResult:
+        kind = cls.TYPE
+        rows = _field(msg, "scores", kind)
+        completions = _field(msg, "completions", kind)
+        if not isinstance(rows, list) or not all(_is_score(r) for r in rows):
+            raise InputError(f"{kind}.scores: expected [prompt id, samples, correct, truncated]")
+        if not isinstance(completions, list) or not all(isinstance(c, dict) for c in completions):
+            raise InputError(f"{kind}.completions: expected a list of maps")
+        return cls(
+            step=_check(_field(msg, "step", kind), int, f"{kind}.step"),
+            version=_check(_field(msg, "version", kind), int, f"{kind}.version"),
+            generator=_check(_field(msg, "generator", kind), int, f"{kind}.generator"),
+            scores=[PromptScore(*row) for row in rows],
+            tokens=_check(_field(msg, "tokens", kind), int, f"{kind}.tokens"),
+            completions=completions,
+        )
+
+
+def _is_score(row: Any) -> bool:
+    if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)):
+        return False
+    samples, correct, truncated = row[1:]
+    counts = all(_is_int(v) and v >= 0 for v in (samples, correct, truncated))
+    return counts and correct <= samples and truncated <= samples
 
 
 @dataclass

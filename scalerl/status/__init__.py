@@ -10,13 +10,12 @@ contract (`ProcessEnv.status`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from scalerl.errors import InputError
 from scalerl.status.conditions import Condition, set_condition
-
-if TYPE_CHECKING:
-    from scalerl.status.files import FileStatus
+from scalerl.status.files import FileStatus
+from scalerl.status.history import HistoryRow, Progress, PromptScore
 
 KUBERNETES = "kubernetes:"
 
@@ -27,11 +26,14 @@ class StatusSink(Protocol):
     def restore(self, evaluations: list[dict[str, Any]]) -> None:
         """After a resume: the evaluation history is exactly `evaluations` (later ones dropped)."""
 
-    def progress(self, progress: dict[str, Any]) -> None:
-        """The run's live progress (step, compute, last batch's metrics)."""
+    def progress(self, progress: Progress) -> None:
+        """The run's live progress (step, compute, last step's metrics)."""
 
-    def evaluation(self, entry: dict[str, Any]) -> None:
-        """One new held-out evaluation (step, compute, pass_rate, ...)."""
+    def evaluation(
+        self, row: HistoryRow, scores: list[PromptScore], completions: list[dict[str, Any]]
+    ) -> None:
+        """One new held-out evaluation: its history row, what each prompt scored, and the
+        completions kept for a person to read."""
 
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         """Set one condition (metav1.Condition shape, keyed by type)."""
@@ -40,21 +42,9 @@ class StatusSink(Protocol):
 def open_status(target: str, run_dir: Path) -> StatusSink:
     """`files` (local runs) or `kubernetes:<namespace>/<name>` (pods of the operator)."""
     if target == "files":
-        from scalerl.status.files import FileStatus
-
         return FileStatus(run_dir)
     if target.startswith(KUBERNETES):
         from scalerl.status.kubernetes import KubernetesStatus
 
         return KubernetesStatus.from_target(target.removeprefix(KUBERNETES), run_dir)
     raise InputError(f"status target {target!r} is not 'files' or 'kubernetes:<namespace>/<name>'")
-
-
-def __getattr__(name: str) -> Any:
-    # FileStatus reuses the trainer's file code, whose package imports torch: load it only when
-    # asked, so the operator and the fit Job can use the conditions and the cluster end without.
-    if name == "FileStatus":
-        from scalerl.status.files import FileStatus
-
-        return FileStatus
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

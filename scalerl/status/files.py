@@ -1,8 +1,8 @@
 """The local end of the status sink: files in the run directory.
 
-`history.jsonl` (one line per evaluation; the input of `scalerl fit`), `progress.json` (live
-progress, replaced atomically) and `status.json` (conditions), read by the local runner's display
-and by users.
+`history.jsonl` (one line per evaluation; the input of `scalerl fit`), `evaluations/` (what each
+evaluation scored, per prompt), `progress.json` (live progress, replaced atomically) and
+`status.json` (conditions), read by the local runner's display and by users.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from scalerl.status.conditions import set_condition
-from scalerl.trainer.history import RunFiles, atomic_write
+from scalerl.status.history import HistoryRow, Progress, PromptScore, RunFiles, atomic_write
 
 STATUS_FILE = "status.json"
 
@@ -26,11 +26,17 @@ class FileStatus:
     def restore(self, evaluations: list[dict[str, Any]]) -> None:
         self.files.rewrite_history(evaluations)
 
-    def progress(self, progress: dict[str, Any]) -> None:
-        self.files.write_progress(progress)
+    def progress(self, progress: Progress) -> None:
+        self.files.write_progress(progress.to_dict())
 
-    def evaluation(self, entry: dict[str, Any]) -> None:
-        self.files.append_history(entry)
+    def evaluation(
+        self, row: HistoryRow, scores: list[PromptScore], completions: list[dict[str, Any]]
+    ) -> None:
+        # The records first: a history row never points at an evaluation nobody can recount.
+        self.files.write_scores(row.step, scores)
+        if completions:
+            self.files.write_completions(row.step, completions)
+        self.files.append_history(row.to_dict())
 
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         updated = set_condition(self.conditions, type_, status, reason, message)

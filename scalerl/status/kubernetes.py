@@ -20,24 +20,14 @@ from typing import Any
 from scalerl.errors import InputError
 from scalerl.kube import Kube, KubeError, retrying
 from scalerl.status.conditions import now_rfc3339, set_condition
+from scalerl.status.files import FileStatus
+from scalerl.status.history import HistoryRow, Progress, PromptScore, TrainSummary
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "scalerl.dev/v1alpha1"
 KIND = "ScaleRLRun"
 EVALUATIONS_KEPT = 300
-# Trainer progress keys -> status.progress keys (the CRD's names).
-PROGRESS_KEYS = {
-    "step": "step",
-    "version": "policyVersion",
-    "max_steps": "maxSteps",
-    "compute": "computeHours",
-    "pass_rate": "passRate",
-    "eval_pass_rate": "evalPassRate",
-    "truncation_rate": "truncationRate",
-    "entropy": "entropy",
-    "policy_lag": "policyLag",
-}
 _INTEGERS = frozenset({"step", "policyVersion", "maxSteps"})
 
 Change = Callable[[dict[str, Any]], dict[str, Any] | None]
@@ -48,25 +38,42 @@ def round_value(value: float) -> float:
     return float(f"{value:.6g}")
 
 
-def status_progress(progress: dict[str, Any]) -> dict[str, Any]:
+def status_progress(progress: Progress) -> dict[str, Any]:
+    """status.progress (the CRD's names) from the trainer's progress."""
+    train = progress.train or TrainSummary()
+    values: dict[str, float | None] = {
+        "step": progress.step,
+        "policyVersion": progress.version,
+        "maxSteps": progress.max_steps,
+        "computeHours": progress.compute,
+        "evalPassRate": progress.eval_pass_rate,
+        "trainPassRate": train.pass_rate,
+        "truncationRate": train.truncation_rate,
+        "entropy": train.entropy,
+        "policyLag": train.policy_lag,
+    }
     out: dict[str, Any] = {"updatedAt": now_rfc3339()}
-    for key, name in PROGRESS_KEYS.items():
-        value = progress.get(key)
-        if isinstance(value, int | float) and math.isfinite(value):
+    for name, value in values.items():
+        if value is not None and math.isfinite(value):
             out[name] = int(value) if name in _INTEGERS else round_value(value)
     return out
 
 
 def status_evaluation(entry: dict[str, Any]) -> dict[str, Any]:
-    """One history entry (the trainer's keys) in the status's shape."""
+    """One history row (`HistoryRow` as a dict) in the status's shape; nothing that is not a
+    finite number reaches the API server (which refuses NaN)."""
     out = {
         "step": int(entry["step"]),
         "computeHours": round_value(float(entry["compute"])),
         "passRate": round_value(float(entry["pass_rate"])),
     }
-    truncation = entry.get("eval_truncation_rate")
-    if isinstance(truncation, int | float):
-        out["truncationRate"] = round_value(truncation)
+    for key, name in (("pass_rate_se", "passRateSE"), ("eval_truncation_rate", "truncationRate")):
+        value = entry.get(key)
+        if isinstance(value, int | float) and math.isfinite(value):
+            out[name] = round_value(value)
+    samples = entry.get("eval_samples")
+    if isinstance(samples, int):
+        out["samples"] = samples
     return out
 
 
@@ -166,7 +173,9 @@ def conditions_change(type_: str, status: bool, reason: str, message: str) -> Ch
 class KubernetesStatus:
     """StatusSink writing the run's status through the API (and its files on the volume)."""
 
-    def __init__(self, status: RunStatus, local: Any = None, keep: int = EVALUATIONS_KEPT) -> None:
+    def __init__(
+        self, status: RunStatus, local: FileStatus | None = None, keep: int = EVALUATIONS_KEPT
+    ) -> None:
         self.status = status
         self.local = local  # a FileStatus on the run directory, or None
         self.keep = keep
@@ -178,8 +187,6 @@ class KubernetesStatus:
         namespace, _, name = target.partition("/")
         if not namespace or not name or "/" in name:
             raise InputError(f"status target {target!r} is not kubernetes:<namespace>/<name>")
-        from scalerl.status.files import FileStatus  # late: it brings the trainer's file code
-
         return cls(RunStatus(Kube.connect(), namespace, name), FileStatus(run_dir))
 
     def restore(self, evaluations: list[dict[str, Any]]) -> None:
@@ -188,15 +195,17 @@ class KubernetesStatus:
         self.evaluations = [status_evaluation(e) for e in evaluations]
         self._write("restore", self._evaluation_fields())
 
-    def progress(self, progress: dict[str, Any]) -> None:
+    def progress(self, progress: Progress) -> None:
         if self.local is not None:
             self.local.progress(progress)
         self._write("progress", {"progress": status_progress(progress)})
 
-    def evaluation(self, entry: dict[str, Any]) -> None:
+    def evaluation(
+        self, row: HistoryRow, scores: list[PromptScore], completions: list[dict[str, Any]]
+    ) -> None:
         if self.local is not None:
-            self.local.evaluation(entry)
-        self.evaluations.append(status_evaluation(entry))
+            self.local.evaluation(row, scores, completions)
+        self.evaluations.append(status_evaluation(row.to_dict()))
         fields = self._evaluation_fields()
         fields["progress"] = {"evalPassRate": self.evaluations[-1]["passRate"]}
         self._write("evaluation", fields)

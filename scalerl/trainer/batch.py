@@ -9,10 +9,10 @@
    are dropped. Groups whose samples were all truncated are counted only as truncated samples.
 4. **Advantages** over the kept samples (`scalerl.recipe.compute_advantages`).
 
-Received-batch statistics (pass rate, truncation rate, policy lag) are over everything received,
-stale groups included: they describe what the generators produced. A sample passes when its reward
-is positive and it was not truncated. Policy lag is ``current_version`` minus the mean version over
-all received completion tokens.
+Pass rate and truncation rate are over everything received, stale groups included: they describe
+what the generators produced (a sample passes by `Sample.passed`). Policy lag describes what was
+trained on: ``current_version`` minus the mean version over the trained tokens of the kept
+samples (None when nothing was kept).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class BatchStats:
     tokens: int = 0  # trained (loss-mask) tokens of kept samples
     pass_rate: float = 0.0  # over all received samples; truncated = failed
     truncation_rate: float = 0.0  # truncated / all received samples
-    mean_lag: float = 0.0  # policy lag: current_version − mean version of received tokens
+    mean_lag: float | None = None  # current_version − mean version of the trained tokens
     stale_groups: int = 0
     truncated_samples: int = 0  # truncated samples of non-stale groups (dropped by rule 2)
     zero_variance_groups: int = 0
@@ -122,7 +122,7 @@ def build_batch(
     drop_zero_variance: bool = True,
 ) -> tuple[Batch | None, BatchStats]:
     """The effective batch of ``groups`` (None when nothing is left) and its statistics."""
-    stats = _received_stats(groups, current_version)
+    stats = _received_stats(groups)
     oldest = None if max_off_policy is None else current_version - max_off_policy
     fresh = [g for g in groups if not _is_stale(g, oldest)]
     samples = [s for g in fresh for s in g.samples]
@@ -151,13 +151,23 @@ def build_batch(
     dense = torch.searchsorted(kept_groups, group_ids[keep])
     batch = _pad(kept, prompts, rewards[keep], dense, pad_id, normalization)
     return batch, replace(
-        stats, groups=int(kept_groups.numel()), samples=len(kept), tokens=batch.tokens
+        stats,
+        groups=int(kept_groups.numel()),
+        samples=len(kept),
+        tokens=batch.tokens,
+        mean_lag=_lag(kept, current_version),
     )
+
+
+def _lag(samples: list[Sample], current_version: int) -> float | None:
+    """Over the trained tokens only (an injected phrase was not sampled by any policy)."""
+    versions = [v for s in samples for v, m in zip(s.versions, s.loss_mask, strict=True) if m]
+    return current_version - sum(versions) / len(versions) if versions else None
 
 
 def _uniform(group: RolloutGroup) -> bool | None:
     """True when every untruncated sample passed, False when every one failed, else None."""
-    passed = {s.reward > 0 for s in group.samples if not s.truncated}
+    passed = {s.passed for s in group.samples if not s.truncated}
     return passed.pop() if len(passed) == 1 else None
 
 
@@ -167,20 +177,17 @@ def _is_stale(group: RolloutGroup, oldest: int | None) -> bool:
     return oldest is not None and bool(firsts) and min(firsts) < oldest
 
 
-def _received_stats(groups: list[RolloutGroup], current_version: int) -> BatchStats:
+def _received_stats(groups: list[RolloutGroup]) -> BatchStats:
     samples = [s for g in groups for s in g.samples]
     if not samples:
         return BatchStats(received_groups=len(groups))
-    passed = sum(1 for s in samples if s.reward > 0 and not s.truncated)
+    passed = sum(1 for s in samples if s.passed)
     truncated = sum(1 for s in samples if s.truncated)
-    versions = [v for s in samples for v in s.versions]
-    lag = current_version - sum(versions) / len(versions) if versions else 0.0
     return BatchStats(
         received_groups=len(groups),
         received_samples=len(samples),
         pass_rate=passed / len(samples),
         truncation_rate=truncated / len(samples),
-        mean_lag=float(lag),
     )
 
 

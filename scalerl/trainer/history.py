@@ -1,22 +1,16 @@
-"""What a run has done so far: the trainer's resumable state, the evaluation history file, the
-live progress file and the compute clock.
+"""What a trainer must carry across a restart besides model and optimizer, and its compute clock.
 
-`history.jsonl` holds one line per evaluation (step, compute, pass_rate, plus train metrics); it is
-the input of `scalerl fit`. After a resume it is rewritten from the checkpoint, so evaluations made
-after the checkpoint (and redone now) never appear twice.
+The history file and the run's other files are `scalerl.status.history`'s; the checkpoint holds
+the evaluations so far, so a resumed run rewrites `history.jsonl` from it.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
-
-HISTORY_FILE = "history.jsonl"
-PROGRESS_FILE = "progress.json"
 
 
 @dataclass
@@ -26,9 +20,13 @@ class TrainerState:
     step: int = 0
     version: int = 0
     compute_hours: float = 0.0
-    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)  # HistoryRow dicts
     curricula: dict[str, dict[str, Any]] = field(default_factory=dict)  # generator index -> state
     counters: dict[str, int] = field(default_factory=dict)
+    # Run totals at the checkpoint, which a resumed run goes on from: the trainer's seconds per
+    # phase (scalerl.trainer.profile) and the generators' totals (as of their last report).
+    trainer_seconds: dict[str, float] = field(default_factory=dict)
+    generation: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -42,49 +40,41 @@ class TrainerState:
 
 
 class ComputeClock:
-    """Compute = wall hours x compute units, on top of what earlier attempts already spent.
+    """Training compute: wall hours x compute units while the clock runs, on top of what earlier
+    attempts spent up to their checkpoint.
 
-    Only time while this process runs counts, so suspended time is excluded by construction.
+    It starts stopped and runs only while the run trains (steps, weight updates, checkpoints):
+    start-up (model loads, engines, the first weight broadcast) and held-out evaluations are not
+    training, so compute is 0 at the step-0 evaluation, a restart adds no start-up, and how often
+    a run evaluates does not move its curve. Suspended time is never counted: the process is gone.
     """
 
     def __init__(self, units: int, spent_hours: float) -> None:
         self.units = units
         self.spent_hours = spent_hours
-        self.started = time.monotonic()
+        self.since: float | None = None  # monotonic time it started running; None: stopped
+
+    def start(self) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+
+    def stop(self) -> None:
+        if self.since is not None:
+            self.spent_hours = self.hours()
+            self.since = None
+
+    @contextmanager
+    def stopped(self) -> Iterator[None]:
+        """Not counting inside the block; running after it if it was before."""
+        running = self.since is not None
+        self.stop()
+        try:
+            yield
+        finally:
+            if running:
+                self.start()
 
     def hours(self) -> float:
-        return self.spent_hours + (time.monotonic() - self.started) / 3600.0 * self.units
-
-
-class RunFiles:
-    """The run directory's history and progress files."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.history = run_dir / HISTORY_FILE
-        self.progress = run_dir / PROGRESS_FILE
-
-    def rewrite_history(self, evaluations: list[dict[str, Any]]) -> None:
-        atomic_write(self.history, "".join(json.dumps(e) + "\n" for e in evaluations))
-
-    def append_history(self, evaluation: dict[str, Any]) -> None:
-        with self.history.open("a") as f:
-            f.write(json.dumps(evaluation) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def write_progress(self, progress: dict[str, Any]) -> None:
-        atomic_write(self.progress, json.dumps(progress))
-
-
-def read_history(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+        if self.since is None:
+            return self.spent_hours
+        return self.spent_hours + (time.monotonic() - self.since) / 3600.0 * self.units

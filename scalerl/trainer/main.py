@@ -45,6 +45,7 @@ from scalerl.rollout.records import (
 from scalerl.rollout.stream import TrainerChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 from scalerl.status import StatusSink, open_status
+from scalerl.status.history import HeldOut, HistoryRow, Progress, TrainSummary
 from scalerl.sync.group import SyncGroup, connect
 from scalerl.sync.weights import WeightSender
 from scalerl.trainer.batch import BatchStats, build_batch
@@ -93,7 +94,7 @@ class Trainer:
     backlog: list[RolloutGroup] = field(default_factory=list)
     results: list[EvalResult] = field(default_factory=list)
     curricula: dict[int, NoPositiveResampling] = field(default_factory=dict)
-    last: dict[str, float] = field(default_factory=dict)  # train metrics of the last step
+    train: TrainSummary | None = None  # the last training step's batch and update
     no_signal: str | None = None  # why the last step learnt nothing (None: it learnt)
     generator_stats: dict[int, GeneratorStats] = field(default_factory=dict)
     no_signal_streak: int = 0  # consecutive steps with nothing to learn from
@@ -218,6 +219,7 @@ class Trainer:
         self.record_batch(stats)
         self.record_signal(stats)
         if batch is None:
+            self.train = summarize(stats, None)
             return None
         self.ranks.announce("step", batch)
         with self.device():
@@ -226,6 +228,7 @@ class Trainer:
             )
         self.phases.add("forward_backward", result.seconds - result.optimizer_seconds)
         self.phases.add("optimizer", result.optimizer_seconds)
+        self.train = summarize(stats, result)
         if result.skipped:
             self.state.bump("skipped_steps")
             self.metrics.skipped_steps.inc()
@@ -239,13 +242,6 @@ class Trainer:
         self.metrics.grad_norm.set(result.grad_norm)
         self.metrics.importance_ratio_max.set(result.stats.get("ratio_max", 0.0))
         self.metrics.clip_fraction.set(result.stats.get("clip_fraction", 0.0))
-        self.last.update(
-            entropy=result.entropy,
-            loss=result.loss,
-            grad_norm=result.grad_norm,
-            ratio_max=result.stats.get("ratio_max", 0.0),
-            clip_fraction=result.stats.get("clip_fraction", 0.0),
-        )
         return result
 
     def device(self) -> AbstractContextManager[None]:
@@ -272,18 +268,14 @@ class Trainer:
             self.status.condition("Stopped", True, "NoLearningSignal", message)
             raise ScaleRLError(message)
 
-    def record_batch(self, stats: Any) -> None:
+    def record_batch(self, stats: BatchStats) -> None:
         self.state.bump("zero_variance_groups", stats.zero_variance_groups)
         self.state.bump("stale_groups", stats.stale_groups)
         self.metrics.zero_variance_groups.inc(stats.zero_variance_groups)
         self.metrics.stale_groups.inc(stats.stale_groups)
         self.metrics.pass_rate.set(stats.pass_rate)
-        self.metrics.policy_lag_steps.set(stats.mean_lag)
-        self.last.update(
-            pass_rate=stats.pass_rate,
-            truncation_rate=stats.truncation_rate,
-            policy_lag=stats.mean_lag,
-        )
+        if stats.mean_lag is not None:  # nothing trained: the last trained batch's lag stands
+            self.metrics.policy_lag_steps.set(stats.mean_lag)
 
     def train_round(self) -> None:
         """PipelineRL: one step then a broadcast. PPO-off-policy-k: k steps on one policy's data."""
@@ -308,32 +300,56 @@ class Trainer:
         self.metrics.compute_hours.set(self.state.compute_hours)
         self.status.progress(self.progress())
 
-    def progress(self) -> dict[str, Any]:
-        return {
-            "step": self.state.step,
-            "version": self.state.version,
-            "compute": self.state.compute_hours,
-            "max_steps": self.spec.budget.max_steps,
-            "time": time.time(),
-            **self.last,
-            "eval_pass_rate": (self.state.evaluations or [{}])[-1].get("pass_rate"),
-            "no_signal": self.no_signal,
-        }
+    def progress(self) -> Progress:
+        return Progress(
+            step=self.state.step,
+            version=self.state.version,
+            compute=self.state.compute_hours,
+            max_steps=self.spec.budget.max_steps,
+            time=time.time(),
+            train=self.train,
+            eval_pass_rate=(self.state.evaluations or [{}])[-1].get("pass_rate"),
+            no_signal=self.no_signal,
+        )
 
     # --- evaluation and checkpoints ---------------------------------------------------------
 
-    def evaluate(self) -> dict[str, Any]:
-        with self.phases.timing("evaluate"):
-            entry = self.ask_for_evaluation()
-        entry.update(self.phases.totals())
-        self.state.evaluations.append(entry)
-        self.status.evaluation(entry)
-        self.metrics.eval_pass_rate.set(entry["pass_rate"])
-        log.info("evaluation at step %d: pass rate %.3f", entry["step"], entry["pass_rate"])
-        return entry
+    def evaluate(self) -> HistoryRow:
+        """The held-out mean@k now, recorded with what each prompt scored. Evaluating is not
+        training: the compute clock stands still meanwhile."""
+        with self.clock.stopped(), self.phases.timing("evaluate"):
+            results = self.ask_for_evaluation()
+        scores = [score for r in results for score in r.scores]
+        held_out = HeldOut.of(scores)
+        row = HistoryRow.of(
+            step=self.state.step,
+            version=self.state.version,
+            compute=self.clock.hours(),
+            time=time.time(),
+            held_out=held_out,
+            train=self.train,
+            counters=self.state.counters,
+            trainer_seconds=self.phases.totals(),
+            generation=self.generation_totals(),
+        )
+        completions = [c for r in results for c in r.completions]
+        self.state.evaluations.append(row.to_dict())
+        self.status.evaluation(row, scores, completions[: self.spec.evaluation.log_completions])
+        self.metrics.eval_pass_rate.set(row.pass_rate)
+        self.metrics.eval_pass_rate_stderr.set(row.pass_rate_se)
+        self.metrics.eval_compute_hours.set(row.compute)
+        log.info(
+            "evaluation at step %d: held-out pass rate %.3f ± %.3f (mean@%d, %d prompts)",
+            row.step,
+            row.pass_rate,
+            row.pass_rate_se,
+            self.spec.evaluation.generations_per_prompt,
+            held_out.prompts,
+        )
+        return row
 
-    def ask_for_evaluation(self) -> dict[str, Any]:
-        """Every generator's held-out pass rate at this step, as one history entry."""
+    def ask_for_evaluation(self) -> list[EvalResult]:
+        """Every generator's share of the held-out evaluation at this step."""
         step, count = self.state.step, self.spec.generators.replicas
         self.channel.broadcast(Evaluate(step=step, version=self.state.version))
         deadline = time.monotonic() + self.env.peer_timeout_s
@@ -341,40 +357,28 @@ class Trainer:
             if time.monotonic() > deadline:
                 raise PeerError(f"evaluation at step {step}: not every generator answered")
             self.receive(1.0)
-        mine = [r for r in self.results if r.step == step]
+        mine = sorted((r for r in self.results if r.step == step), key=lambda r: r.generator)
         self.results = [r for r in self.results if r.step != step]
-        samples = sum(r.samples for r in mine)
-        entry = {
-            "step": step,
-            "version": self.state.version,
-            "compute": self.clock.hours(),
-            "pass_rate": sum(r.pass_sum for r in mine) / samples,
-            "eval_truncation_rate": sum(r.truncated for r in mine) / samples,
-            "eval_samples": samples,
-            **self.last,
-            **self.state.counters,
-            **self.generation_totals(),
-        }
-        return entry
+        return mine
 
     def generation_totals(self) -> dict[str, float]:
-        """Generators' totals of this attempt, as of their last evaluation."""
+        """The generators' totals over the run: earlier attempts' (to their checkpoint) plus
+        this attempt's, as of the generators' last report. Seconds are per generator."""
+        totals = dict(self.state.generation)
         stats = list(self.generator_stats.values())
-        uptime = sum(s.uptime_seconds for s in stats)
-        if not stats or uptime <= 0:
-            return {}
-        return {
+        if not stats:
+            return totals
+        now = {
             "generated_samples": sum(s.generated_sequences for s in stats),
             "generated_tokens": sum(s.generated_tokens for s in stats),
-            "generation_seconds": uptime / len(stats),
-            "generator_idle_fraction": sum(s.idle_seconds for s in stats) / uptime,
-            # Per generator, averaged: the step profile's generator side.
+            "generation_seconds": sum(s.uptime_seconds for s in stats) / len(stats),
             **{
                 f"generator_{name}_seconds": sum(getattr(s, f"{name}_seconds") for s in stats)
                 / len(stats)
                 for name in ("idle", "weight_sync", "score", "send_wait")
             },
         }
+        return {k: totals.get(k, 0.0) + v for k, v in now.items()}
 
     def checkpoint(self) -> None:
         with self.phases.timing("checkpoint"):
@@ -382,6 +386,8 @@ class Trainer:
 
     def save(self) -> None:
         self.state.compute_hours = self.clock.hours()
+        self.state.trainer_seconds = self.phases.totals()
+        self.state.generation = self.generation_totals()
         self.state.curricula = {str(g): c.state_dict() for g, c in self.curricula.items()}
         save_checkpoint(
             self.env.run_dir / "checkpoints",
@@ -403,6 +409,7 @@ class Trainer:
             self.start_generators()
         if not self.state.evaluations:
             self.evaluate()  # R0: the pass rate at zero RL compute
+        self.clock.start()
         every_eval, every_ckpt = self.spec.evaluation.every_steps, self.spec.checkpoint.every_steps
         while not self.done():
             before = self.state.step
@@ -417,6 +424,21 @@ class Trainer:
         self.checkpoint()
         self.ranks.announce("stop")
         self.channel.broadcast(Stop(reason="run finished"))
+
+
+def summarize(stats: BatchStats, result: StepResult | None) -> TrainSummary:
+    """The last step as history and progress report it: its batch, and its update if any."""
+    update = result is not None and not result.skipped
+    return TrainSummary(
+        pass_rate=stats.pass_rate,
+        truncation_rate=stats.truncation_rate,
+        policy_lag=stats.mean_lag,
+        entropy=result.entropy if update else None,
+        loss=result.loss if update else None,
+        grad_norm=result.grad_norm if update else None,
+        ratio_max=result.stats.get("ratio_max") if update else None,
+        clip_fraction=result.stats.get("clip_fraction") if update else None,
+    )
 
 
 def step_settings(spec: RunSpec) -> dict[str, Any]:
@@ -495,7 +517,7 @@ def build_trainer(
     state = learner.state
     status = open_status(env.status, env.run_dir)
     status.restore(state.evaluations)
-    metrics = TrainerMetrics(run.name)
+    metrics = TrainerMetrics(run.namespace, run.name)
     metrics.max_off_policy_steps.set(run.spec.recipe.max_off_policy_steps)
     metrics.serve(env.metrics_port, env.bind_host)
     clock = ComputeClock(env.compute_units, state.compute_hours)
@@ -512,6 +534,7 @@ def build_trainer(
         clock,
         ranks,
         colocation,
+        phases=Phases(state.trainer_seconds),
     )
 
 
@@ -523,7 +546,7 @@ def open_channel(env: ProcessEnv) -> TrainerChannel:
 def follow(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> None:
     """A trainer rank other than 0: join each collective rank 0 announces, until it stops."""
     learner = build_learner(run, env, ranks)
-    metrics = TrainerMetrics(run.name)  # this rank's own step times
+    metrics = TrainerMetrics(run.namespace, run.name)  # this rank's own step times
     metrics.serve(env.metrics_port, env.bind_host)
     settings = step_settings(run.spec)
     while True:

@@ -1,8 +1,9 @@
-"""Where trainer 0's wall time goes, phase by phase, since this attempt started.
+"""Where trainer 0's wall time goes, phase by phase, over the whole run.
 
-The totals go into every evaluation of the history (`trainer_<phase>_seconds` and
-`trainer_wall_seconds`), next to the generators' own totals, so `bench/step_profile.py` reads a
-whole run's profile from its `history.jsonl`.
+The totals go into every evaluation of the history (`trainer_seconds`: each phase, `other` and
+`wall`), next to the generators' own totals, so `bench/step_profile.py` reads a whole run's profile
+from its `history.jsonl`. A resumed run starts from the totals its checkpoint saved, as its step
+and compute do.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ class Phases:
     """Seconds per phase. Phases may nest (a resumed run's start-up broadcasts weights): time
     goes to the innermost phase only, so the phases never overlap and add up to the wall time."""
 
-    def __init__(self) -> None:
-        self.seconds = dict.fromkeys(PHASES, 0.0)
+    def __init__(self, spent: dict[str, float] | None = None) -> None:
+        """`spent`: the totals of earlier attempts (`totals()` as a checkpoint saved them)."""
+        spent = spent or {}
+        self.seconds = {phase: spent.get(phase, 0.0) for phase in PHASES}
+        self.spent_other = spent.get("other", 0.0)
+        self.spent_wall = spent.get("wall", 0.0)
         self.started = time.monotonic()
         self._inner: list[float] = []  # per open phase: seconds already given to phases inside
 
@@ -50,10 +55,10 @@ class Phases:
                 self._inner[-1] += elapsed
 
     def totals(self) -> dict[str, float]:
-        """`trainer_<phase>_seconds` for every phase, `other` (status, metrics, the loop itself)
-        and the wall time they add up to."""
-        wall = time.monotonic() - self.started
-        out = {f"trainer_{phase}_seconds": s for phase, s in self.seconds.items()}
-        out["trainer_other_seconds"] = max(wall - sum(self.seconds.values()), 0.0)
-        out["trainer_wall_seconds"] = wall
+        """Seconds of every phase, `other` (status, metrics, the loop itself) and the `wall`
+        time they add up to."""
+        wall = self.spent_wall + time.monotonic() - self.started
+        out = dict(self.seconds)
+        out["other"] = max(wall - sum(self.seconds.values()), 0.0)
+        out["wall"] = wall
         return out

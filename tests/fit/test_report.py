@@ -9,6 +9,7 @@ import numpy as np
 
 from scalerl.fit import sample_curve, sigmoid
 from scalerl.fit.report import write_fit
+from scalerl.spec import BudgetSpec
 
 
 def history(points: int) -> list[dict[str, float]]:
@@ -20,17 +21,33 @@ def history(points: int) -> list[dict[str, float]]:
     ]
 
 
+def budget(max_steps: int = 10_000, max_compute_hours: float = 6.0) -> BudgetSpec:
+    return BudgetSpec(max_steps=max_steps, max_compute_hours=max_compute_hours)
+
+
 def test_write_fit_reports_prediction_backtest_and_plot(tmp_path: Path) -> None:
-    report = write_fit(history(16), tmp_path, min_compute=0.0, budget=6.0)
+    report = write_fit(history(16), tmp_path, min_compute=0.0, budget=budget())
     on_disk = json.loads((tmp_path / "fit.json").read_text())
     assert on_disk == report
     assert abs(report["A"] - 0.9) < 0.03
     assert abs(report["predictedAtBudget"] - sigmoid(6.0, 0.9, 2.0, 0.8, 0.15)) < 0.03
+    assert (report["budget"], report["budgetLimit"]) == (6.0, "maxComputeHours")
     backtest = report["backtest"]
     assert backtest["fittedOn"] == 8 and backtest["compute"] == 3.0
     assert abs(backtest["error"]) < 0.03
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_prediction_is_where_the_run_will_end_when_max_steps_comes_first(
+    tmp_path: Path,
+) -> None:
+    # 150 steps took compute 3.0: 0.02 per step, so maxSteps 200 ends the run at compute 4.0,
+    # before the compute budget of 6.0.
+    report = write_fit(history(16), tmp_path, min_compute=0.0, budget=budget(max_steps=200))
+    assert report["budgetLimit"] == "maxSteps"
+    assert report["budget"] == 3.0 / 150 * 200
+    assert abs(report["predictedAtBudget"] - sigmoid(4.0, 0.9, 2.0, 0.8, 0.15)) < 0.03
+
+
 def test_backtest_waits_for_eight_evaluations(tmp_path: Path) -> None:
-    assert write_fit(history(6), tmp_path, min_compute=0.0, budget=6.0)["backtest"] is None
+    assert write_fit(history(6), tmp_path, min_compute=0.0, budget=budget())["backtest"] is None

@@ -22,6 +22,7 @@ from harness import (
     run_manifest,
     set_phase,
 )
+from history_rows import history_row, progress_at, scored
 
 from scalerl.kube import Kube
 from scalerl.operator import crd
@@ -91,8 +92,8 @@ def test_api_writes_of_a_run_lifecycle(cluster: Any, tmp_path: Path) -> None:
         phase("create")
         sink = KubernetesStatus(RunStatus(sink_kube, NS, "r1"), FileStatus(tmp_path))
         for i in range(1, EVALUATIONS + 1):
-            sink.progress({"step": i, "version": i, "compute": 0.1 * i, "pass_rate": 0.3})
-            sink.evaluation({"step": i, "compute": 0.1 * i, "pass_rate": 0.2 + 0.03 * i})
+            sink.progress(progress_at(i, 0.1 * i))
+            sink.evaluation(history_row(i, 0.1 * i, 0.2 + 0.03 * i), scored(0.2 + 0.03 * i), [])
         cluster.wait_for(lambda: pods(cluster, role="fit"), WAIT, "the fit Job's pod")
         phase("10 evaluations")
         fit_run(RunStatus(fit_kube, NS, "r1"), bootstrap=20)

@@ -45,10 +45,23 @@ def test_the_fit_writes_the_prediction_and_a_predicted_condition(cluster: Any) -
     assert prediction["C_mid"] == pytest.approx(C_MID, rel=0.15)
     assert prediction["points"] == 20
     assert prediction["A_interval"][0] <= prediction["A"] <= prediction["A_interval"][1]
-    assert prediction["budget"] == 5000.0
+    assert (prediction["budget"], prediction["budgetLimit"]) == (5000.0, "maxComputeHours")
     assert prediction["predictedAtBudget"] == pytest.approx(A, abs=0.03)
+    assert prediction["evaluations"] == 20
     predicted = condition(cluster, "Predicted")
     assert predicted["status"] == "True" and predicted["reason"] == "Fitted"
+
+
+def test_the_prediction_is_at_max_steps_when_the_run_gets_there_first(cluster: Any) -> None:
+    # The last of 20 evaluations: step 190 at compute 1000, so maxSteps 380 ends the run at
+    # compute 2000, before maxComputeHours 5000.
+    patch_run_status(cluster, {"evaluations": curve(20), "evaluationCount": 20})
+    cluster.patch("scalerlruns", "r1", {"spec": {"budget": {"maxSteps": 380}}})
+    assert fit() == 0
+    prediction = status(cluster)["prediction"]
+    assert (prediction["budget"], prediction["budgetLimit"]) == (2000.0, "maxSteps")
+    law = R0 + (A - R0) / (1.0 + (C_MID / 2000.0) ** B)
+    assert prediction["predictedAtBudget"] == pytest.approx(law, abs=0.03)
 
 
 def test_a_fit_that_cannot_be_made_keeps_the_previous_prediction(cluster: Any) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scalerl.errors import InputError
 from scalerl.rollout import (
@@ -24,6 +26,7 @@ from scalerl.rollout import (
     encode,
 )
 from scalerl.rollout.records import MESSAGE_TYPES
+from scalerl.status.history import PromptScore
 
 
 def sample(reward: float = 1.0, versions: tuple[int, ...] = (3, 3, 4)) -> Sample:
@@ -47,23 +50,11 @@ EXAMPLES: list[Message] = [
         step=100,
         version=99,
         generator=1,
-        prompts=8,
-        samples=64,
-        pass_sum=20.5,
-        truncated=2,
-        mean_entropy=0.42,
+        scores=[PromptScore("val/3", 8, 5, 1), PromptScore("val/9", 8, 0, 0)],
         tokens=12345,
+        completions=[{"prompt_id": "val/3", "completion": "cba", "reward": 1.0, "passed": True}],
     ),
-    EvalResult(  # mean_entropy defaults to None
-        step=0,
-        version=0,
-        generator=0,
-        prompts=0,
-        samples=0,
-        pass_sum=0.0,
-        truncated=0,
-        tokens=0,
-    ),
+    EvalResult(step=0, version=0, generator=0, scores=[], tokens=0),
     GeneratorStats(
         generator=2,
         version=7,
@@ -133,6 +124,38 @@ def test_group_versions_and_pass_rate() -> None:
     assert group.completion_tokens == 8
     with pytest.raises(InputError, match="no generated tokens"):
         _ = RolloutGroup("p", [1], [], 1).min_version
+
+
+def test_a_truncated_sample_fails_whatever_its_reward() -> None:
+    """One definition of a pass for the train batch, the held-out scores and the curriculum."""
+    cut = sample(1.0)
+    cut.truncated = True
+    assert sample(1.0).passed and not sample(0.0).passed and not cut.passed
+    assert RolloutGroup("p", [1], [sample(1.0), cut], 0).pass_rate == 0.5
+
+
+scores = st.lists(
+    st.tuples(st.text(max_size=8), st.integers(0, 64), st.integers(0, 64), st.integers(0, 64)).map(
+        lambda t: PromptScore(t[0], max(t[1:]), t[2], t[3])
+    ),
+    max_size=20,
+)
+
+
+@given(scores)
+def test_evaluation_scores_survive_the_wire(rows: list[PromptScore]) -> None:
+    msg = EvalResult(step=3, version=3, generator=0, scores=rows, tokens=7)
+    assert decode(encode(msg)) == msg
+
+
+@pytest.mark.parametrize(
+    "row", [["p", 4, 5, 0], ["p", 4, 1, 5], ["p", -1, 0, 0], [3, 4, 1, 0], ["p", 4, 1]]
+)
+def test_impossible_evaluation_scores_are_refused(row: list[object]) -> None:
+    raw = EvalResult(step=1, version=1, generator=0, scores=[], tokens=0).to_msg()
+    raw["scores"] = [row]
+    with pytest.raises(InputError, match="eval_result.scores"):
+        decode(msgpack.packb(raw))
 
 
 def test_start_refuses_a_curriculum_that_is_not_a_map() -> None:

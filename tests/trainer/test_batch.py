@@ -26,7 +26,18 @@ def test_stale_groups_are_dropped_and_counted(make_group: Factory) -> None:
     assert batch is not None
     assert (stats.stale_groups, stats.groups, stats.samples) == (1, 2, 4)
     assert stats.received_groups == 3 and stats.received_samples == 6
-    assert stats.mean_lag == pytest.approx(10 - (2 + 1 + 10) / 3)
+    # Lag is over the trained tokens: the stale group (version 1) was not trained on.
+    assert stats.mean_lag == pytest.approx(10 - (2 + 10) / 2)
+
+
+def test_policy_lag_counts_only_the_tokens_trained_on(make_group: Factory) -> None:
+    kept = make_group([1.0, -1.0], version=4, seed=1)
+    kept.samples[0].versions = [2, 2, 4, 4, 4]
+    kept.samples[0].loss_mask = [1, 1, 0, 0, 1]  # an injected phrase is not trained on
+    filtered = make_group([1.0, 1.0], version=0, seed=2)  # zero variance: dropped
+    _, stats = build_batch([kept, filtered], current_version=6, max_off_policy=8, pad_id=PAD)
+    trained = [2, 2, 4] + [4] * 5
+    assert stats.mean_lag == pytest.approx(6 - sum(trained) / len(trained))
 
 
 def test_one_old_token_makes_a_group_stale(make_group: Factory) -> None:
@@ -138,7 +149,7 @@ def test_length_mismatch_raises_data_error(make_group: Factory) -> None:
 def test_groups_without_tokens_are_neither_stale_nor_trained(make_group: Factory) -> None:
     empty = make_group([1.0, -1.0], lengths=[0, 0], seed=1)
     batch, stats = build_batch([empty], current_version=9, max_off_policy=1, pad_id=PAD)
-    assert stats.stale_groups == 0 and stats.mean_lag == 0.0
+    assert stats.stale_groups == 0 and stats.mean_lag is None  # no token was trained on
     assert batch is not None and batch.tokens == 0 and batch.loss_mask.shape == (2, 1)
 
 

@@ -20,10 +20,27 @@ def test_a_phase_inside_another_counts_once_and_the_phases_add_up_to_the_wall() 
     outside = time.perf_counter() - outside
     totals = phases.totals()
 
-    start, broadcast = totals["trainer_start_seconds"], totals["trainer_broadcast_seconds"]
+    start, broadcast = totals["start"], totals["broadcast"]
     assert broadcast >= 0.03 and start >= 0.02
     # Counted twice, the broadcast (and the step) would make these exceed the time that passed.
     assert start + broadcast + 0.01 <= outside
-    parts = [totals[f"trainer_{p}_seconds"] for p in (*PHASES, "other")]
+    parts = [totals[p] for p in (*PHASES, "other")]
     assert min(parts) >= 0
-    assert math.isclose(sum(parts), totals["trainer_wall_seconds"], rel_tol=1e-9)
+    assert math.isclose(sum(parts), totals["wall"], rel_tol=1e-9)
+
+
+def test_a_resumed_profile_goes_on_from_the_totals_its_checkpoint_saved() -> None:
+    first = Phases()
+    with first.timing("wait_rollouts"):
+        time.sleep(0.02)
+    saved = first.totals()
+
+    resumed = Phases(saved)
+    with resumed.timing("wait_rollouts"):
+        time.sleep(0.01)
+    totals = resumed.totals()
+
+    assert totals["wait_rollouts"] >= saved["wait_rollouts"] + 0.01
+    assert totals["wall"] >= saved["wall"] + 0.01
+    parts = [totals[p] for p in (*PHASES, "other")]
+    assert math.isclose(sum(parts), totals["wall"], rel_tol=1e-9)

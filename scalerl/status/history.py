@@ -1,0 +1,259 @@
+"""A run's files and their one typed record: the history of evaluations.
+
+`history.jsonl` holds one `HistoryRow` per evaluation and is the input of `scalerl fit`. Its names
+are fixed here and nowhere else: `pass_rate` is the held-out mean@k of that evaluation (correct
+samples / samples over the validation prompts), `pass_rate_se` its standard error, and everything
+measured on a training batch is `train_*`. A row is built field by field (never by merging dicts,
+where a later key silently wins), so one name has one meaning and one writer.
+
+`evaluations/step-<N>.jsonl` beside it holds what each evaluation scored, one line per held-out
+prompt (`PromptScore`): the history's `pass_rate` is their correct / samples, which anyone can
+recompute. `progress.json` is the live progress (`Progress`). After a resume the history is
+rewritten from the checkpoint, so evaluations made after the checkpoint (and redone) never appear
+twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from scalerl.errors import DataError
+
+HISTORY_FILE = "history.jsonl"
+PROGRESS_FILE = "progress.json"
+EVALUATIONS_DIR = "evaluations"
+
+
+@dataclass(frozen=True)
+class PromptScore:
+    """What one held-out prompt scored in one evaluation."""
+
+    prompt_id: str
+    samples: int
+    correct: int  # samples that passed: reward > 0 and not truncated
+    truncated: int
+
+    @property
+    def mean(self) -> float:
+        return self.correct / self.samples
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One evaluation's held-out result, from its per-prompt scores."""
+
+    prompts: int
+    samples: int
+    correct: int
+    truncated: int
+    pass_rate: float  # mean@k: correct / samples
+    stderr: float  # of pass_rate: std of the per-prompt means (ddof 1) / sqrt(prompts)
+
+    @classmethod
+    def of(cls, scores: list[PromptScore]) -> HeldOut:
+        scored = [s for s in scores if s.samples > 0]
+        if not scored:
+            raise DataError("an evaluation scored no samples")
+        samples = sum(s.samples for s in scored)
+        correct = sum(s.correct for s in scored)
+        return cls(
+            prompts=len(scored),
+            samples=samples,
+            correct=correct,
+            truncated=sum(s.truncated for s in scored),
+            pass_rate=correct / samples,
+            stderr=standard_error([s.mean for s in scored]),
+        )
+
+
+def standard_error(means: list[float]) -> float:
+    """Standard error of the mean of `means` (0.0 for fewer than two)."""
+    n = len(means)
+    if n < 2:
+        return 0.0
+    centre = sum(means) / n
+    variance = sum((m - centre) ** 2 for m in means) / (n - 1)
+    return math.sqrt(variance / n)
+
+
+@dataclass(frozen=True)
+class TrainSummary:
+    """The last training step: its batch (every group received for it) and its update."""
+
+    pass_rate: float | None = None  # received samples with reward > 0 and not truncated
+    truncation_rate: float | None = None  # received samples that hit a length limit
+    # Current version - mean version of the trained (kept) tokens; None: nothing was kept.
+    policy_lag: float | None = None
+    entropy: float | None = None  # mean token entropy of the trained batch; None: no update
+    loss: float | None = None
+    grad_norm: float | None = None
+    ratio_max: float | None = None
+    clip_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One line of history.jsonl: one evaluation, and where the run stood when it was made."""
+
+    step: int
+    version: int
+    compute: float  # training compute so far: GPU-hours (process-hours locally), 0 at step 0
+    time: float  # unix time of the evaluation's end
+    # Held-out: mean@k over the validation prompts (HeldOut).
+    pass_rate: float
+    pass_rate_se: float
+    eval_prompts: int
+    eval_samples: int
+    eval_correct: int
+    eval_truncation_rate: float
+    # The last training step before the evaluation (None at step 0): TrainSummary.
+    train_pass_rate: float | None = None
+    train_truncation_rate: float | None = None
+    train_policy_lag: float | None = None
+    train_entropy: float | None = None
+    train_loss: float | None = None
+    train_grad_norm: float | None = None
+    train_ratio_max: float | None = None
+    train_clip_fraction: float | None = None
+    # Run totals: trainer counters (zero_variance_groups, ...), trainer wall seconds per phase
+    # (scalerl.trainer.profile) and the generators' totals; all summed over gang attempts.
+    counters: dict[str, int] = field(default_factory=dict)
+    trainer_seconds: dict[str, float] = field(default_factory=dict)
+    generation: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        step: int,
+        version: int,
+        compute: float,
+        time: float,
+        held_out: HeldOut,
+        train: TrainSummary | None,
+        counters: dict[str, int],
+        trainer_seconds: dict[str, float],
+        generation: dict[str, float],
+    ) -> HistoryRow:
+        t = train or TrainSummary()  # step 0: no training yet
+        return cls(
+            step=step,
+            version=version,
+            compute=compute,
+            time=time,
+            pass_rate=held_out.pass_rate,
+            pass_rate_se=held_out.stderr,
+            eval_prompts=held_out.prompts,
+            eval_samples=held_out.samples,
+            eval_correct=held_out.correct,
+            eval_truncation_rate=held_out.truncated / held_out.samples,
+            train_pass_rate=t.pass_rate,
+            train_truncation_rate=t.truncation_rate,
+            train_policy_lag=t.policy_lag,
+            train_entropy=t.entropy,
+            train_loss=t.loss,
+            train_grad_norm=t.grad_norm,
+            train_ratio_max=t.ratio_max,
+            train_clip_fraction=t.clip_fraction,
+            counters=dict(counters),
+            trainer_seconds=dict(trainer_seconds),
+            generation=dict(generation),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HistoryRow:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise DataError(f"history row has unknown fields {unknown} (of an older scalerl?)")
+        try:
+            return cls(**data)
+        except TypeError as err:
+            raise DataError(f"history row: {err}") from None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The run's live progress after each step (progress.json, status.progress)."""
+
+    step: int
+    version: int
+    compute: float
+    max_steps: int
+    time: float
+    train: TrainSummary | None
+    eval_pass_rate: float | None  # held-out mean@k of the last evaluation
+    no_signal: str | None  # why the last step learnt nothing (None: it learnt)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RunFiles:
+    """The run directory's history, progress and evaluation records."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.history = run_dir / HISTORY_FILE
+        self.progress = run_dir / PROGRESS_FILE
+        self.evaluations = run_dir / EVALUATIONS_DIR
+
+    def rewrite_history(self, rows: list[dict[str, Any]]) -> None:
+        atomic_write(self.history, "".join(json.dumps(r) + "\n" for r in rows))
+
+    def append_history(self, row: dict[str, Any]) -> None:
+        with self.history.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def write_progress(self, progress: dict[str, Any]) -> None:
+        atomic_write(self.progress, json.dumps(progress))
+
+    def write_scores(self, step: int, scores: list[PromptScore]) -> Path:
+        """The evaluation at `step`, one line per prompt; replaced whole if it is redone."""
+        path = scores_path(self.run_dir, step)
+        path.parent.mkdir(exist_ok=True)
+        atomic_write(path, "".join(json.dumps(asdict(s)) + "\n" for s in scores))
+        return path
+
+    def write_completions(self, step: int, completions: list[dict[str, Any]]) -> Path:
+        """A few completions of the evaluation at `step`, for a person to read."""
+        path = self.evaluations / f"step-{step:08d}.completions.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        atomic_write(path, "".join(json.dumps(c) + "\n" for c in completions))
+        return path
+
+
+def scores_path(run_dir: Path, step: int) -> Path:
+    return run_dir / EVALUATIONS_DIR / f"step-{step:08d}.jsonl"
+
+
+def read_scores(run_dir: Path, step: int) -> list[PromptScore]:
+    return [PromptScore(**row) for row in read_jsonl(scores_path(run_dir, step))]
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    return read_jsonl(path)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file ([] when it does not exist)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
