@@ -372,6 +372,64 @@ def cmd_process(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- scalerl evaluate --------------------------------------------------------------------------
+
+
+def add_evaluate_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "evaluate",
+        help="held-out pass rate of a saved checkpoint, sampled with Hugging Face generate",
+        description="Sample k completions for each held-out prompt of a run from CHECKPOINT with "
+        "transformers' generate (not the run's vLLM engines), under the run's length budgets, "
+        "interruption and temperature, and score them with its reward. A sample passes when "
+        "its reward is > 0 and it is not truncated; the pass rate is mean@k, with the standard "
+        "error of the per-prompt means.",
+    )
+    p.add_argument(
+        "checkpoint",
+        metavar="CHECKPOINT",
+        help="an HF model folder (e.g. runs/demo/checkpoints/step-000020) or a builtin: model",
+    )
+    p.add_argument(
+        "--spec",
+        required=True,
+        metavar="RUN.yaml",
+        help="the ScaleRLRun whose held-out prompts, reward, budgets and temperature to use",
+    )
+    p.add_argument(
+        "-k",
+        type=_count,
+        default=None,
+        help="samples per prompt (default: the spec's evaluation.generationsPerPrompt)",
+    )
+    p.add_argument(
+        "--prompts",
+        metavar="N",
+        type=_count,
+        default=None,
+        help="only the first N held-out prompts (default: all of data.validation.prompts)",
+    )
+    p.add_argument("--seed", metavar="S", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object, per-prompt records included"
+    )
+    p.set_defaults(handler=cmd_evaluate)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from scalerl.hfeval import evaluate_checkpoint, load_spec
+
+    run = load_spec(args.spec)
+    result = evaluate_checkpoint(
+        args.checkpoint, run, k=args.k, prompts=args.prompts, seed=args.seed
+    )
+    if args.json:
+        print(json.dumps({"spec": args.spec, **result.to_dict()}))
+    else:
+        print(result.summary())
+    return 0
+
+
 # --- scalerl fit --run / scalerl operator ------------------------------------------------------
 
 
@@ -392,7 +450,7 @@ def cmd_fit_run(args: argparse.Namespace) -> int:
     except KubeError as err:
         raise InputError(f"ScaleRLRun {namespace}/{args.run}: {err}") from None
     if args.json:
-        print(json.dumps({"run": args.run, "namespace": namespace, **prediction}))
+        print(json.dumps({**prediction, "run": args.run, "namespace": namespace}))
     elif prediction:
         print(f"{namespace}/{args.run}: {describe(prediction)}")
     else:
@@ -463,6 +521,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_validate_parser,
     add_fit_parser,
     add_compare_parser,
+    add_evaluate_parser,
     add_process_parsers,
     add_operator_parser,
 )

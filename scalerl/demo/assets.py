@@ -220,7 +220,7 @@ def _cached(
     scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=cache_dir))
     try:
         facts = build(scratch)
-        manifest = {"version": params.VERSION, "params": asdict(params), **facts}
+        manifest = {**facts, "version": params.VERSION, "params": asdict(params)}
         (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         try:
             os.rename(scratch, entry)

@@ -67,12 +67,14 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint ``step`` atomically under ``root``, keep the newest ``keep``; return it.
 
-    ``state`` must be JSON-serialisable; ``step`` is stored in it as well. With several trainer
-    ranks, rank 0 calls this and the followers join through `write_shared`.
+    ``state`` must be JSON-serialisable and, when it has a ``step``, agree with ``step``. With
+    several trainer ranks, rank 0 calls this and the followers join through `write_shared`.
     """
     ranks = ranks or Ranks()
     if keep < 1:
         raise InputError(f"checkpoints to keep must be >= 1; got {keep}")
+    if state.get("step", step) != step:
+        raise InputError(f"checkpoint of step {step} given the state of step {state['step']}")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(root)
@@ -83,7 +85,7 @@ def save_checkpoint(
         write_shared(temp, policy, optimizer)
         torch.save(scheduler.state_dict(), temp / SCHEDULER_FILE)
         # state.json last: its presence marks a complete checkpoint.
-        (temp / STATE_FILE).write_text(json.dumps({**state, "step": step}, indent=1))
+        (temp / STATE_FILE).write_text(json.dumps({"step": step} | state, indent=1))
         _fsync_tree(temp)
         final = _publish(temp, root / checkpoint_name(step))
     except BaseException:
