@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "tests" / "chart"))  # the Prometheus launcher the
 import prometheus as prom  # noqa: E402
 
 from scalerl.fit.law import sigmoid  # noqa: E402
+from scalerl.spec import parse_run  # noqa: E402
 
 DASHBOARD = ROOT / "helm" / "scalerl" / "dashboards" / "scalerl-runs.json"
 STEP_S = 2.0
@@ -48,20 +49,29 @@ def run_demo(workdir: Path, steps: int, out: Path) -> None:
         command = [sys.executable, "-m", "scalerl.cli", "run", str(spec), "--out", str(run_dir)]
         subprocess.run(command, check=True)
         end = time.time()
-        Panels(server, run["metadata"]["name"], start, end).draw(out)
+        parsed = parse_run(run)
+        Panels(server, parsed.namespace, parsed.name, start, end).draw(out)
 
 
 class Panels:
-    """The dashboard's panels over one run's time span, with `$run` bound to it."""
+    """The dashboard's panels over one run's time span, with `$namespace` and `$run` bound to
+    it."""
 
-    def __init__(self, server: prom.Prometheus, run: str, start: float, end: float) -> None:
-        self.server, self.run, self.start, self.end = server, run, start, end
+    def __init__(
+        self, server: prom.Prometheus, namespace: str, run: str, start: float, end: float
+    ) -> None:
+        self.server, self.namespace, self.run = server, namespace, run
+        self.start, self.end = start, end
+
+    def bind(self, text: str) -> str:
+        """A query or legend with the dashboard's variables and labels set to this run."""
+        for name, value in (("namespace", self.namespace), ("run", self.run)):
+            text = text.replace(f"${name}", value).replace("{{" + name + "}}", value)
+        return text
 
     def series(self, expr: str) -> list[tuple[list[float], list[float]]]:
         """(seconds since the start, values) of each series the query returns."""
-        result = self.server.query_range(
-            expr.replace("$run", self.run), self.start, self.end, STEP_S
-        )
+        result = self.server.query_range(self.bind(expr), self.start, self.end, STEP_S)
         return [
             ([float(t) - self.start for t, _ in r["values"]], [float(v) for _, v in r["values"]])
             for r in result
@@ -103,7 +113,7 @@ class Panels:
         defaults = panel["fieldConfig"]["defaults"]
         factor, label = scale(defaults.get("unit", "none"))
         for target in panel["targets"]:
-            legend = target.get("legendFormat", "").replace("{{run}}", self.run)
+            legend = self.bind(target.get("legendFormat", ""))
             for times, values in self.series(target["expr"]):
                 ax.plot(times, [v * factor for v in values], label=legend or None)
         for step in defaults.get("thresholds", {}).get("steps", []):
@@ -120,13 +130,14 @@ class Panels:
         lines = []
         for target in panel["targets"]:
             value = self.last(target["expr"])
-            name = target.get("legendFormat", "").replace("{{run}}", self.run)
+            name = self.bind(target.get("legendFormat", ""))
             lines.append(f"{name}: {'-' if value is None else f'{value:.3g}'}")
         ax.text(0.5, 0.5, "\n".join(lines), ha="center", va="center", fontsize=14)
 
     def pass_rate_vs_compute(self, ax: Any, panel: dict[str, Any]) -> None:
-        """Held-out pass rate against compute (the panel's queries A and B, joined on time),
-        the curve fitted last (its parameters from the run's gauges) and its asymptote."""
+        """Held-out pass rate against the compute it was measured at (the panel's queries A and
+        B, joined on time), the curve fitted last (its parameters from the run's gauges) and its
+        asymptote."""
         factor, label = scale(panel["fieldConfig"]["defaults"].get("unit", "none"))
         by_ref = {t["refId"]: t["expr"] for t in panel["targets"]}
         compute = dict(zip(*self.series(by_ref["A"])[0], strict=True))
@@ -139,7 +150,7 @@ class Panels:
             previous = held_out[t]
         ax.plot([c for c, _ in points], [p * factor for _, p in points], "o", label="held-out")
         fit = {
-            k: self.last(f'scalerl_predicted_{k}{{run="{self.run}"}}')
+            k: self.last(self.bind(f'scalerl_predicted_{k}{{namespace="$namespace",run="$run"}}'))
             for k in ("asymptote", "slope", "cmid", "r0")
         }
         if points and all(v is not None for v in fit.values()):

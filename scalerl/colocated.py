@@ -58,7 +58,7 @@ def run_colocated(run: ScaleRLRun, env: ProcessEnv) -> None:
     trainer_end, generator_end = pipe()
     trainer = build_trainer(run, env, Ranks(), channel=trainer_end, colocation=colocation)
     # One /metrics for the process: the generator's series join the trainer's registry.
-    metrics = GeneratorMetrics(run.name, alongside=trainer.metrics)
+    metrics = GeneratorMetrics(run.namespace, run.name, alongside=trainer.metrics)
     engine = threading.Thread(
         target=_engine_thread,
         args=(run, env, generator_end, metrics, colocation),

@@ -30,7 +30,7 @@ from scalerl.progress import ProgressDisplay
 from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 from scalerl.status.files import STATUS_FILE, read_status
-from scalerl.trainer.history import HISTORY_FILE, PROGRESS_FILE, read_history
+from scalerl.status.history import HISTORY_FILE, PROGRESS_FILE, read_history
 
 log = logging.getLogger("scalerl.local")
 PROCESSES_FILE = "processes.json"  # role -> pid and /metrics URL of the current attempt
@@ -163,8 +163,10 @@ class LocalRun:
         self.display = ProgressDisplay(run.spec.budget.max_steps, enabled=display)
         self.metrics = RunMetrics()
         stop_when = run.spec.budget.stop_when
-        self.metrics.set_target(run.name, stop_when.predicted_a_below if stop_when else None)
-        self.metrics.set_restarts(run.name, 0)
+        self.metrics.set_target(
+            run.namespace, run.name, stop_when.predicted_a_below if stop_when else None
+        )
+        self.metrics.set_restarts(run.namespace, run.name, 0)
         port = free_port()
         self.metrics.serve(port, addr="127.0.0.1")
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"  # the prediction, for Prometheus
@@ -240,7 +242,7 @@ class LocalRun:
                 history,
                 self.out,
                 min_compute=self.run.spec.fit.min_compute,
-                budget=self.run.spec.budget.max_compute_hours,
+                budget=self.run.spec.budget,
             )
         except ScaleRLError as err:  # too few points yet, or a flat curve: try again later
             self.display.note(f"fit skipped: {err}")
@@ -249,7 +251,7 @@ class LocalRun:
             log.exception("fit of %d evaluations failed", len(history))
             self.display.note(f"fit failed ({type(err).__name__}: {err}); the run goes on")
             return None
-        self.metrics.set_prediction(self.run.name, result)
+        self.metrics.set_prediction(self.run.namespace, self.run.name, result)
         self.display.note(
             f"fit: A={result['A']:.3f} C_mid={result['C_mid']:.3g} "
             f"B={result['B']:.2f} ({result['points']} points)"
@@ -279,7 +281,7 @@ class LocalRun:
             if self.trained_steps() <= started_at or self.restarts >= limit:
                 raise PeerError(f"run failed after {self.restarts} restarts: {err}") from None
             self.restarts += 1
-            self.metrics.set_restarts(self.run.name, self.restarts)
+            self.metrics.set_restarts(self.run.namespace, self.run.name, self.restarts)
             self.display.note(
                 f"restarting from the last checkpoint ({self.restarts}/{limit}): {err}"
             )

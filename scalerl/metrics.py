@@ -1,9 +1,10 @@
 """Prometheus metrics: every name the processes export, the chart's rules and dashboards use, in
 one place.
 
-Prefix `scalerl_`, label `run` on every series; units in names; counters end in `_total`
-(prometheus-client appends it). Each process builds the set it owns on its own registry and serves
-`/metrics` on its port.
+Prefix `scalerl_`, labels `namespace` and `run` on every series (two runs of one name in two
+namespaces are two series; a local run's namespace is "local"); units in names; counters end in
+`_total` (prometheus-client appends it). Each process builds the set it owns on its own registry
+and serves `/metrics` on its port.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from prometheus_client import (
 disable_created_metrics()
 
 PREFIX = "scalerl_"
-LABELS = ("run",)
+LABELS = ("namespace", "run")
 _SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 # name (without prefix and without the _total counters get) -> help text. The chart's tests read
@@ -49,10 +50,23 @@ TRAINER_COUNTERS = {
 }
 TRAINER_GAUGES = {
     "entropy": "Mean token entropy (nats) of the last training batch.",
-    "pass_rate": "Train pass rate of the last batch.",
+    "pass_rate": (
+        "Train pass rate of the last batch (reward > 0 and not truncated), over every sample"
+        " received for it."
+    ),
     "eval_pass_rate": "Held-out pass rate (mean@k) of the last evaluation.",
+    "eval_pass_rate_stderr": (
+        "Standard error of eval_pass_rate, from the per-prompt means of that evaluation."
+    ),
+    "eval_compute_hours": (
+        "Compute (GPU-hours; process-hours locally) at which the last evaluation"
+        " (eval_pass_rate) was measured."
+    ),
     "policy_version": "Policy version of the trainer.",
-    "policy_lag_steps": "Mean policy versions between generation and training, last batch.",
+    "policy_lag_steps": (
+        "Mean policy versions between generation and training over the tokens of the last"
+        " trained batch (kept samples only)."
+    ),
     "compute_hours": "Compute spent (GPU-hours; process-hours locally).",
     "step": "Optimizer steps taken.",
     "grad_norm": "Total gradient norm (before clipping) of the last step.",
@@ -93,7 +107,8 @@ def all_metric_names() -> set[str]:
 
 
 class _Metrics:
-    """A registry of labelled series; attribute access returns the child for this run.
+    """A registry of series labelled with one run (its namespace and name); attribute access
+    returns the run's child.
 
     Counters and histograms are served from the start at zero (a rate needs its first sample); a
     gauge only once it is set, so a dashboard shows no held-out pass rate before the first
@@ -102,6 +117,7 @@ class _Metrics:
 
     def __init__(
         self,
+        namespace: str,
         run: str,
         counters: dict[str, str],
         gauges: dict[str, str],
@@ -111,11 +127,11 @@ class _Metrics:
         # `alongside`: share another set's registry (one process serving both roles' series);
         # a histogram both sets have is the other's, observed by both.
         self.registry = alongside.registry if alongside is not None else CollectorRegistry()
+        self._labels = {"namespace": namespace, "run": run}
         self._series: dict[str, Any] = {}
         for name, doc in counters.items():
-            self._add(name, Counter(PREFIX + name, doc, LABELS, registry=self.registry), run)
+            self._add(name, Counter(PREFIX + name, doc, LABELS, registry=self.registry))
         self._gauges: dict[str, Gauge] = {}
-        self._run = run
         for name, doc in gauges.items():
             self._gauges[name] = Gauge(PREFIX + name, doc, LABELS, registry=self.registry)
         for name, doc in histograms.items():
@@ -125,15 +141,15 @@ class _Metrics:
             metric = Histogram(
                 PREFIX + name, doc, LABELS, registry=self.registry, buckets=_SECONDS_BUCKETS
             )
-            self._add(name, metric, run)
+            self._add(name, metric)
 
-    def _add(self, name: str, metric: Counter | Gauge | Histogram, run: str) -> None:
-        self._series[name] = metric.labels(run=run)
+    def _add(self, name: str, metric: Counter | Gauge | Histogram) -> None:
+        self._series[name] = metric.labels(**self._labels)
 
     def __getattr__(self, name: str) -> Any:
         series = self.__dict__.get("_series", {})
         if name not in series and name in self.__dict__.get("_gauges", {}):
-            series[name] = self._gauges[name].labels(run=self._run)  # first use: now served
+            series[name] = self._gauges[name].labels(**self._labels)  # first use: now served
         try:
             return series[name]
         except KeyError:
@@ -146,19 +162,19 @@ class _Metrics:
 
 
 class GeneratorMetrics(_Metrics):
-    def __init__(self, run: str, alongside: TrainerMetrics | None = None) -> None:
+    def __init__(self, namespace: str, run: str, alongside: TrainerMetrics | None = None) -> None:
         sync = {"weight_sync_seconds": HISTOGRAMS["weight_sync_seconds"]}
-        super().__init__(run, GENERATOR_COUNTERS, GENERATOR_GAUGES, sync, alongside)
+        super().__init__(namespace, run, GENERATOR_COUNTERS, GENERATOR_GAUGES, sync, alongside)
 
 
 class TrainerMetrics(_Metrics):
-    def __init__(self, run: str) -> None:
-        super().__init__(run, TRAINER_COUNTERS, TRAINER_GAUGES, HISTOGRAMS)
+    def __init__(self, namespace: str, run: str) -> None:
+        super().__init__(namespace, run, TRAINER_COUNTERS, TRAINER_GAUGES, HISTOGRAMS)
 
 
 class RunMetrics:
-    """Run-level gauges for any number of runs: the local runner serves its one run, the operator
-    every run it manages (a run's series go when the run goes)."""
+    """Run-level gauges for any number of runs, each keyed by (namespace, name): the local runner
+    serves its one run, the operator every run it manages (a run's series go when the run goes)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -167,27 +183,27 @@ class RunMetrics:
             for name, doc in RUN_GAUGES.items()
         }
 
-    def set_prediction(self, run: str, result: dict[str, Any]) -> None:
+    def set_prediction(self, namespace: str, run: str, result: dict[str, Any]) -> None:
         for key, name in FIT_GAUGES.items():
             if result.get(key) is not None:
-                self._gauges[name].labels(run=run).set(float(result[key]))
+                self._gauges[name].labels(namespace, run).set(float(result[key]))
 
-    def set_target(self, run: str, target: float | None) -> None:
+    def set_target(self, namespace: str, run: str, target: float | None) -> None:
         if target is None:
-            self._remove("target_asymptote", run)
+            self._remove("target_asymptote", namespace, run)
         else:
-            self._gauges["target_asymptote"].labels(run=run).set(target)
+            self._gauges["target_asymptote"].labels(namespace, run).set(target)
 
-    def set_restarts(self, run: str, restarts: int) -> None:
-        self._gauges["gang_restarts"].labels(run=run).set(restarts)
+    def set_restarts(self, namespace: str, run: str, restarts: int) -> None:
+        self._gauges["gang_restarts"].labels(namespace, run).set(restarts)
 
-    def forget(self, run: str) -> None:
+    def forget(self, namespace: str, run: str) -> None:
         for name in self._gauges:
-            self._remove(name, run)
+            self._remove(name, namespace, run)
 
-    def _remove(self, name: str, run: str) -> None:
+    def _remove(self, name: str, namespace: str, run: str) -> None:
         try:
-            self._gauges[name].remove(run)
+            self._gauges[name].remove(namespace, run)
         except KeyError:
             pass  # never set
 

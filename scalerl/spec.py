@@ -271,6 +271,14 @@ class EvaluationSpec(_Model):
         100, ge=1, le=MAX_STEPS, description="Evaluate held-out prompts every N steps."
     )
     generations_per_prompt: Int = Field(16, ge=1, le=1024, description="k of mean@k; paper 16.")
+    log_completions: Int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Completions of each evaluation written to the run's "
+        "evaluations/step-N.completions.jsonl for a person to read (prompt, completion, "
+        "answer, reward); 0: none.",
+    )
 
 
 class FitSpec(_Model):
@@ -305,6 +313,17 @@ class BudgetSpec(_Model):
         16000, gt=0, le=1e9, description="GPU-hours (process-hours locally)."
     )
     stop_when: StopWhenSpec | None = Field(None, description="Prediction-driven early stop.")
+
+    def end(self, step: int, compute: float) -> tuple[float, str]:
+        """Where a run that is at `step` having spent `compute` will stop: the compute of the
+        first budget it hits (maxSteps at its compute per step so far, or maxComputeHours), and
+        that budget's field name."""
+        if step <= 0 or compute <= 0:
+            return self.max_compute_hours, "maxComputeHours"
+        at_max_steps = compute / step * self.max_steps
+        if at_max_steps < self.max_compute_hours:
+            return at_max_steps, "maxSteps"
+        return self.max_compute_hours, "maxComputeHours"
 
 
 class FailurePolicySpec(_Model):
@@ -485,6 +504,11 @@ class ScaleRLRun(BaseModel):
     @property
     def name(self) -> str:
         return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        """metadata.namespace, or "local" for a run without one (a local run)."""
+        return self.metadata.namespace or "local"
 
 
 # --- parsing at the edge -------------------------------------------------------------------------

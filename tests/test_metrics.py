@@ -1,4 +1,5 @@
-"""Metrics: every name DESIGN.md promises is exported, with the run label, over HTTP."""
+"""Metrics: every name DESIGN.md promises is exported, with the namespace and run labels, over
+HTTP (DESIGN.md, "Metrics": "labels `namespace` and `run`")."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import urllib.request
 
 from scalerl.metrics import (
     GENERATOR_GAUGES,
+    RUN_GAUGES,
     TRAINER_GAUGES,
     GeneratorMetrics,
     RunMetrics,
@@ -52,55 +54,134 @@ def in_use(metrics: TrainerMetrics | GeneratorMetrics) -> TrainerMetrics | Gener
     return metrics
 
 
-def run_metrics(run: str) -> RunMetrics:
+def run_metrics(run: str, namespace: str = "team-a") -> RunMetrics:
     """The runner's (or operator's) gauges once a run has a fit, a target and a restart."""
     metrics = RunMetrics()
-    metrics.set_prediction(run, {"A": 0.8, "B": 1.5, "C_mid": 120.0, "R0": 0.1})
-    metrics.set_target(run, 0.5)
-    metrics.set_restarts(run, 1)
+    metrics.set_prediction(namespace, run, {"A": 0.8, "B": 1.5, "C_mid": 120.0, "R0": 0.1})
+    metrics.set_target(namespace, run, 0.5)
+    metrics.set_restarts(namespace, run, 1)
     return metrics
 
 
 def test_every_design_metric_is_served_by_some_process() -> None:
     text = scrape(
-        in_use(TrainerMetrics("demo")), in_use(GeneratorMetrics("demo")), run_metrics("demo")
+        in_use(TrainerMetrics("team-a", "demo")),
+        in_use(GeneratorMetrics("team-a", "demo")),
+        run_metrics("demo"),
     )
     for name in DESIGN_NAMES:
         series = f"scalerl_{name}"
         if name.endswith("_seconds"):
             series += "_count"
-        assert f'{series}{{run="demo"}}' in text, series
+        assert f'{series}{{namespace="team-a",run="demo"}}' in text, series
 
 
 def test_all_metric_names_lists_what_is_served() -> None:
-    text = scrape(in_use(TrainerMetrics("x")), in_use(GeneratorMetrics("x")), run_metrics("x"))
+    text = scrape(
+        in_use(TrainerMetrics("ns", "x")), in_use(GeneratorMetrics("ns", "x")), run_metrics("x")
+    )
     served = {line.split("{")[0] for line in text.splitlines() if line and line[0] != "#"}
     assert served == all_metric_names()
 
 
 def test_values_land_in_the_run_series() -> None:
-    trainer = TrainerMetrics("math-8b")
+    trainer = TrainerMetrics("research", "math-8b")
     trainer.zero_variance_groups.inc(3)
     trainer.step_seconds.observe(0.4)
     text = scrape(trainer)
-    assert 'scalerl_zero_variance_groups_total{run="math-8b"} 3.0' in text
-    assert 'scalerl_step_seconds_count{run="math-8b"} 1.0' in text
+    assert 'scalerl_zero_variance_groups_total{namespace="research",run="math-8b"} 3.0' in text
+    assert 'scalerl_step_seconds_count{namespace="research",run="math-8b"} 1.0' in text
 
 
 def test_run_gauges_keep_one_series_per_run_until_it_is_forgotten() -> None:
     metrics = run_metrics("a")
-    metrics.set_prediction("b", {"A": 0.6, "B": 2.0, "C_mid": 50.0, "R0": 0.0})
-    metrics.forget("a")
+    metrics.set_prediction("team-a", "b", {"A": 0.6, "B": 2.0, "C_mid": 50.0, "R0": 0.0})
+    metrics.forget("team-a", "a")
     text = scrape(metrics)
-    assert 'scalerl_predicted_asymptote{run="b"} 0.6' in text
+    assert 'scalerl_predicted_asymptote{namespace="team-a",run="b"} 0.6' in text
     assert 'run="a"' not in text
-    assert 'scalerl_target_asymptote{run="b"}' not in text  # b has no stopWhen target
+    # b has no stopWhen target
+    assert 'scalerl_target_asymptote{namespace="team-a",run="b"}' not in text
 
 
 def test_a_gauge_is_served_once_set_and_a_counter_from_the_start() -> None:
-    trainer = TrainerMetrics("r")
+    trainer = TrainerMetrics("local", "r")
     before = scrape(trainer)
-    assert 'scalerl_eval_pass_rate{run="r"}' not in before  # no evaluation yet: no false 0
-    assert 'scalerl_no_signal_steps_total{run="r"} 0.0' in before  # rates need the first 0
+    series = '{namespace="local",run="r"}'
+    assert f"scalerl_eval_pass_rate{series}" not in before  # no evaluation yet: no false 0
+    assert f"scalerl_no_signal_steps_total{series} 0.0" in before  # rates need the first 0
     trainer.eval_pass_rate.set(0.25)
-    assert 'scalerl_eval_pass_rate{run="r"} 0.25' in scrape(trainer)
+    assert f"scalerl_eval_pass_rate{series} 0.25" in scrape(trainer)
+
+
+# --- one run per (namespace, name) -------------------------------------------------------------
+
+
+def test_same_named_runs_in_two_namespaces_keep_their_own_process_series() -> None:
+    # Two runs named foo, in team-a and team-b, each with its trainer and generator.
+    a, b = TrainerMetrics("team-a", "foo"), TrainerMetrics("team-b", "foo")
+    a.step.set(10)
+    b.step.set(20)
+    GeneratorMetrics("team-a", "foo", alongside=a).generated_sequences.inc(3)
+    GeneratorMetrics("team-b", "foo", alongside=b).generated_sequences.inc(5)
+    text = scrape(a, b)
+    assert 'scalerl_step{namespace="team-a",run="foo"} 10.0' in text
+    assert 'scalerl_step{namespace="team-b",run="foo"} 20.0' in text
+    assert 'scalerl_generated_sequences_total{namespace="team-a",run="foo"} 3.0' in text
+    assert 'scalerl_generated_sequences_total{namespace="team-b",run="foo"} 5.0' in text
+
+
+def test_same_named_runs_in_two_namespaces_keep_separate_run_series() -> None:
+    metrics = RunMetrics()
+    for namespace, a, target, restarts in (("team-a", 0.8, 0.5, 1), ("team-b", 0.6, 0.7, 3)):
+        metrics.set_prediction(namespace, "foo", {"A": a, "B": 1.0, "C_mid": 10.0, "R0": 0.1})
+        metrics.set_target(namespace, "foo", target)
+        metrics.set_restarts(namespace, "foo", restarts)
+
+    def sample(name: str, namespace: str) -> float | None:
+        labels = {"namespace": namespace, "run": "foo"}
+        return metrics.registry.get_sample_value(f"scalerl_{name}", labels)
+
+    both = {
+        name: (sample(name, "team-a"), sample(name, "team-b"))
+        for name in ("predicted_asymptote", "target_asymptote", "gang_restarts")
+    }
+    assert both == {
+        "predicted_asymptote": (0.8, 0.6),
+        "target_asymptote": (0.5, 0.7),
+        "gang_restarts": (1, 3),
+    }
+    # Deleting foo in team-a takes its series only.
+    metrics.forget("team-a", "foo")
+    for name in RUN_GAUGES:
+        assert sample(name, "team-a") is None, name
+        assert sample(name, "team-b") is not None, name
+
+
+# --- what each gauge means ------------------------------------------------------------------
+
+
+def test_an_evaluation_exports_its_compute_and_standard_error_beside_its_pass_rate() -> None:
+    # The pass-rate-vs-compute panel plots eval_pass_rate against eval_compute_hours: the
+    # compute at which that evaluation was measured, not the compute now.
+    assert {"eval_compute_hours", "eval_pass_rate_stderr"} <= set(TRAINER_GAUGES)
+    trainer = TrainerMetrics("team-a", "r")
+    trainer.eval_pass_rate.set(0.25)
+    trainer.eval_pass_rate_stderr.set(0.02)
+    trainer.eval_compute_hours.set(1.5)
+    trainer.compute_hours.set(2.0)  # training went on after the evaluation
+    text = scrape(trainer)
+    series = '{namespace="team-a",run="r"}'
+    assert f"scalerl_eval_compute_hours{series} 1.5" in text
+    assert f"scalerl_eval_pass_rate_stderr{series} 0.02" in text
+    assert "GPU-hours" in TRAINER_GAUGES["eval_compute_hours"]
+    assert "per-prompt means" in TRAINER_GAUGES["eval_pass_rate_stderr"]
+
+
+def test_help_texts_say_which_pass_rate_and_which_lag() -> None:
+    # "Pass" has one definition for training samples (trainer/batch.py): reward > 0 and not
+    # truncated; the held-out one is mean@k. The lag is over the batch actually trained on.
+    assert "reward > 0 and not truncated" in TRAINER_GAUGES["pass_rate"]
+    assert TRAINER_GAUGES["pass_rate"].startswith("Train pass rate")
+    assert "mean@k" in TRAINER_GAUGES["eval_pass_rate"]
+    assert "trained batch" in TRAINER_GAUGES["policy_lag_steps"]

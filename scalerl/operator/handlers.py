@@ -74,17 +74,17 @@ def network_from_environ() -> NetworkSettings:
 
 def export_metrics(metrics: RunMetrics, run: dict[str, Any], deleted: bool) -> None:
     """The run-level gauges (prediction, target, gang restarts) from the run's own object."""
-    name = run["metadata"]["name"]
+    namespace, name = run["metadata"]["namespace"], run["metadata"]["name"]
     if deleted:
-        metrics.forget(name)
+        metrics.forget(namespace, name)
         return
     status = run.get("status") or {}
-    metrics.set_restarts(name, int(status.get("restarts") or 0))
+    metrics.set_restarts(namespace, name, int(status.get("restarts") or 0))
     if status.get("prediction"):
-        metrics.set_prediction(name, status["prediction"])
+        metrics.set_prediction(namespace, name, status["prediction"])
     # Read raw, not parsed: a gauge must not wait for an invalid spec to be fixed.
     stop_when = ((run.get("spec") or {}).get("budget") or {}).get("stopWhen") or {}
-    metrics.set_target(name, stop_when.get("predictedABelow"))
+    metrics.set_target(namespace, name, stop_when.get("predictedABelow"))
 
 
 def post_event(run: dict[str, Any], type_: str, reason: str, message: str) -> None:

@@ -106,7 +106,8 @@ class Owner:
         return {
             "name": name,
             "namespace": self.namespace,
-            "labels": {**names.labels(self.name, role), **extra_labels},
+            # The run's identity labels last: nothing extra can change what selects a child.
+            "labels": {**extra_labels, **names.labels(self.name, role)},
             "ownerReferences": [self.reference()],
         }
 
@@ -325,7 +326,7 @@ def workload(
     trainer = role_name == names.ROLE_TRAINER
     replicas: ReplicaSpec = run.spec.trainers if trainer else run.spec.generators
     extra = {names.LABEL_ATTEMPT: str(attempt)}
-    pod_labels = {**names.labels(owner.name, role_name), **extra}
+    pod_labels = {**extra, **names.labels(owner.name, role_name)}
     mounts, volumes = _mounts(run), _volumes(run, owner)
     # A colocated process has no rollout stream between pods: it holds no keys (its environment
     # names none), so it neither needs the Secret to start nor holds a secret it never uses.

@@ -4,11 +4,12 @@ Every example feeds series as a run's pods export them, one sample a minute (pro
 `0+100x60` is 0, 100, 200, ... for an hour; `1x50` is 1 for 50 minutes; `_x30` is 30 minutes
 without a sample), and says which alerts fire at a given time:
 
-    # One skipped step at 10m: at 12m the alert fires for run r1, with the chart's severity.
+    # One skipped step at 10m: at 12m the alert fires for run local/r1, with the chart's
+    # severity.
     expect(
         promtool,
         tmp_path,
-        {'scalerl_skipped_steps_total{run="r1"}': "0x10 1x50"},
+        {'scalerl_skipped_steps_total{namespace="local",run="r1"}': "0x10 1x50"},
         check("ScaleRLSkippedSteps", "12m", [labels("r1")]),
     )
 
@@ -29,9 +30,11 @@ from typing import Any
 import pytest
 import yaml
 from helmchart import NAMESPACE, of_kind, one, render
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from promtool import output, promtool_run
 
-from scalerl.metrics import all_metric_names
+from scalerl.metrics import LABELS, GeneratorMetrics, RunMetrics, all_metric_names
 
 Labels = dict[str, str]
 Series = dict[str, str]  # series selector -> promtool values notation
@@ -50,6 +53,7 @@ ALERTS = [
     "ScaleRLGangRestarted",
 ]
 TEAM = "team-a"  # the namespace of the run's pods in the cluster examples
+LOCAL_NAMESPACE = "local"  # a local run's (ScaleRLRun.namespace)
 
 
 # --- the rules ------------------------------------------------------------------------------
@@ -90,12 +94,9 @@ def write_rules(workdir: Path, groups: Groups) -> Path:
     return path
 
 
-def labels(run: str, namespace: str | None = None, severity: str = "warning") -> Labels:
+def labels(run: str, namespace: str = LOCAL_NAMESPACE, severity: str = "warning") -> Labels:
     """The labels an alert of one run carries: the run's own and the chart's severity."""
-    found = {"run": run, "severity": severity}
-    if namespace is not None:
-        found["namespace"] = namespace
-    return found
+    return {"namespace": namespace, "run": run, "severity": severity}
 
 
 def check(
@@ -145,10 +146,13 @@ def selector(metric: str, **label_values: str) -> str:
     return f"{metric}{{{inner}}}"
 
 
-def generator(run: str, generated: str, truncated: str, **pod: str) -> Series:
+def generator(
+    run: str, generated: str, truncated: str, namespace: str = LOCAL_NAMESPACE, **pod: str
+) -> Series:
+    found = {"namespace": namespace, "run": run, **pod}
     return {
-        selector("scalerl_generated_sequences_total", run=run, **pod): generated,
-        selector("scalerl_truncated_sequences_total", run=run, **pod): truncated,
+        selector("scalerl_generated_sequences_total", **found): generated,
+        selector("scalerl_truncated_sequences_total", **found): truncated,
     }
 
 
@@ -207,6 +211,20 @@ def test_every_rule_aggregates_per_run_and_has_the_severity() -> None:
     for alert, rule in rules_by_alert(rule_groups({"alerts": {"severity": "page"}})).items():
         assert "by (namespace, run" in rule["expr"], alert
         assert rule["labels"] == {"severity": "page"}, alert
+
+
+def test_every_label_a_rule_reads_is_one_the_code_sets() -> None:
+    # scalerl/metrics.py labels every series with LABELS (histograms add `le`); a rule that
+    # groups or joins on another label reads nothing, and one that leaves `namespace` out
+    # merges two runs of one name (DESIGN.md, "Metrics").
+    assert set(LABELS) == {"namespace", "run"}
+    for alert, rule in rules_by_alert(rule_groups()).items():
+        groupings = re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", rule["expr"])
+        assert groupings, alert
+        for grouping in groupings:
+            named = {label.strip() for label in grouping.split(",")}
+            assert named in (set(LABELS), {*LABELS, "le"}), f"{alert}: ({grouping})"
+        assert not re.search(r"\w+\s*(?:=~|!~|!=|=)\s*\"", rule["expr"]), alert  # no filter
 
 
 def test_every_threshold_window_and_hold_comes_from_values() -> None:
@@ -279,7 +297,7 @@ def test_truncation_ratio_is_the_share_of_truncated_sequences(
     value = {
         "expr": f"round({ratio}, 0.001)",
         "eval_time": "30m",
-        "exp_samples": [{"labels": "{run='r1'}", "value": 0.12}],
+        "exp_samples": [{"labels": "{namespace='local', run='r1'}", "value": 0.12}],
     }
     run_unit_tests(promtool, tmp_path, groups, [unit_test(TWELVE_PERCENT, values=[value])])
 
@@ -334,8 +352,8 @@ def test_truncation_threshold_hold_and_severity_come_from_values(
 
 TRAINER = {"namespace": TEAM, "pod": "r1-trainer-0", "run": "r1"}
 GENERATOR = {"namespace": TEAM, "pod": "r1-generator-0", "run": "r1"}
-# The operator serves the run-level gauges; locally the runner does, with no namespace.
-LOCAL = {"run": "r1"}
+# The operator serves the run-level gauges; locally the runner does, in namespace "local".
+LOCAL = {"namespace": LOCAL_NAMESPACE, "run": "r1"}
 R1 = [labels("r1", namespace=TEAM)]
 R1_LOCAL = [labels("r1")]
 
@@ -595,64 +613,65 @@ def test_every_alert_has_an_example_that_fires_and_one_that_does_not() -> None:
 
 
 def test_annotations_are_prometheus_templates_that_name_the_run() -> None:
-    # Helm must leave Prometheus's templates alone: they expand only when the alert fires.
+    # Helm must leave Prometheus's templates alone: they expand only when the alert fires. A run
+    # is its namespace and its name: two runs of one name in two namespaces are two runs.
     for alert, rule in rules_by_alert(rule_groups()).items():
         for key in ("summary", "description"):
-            assert "{{ $labels.run }}" in rule["annotations"][key], f"{alert} {key}"
+            named = "{{ $labels.namespace }}/{{ $labels.run }}"
+            assert named in rule["annotations"][key], f"{alert} {key}"
 
 
 # What the one on call reads, as Prometheus expands it, for each alert's first firing example.
 ANNOTATIONS = {
     "ScaleRLTruncationRateHigh": (
-        "Run r1 truncates too many sequences",
-        "12% of the sequences run r1 in namespace team-a generated over the last 5m hit the hard"
-        " length limit (threshold 0.1); the policy learns from cut-off answers.",
+        "Run team-a/r1 truncates too many sequences",
+        "12% of the sequences run team-a/r1 generated over the last 5m hit the hard length limit"
+        " (threshold 0.1); the policy learns from cut-off answers.",
     ),
     "ScaleRLNoTrainingProgress": (
-        "Run r1 makes no training progress",
-        "The trainer of run r1 in namespace team-a has not advanced its policy version for 15m"
-        " although it runs; check its logs and whether its generators deliver rollouts.",
+        "Run team-a/r1 makes no training progress",
+        "The trainer of run team-a/r1 has not advanced its policy version for 15m although it"
+        " runs; check its logs and whether its generators deliver rollouts.",
     ),
     "ScaleRLNoLearningSignal": (
-        "Run r1 gets no learning signal",
-        "Steps of run r1 in namespace team-a over the last 15m that had every prompt group"
-        " filtered out (all rewards equal): about 15. Its prompts are all too easy or all too"
-        " hard for the policy.",
+        "Run team-a/r1 gets no learning signal",
+        "Steps of run team-a/r1 over the last 15m that had every prompt group filtered out (all"
+        " rewards equal): about 15. Its prompts are all too easy or all too hard for the"
+        " policy.",
     ),
     "ScaleRLSkippedSteps": (
-        "Run r1 skips optimizer steps",
-        "Optimizer steps of run r1 in namespace team-a skipped for a non-finite loss or gradient"
-        " over the last 15m: about 1.",
+        "Run team-a/r1 skips optimizer steps",
+        "Optimizer steps of run team-a/r1 skipped for a non-finite loss or gradient over the"
+        " last 15m: about 1.",
     ),
     "ScaleRLWeightSyncFailing": (
-        "Weight updates of run r1 fail",
-        "Failed weight updates of run r1 in namespace team-a over the last 15m: about 1. Its"
-        " generators keep sampling from the policy version they hold.",
+        "Weight updates of run team-a/r1 fail",
+        "Failed weight updates of run team-a/r1 over the last 15m: about 1. Its generators keep"
+        " sampling from the policy version they hold.",
     ),
     "ScaleRLWeightSyncSlow": (
-        "Weight updates of run r1 are slow",
-        "9 in 10 weight syncs of run r1 in namespace team-a over the last 15m took up to 1m 54s"
-        " (limit 60s).",
+        "Weight updates of run team-a/r1 are slow",
+        "9 in 10 weight syncs of run team-a/r1 over the last 15m took up to 1m 54s (limit 60s).",
     ),
     "ScaleRLPolicyLagHigh": (
-        "Run r1 trains too far off-policy",
-        "The trainer of run r1 in namespace team-a measured a mean policy lag of 3.00 versions in"
-        " its last batch, more than the run's maxOffPolicySteps.",
+        "Run team-a/r1 trains too far off-policy",
+        "The trainer of run team-a/r1 measured a mean policy lag of 3.00 versions over the tokens"
+        " of the trained batch, more than the run's maxOffPolicySteps.",
     ),
-    # Locally there is no namespace, and the description says none.
+    # A local run's namespace is "local".
     "ScaleRLPredictedBelowTarget": (
-        "Run r1 is predicted to end below its target",
-        "The fitted asymptotic pass rate of run r1 is 0.550, below its target"
+        "Run local/r1 is predicted to end below its target",
+        "The fitted asymptotic pass rate of run local/r1 is 0.550, below its target"
         " (spec.budget.stopWhen.predictedABelow).",
     ),
     "ScaleRLPredictionFalling": (
-        "The prediction of run r1 is falling",
-        "The fitted asymptotic pass rate of run r1 fell 0.070 below its best over the last 6h"
-        " (limit 0.05).",
+        "The prediction of run local/r1 is falling",
+        "The fitted asymptotic pass rate of run local/r1 fell 0.070 below its best over the last"
+        " 6h (limit 0.05).",
     ),
     "ScaleRLGangRestarted": (
-        "Run r1 restarted from its last checkpoint",
-        "Gang restarts of run r1 from its last checkpoint over the last 1h: 1.",
+        "Run local/r1 restarted from its last checkpoint",
+        "Gang restarts of run local/r1 from its last checkpoint over the last 1h: 1.",
     ),
 }
 
@@ -674,3 +693,152 @@ def test_annotations_name_the_run(promtool: Path, tmp_path: Path) -> None:
         tests.append(unit_test(series, check(alert, at, fires, expanded)))
     # All ten in one promtool run: with annotations this time.
     run_unit_tests(promtool, tmp_path, rule_groups(), tests)
+
+
+# --- two runs of one name in two namespaces ---------------------------------------------------
+#
+# The series below are what the code exports (a real RunMetrics or GeneratorMetrics), as
+# Prometheus stores them once the chart's ServiceMonitor or PodMonitor has scraped them.
+
+
+def monitor_honors_labels(kind: str) -> bool:
+    """Whether the chart's PodMonitor or ServiceMonitor keeps a scraped label over its own."""
+    spec = one(render(), kind)["spec"]
+    (endpoint,) = spec["endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"]
+    return bool(endpoint.get("honorLabels", False))
+
+
+def scraped(registry: CollectorRegistry, target: Labels, honor_labels: bool) -> dict[str, float]:
+    """A /metrics as Prometheus stores it: selector -> value, the target's labels added. Where
+    both name a label, the target's wins and the scraped one is kept as `exported_<name>`,
+    unless honor_labels (then the scraped one wins), as Prometheus's scrape config says."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            label_values = dict(sample.labels)
+            for name, value in target.items():
+                if name in label_values and honor_labels:
+                    continue
+                if name in label_values:
+                    label_values[f"exported_{name}"] = label_values[name]
+                label_values[name] = value
+            found[selector(sample.name, **label_values)] = sample.value
+    return found
+
+
+def operator_series(metrics: RunMetrics) -> Series:
+    """The operator's run gauges, scraped by the ServiceMonitor in the operator's namespace,
+    constant for an hour."""
+    target = {"namespace": NAMESPACE, "job": "scalerl-operator", "pod": "scalerl-operator-0"}
+    honor = monitor_honors_labels("ServiceMonitor")
+    return {name: f"{value}x60" for name, value in scraped(metrics.registry, target, honor).items()}
+
+
+def generator_series(namespace: str, run: str, generated: int, truncated: int) -> Series:
+    """One generator pod of the run, scraped by the PodMonitor: `generated` sequences a minute,
+    `truncated` of them cut, for an hour."""
+    metrics = GeneratorMetrics(namespace, run)
+    metrics.generated_sequences.inc(generated)
+    metrics.truncated_sequences.inc(truncated)
+    target = {"namespace": namespace, "pod": f"{run}-generator-0", "job": "scalerl-runs"}
+    honor = monitor_honors_labels("PodMonitor")
+    found = scraped(metrics.registry, target, honor)
+    return {name: f"0+{value:g}x60" for name, value in found.items()}
+
+
+def each_names_its_namespace(
+    alert: str, at: str, expanded: dict[str, tuple[str, str]]
+) -> dict[str, Any]:
+    """An alert check: `alert` fires once for run foo in each namespace of `expanded`, with that
+    namespace's (summary, description)."""
+    expected = [
+        {
+            "exp_labels": labels("foo", namespace),
+            "exp_annotations": {"summary": summary, "description": description},
+        }
+        for namespace, (summary, description) in expanded.items()
+    ]
+    return {"eval_time": at, "alertname": alert, "exp_alerts": expected}
+
+
+def below_target(asymptotes: dict[str, float]) -> RunMetrics:
+    """The operator's gauges for a run named foo in each namespace of `asymptotes`: its fitted
+    asymptote and a target of 0.6."""
+    metrics = RunMetrics()
+    for namespace, asymptote in asymptotes.items():
+        fit = {"A": asymptote, "B": 1.0, "C_mid": 10.0, "R0": 0.1}
+        metrics.set_prediction(namespace, "foo", fit)
+        metrics.set_target(namespace, "foo", 0.6)
+    return metrics
+
+
+def test_same_named_runs_in_two_namespaces_alert_apart_on_the_operators_series(
+    promtool: Path, tmp_path: Path
+) -> None:
+    alert = "ScaleRLPredictedBelowTarget"
+
+    def expanded(namespace: str, asymptote: float) -> tuple[str, str]:
+        return (
+            f"Run {namespace}/foo is predicted to end below its target",
+            f"The fitted asymptotic pass rate of run {namespace}/foo is {asymptote:.3f}, below"
+            " its target (spec.budget.stopWhen.predictedABelow).",
+        )
+
+    both_below = {"team-a": expanded("team-a", 0.55), "team-b": expanded("team-b", 0.45)}
+    run_unit_tests(
+        promtool,
+        tmp_path,
+        rule_groups(),
+        [
+            # Both below the target: two alerts, each naming its own namespace, not the
+            # operator's.
+            unit_test(
+                operator_series(below_target({"team-a": 0.55, "team-b": 0.45})),
+                each_names_its_namespace(alert, "10m", both_below),
+            ),
+            # foo in team-b above it: team-a's alert alone.
+            unit_test(
+                operator_series(below_target({"team-a": 0.55, "team-b": 0.65})),
+                each_names_its_namespace(alert, "10m", {"team-a": expanded("team-a", 0.55)}),
+            ),
+        ],
+    )
+
+
+def test_same_named_runs_in_two_namespaces_alert_apart_on_their_pods_series(
+    promtool: Path, tmp_path: Path
+) -> None:
+    alert = "ScaleRLTruncationRateHigh"
+
+    def expanded(namespace: str) -> tuple[str, str]:
+        return (
+            f"Run {namespace}/foo truncates too many sequences",
+            f"12% of the sequences run {namespace}/foo generated over the last 5m hit the hard"
+            " length limit (threshold 0.1); the policy learns from cut-off answers.",
+        )
+
+    run_unit_tests(
+        promtool,
+        tmp_path,
+        rule_groups(),
+        [
+            # Both truncate 12 %: two alerts, each naming its own namespace.
+            unit_test(
+                {
+                    **generator_series("team-a", "foo", 100, 12),
+                    **generator_series("team-b", "foo", 100, 12),
+                },
+                each_names_its_namespace(
+                    alert, "30m", {ns: expanded(ns) for ns in ("team-a", "team-b")}
+                ),
+            ),
+            # team-a's foo truncates 12 %, team-b's 8 %: merged they would be 10 %, no alert.
+            unit_test(
+                {
+                    **generator_series("team-a", "foo", 100, 12),
+                    **generator_series("team-b", "foo", 100, 8),
+                },
+                each_names_its_namespace(alert, "30m", {"team-a": expanded("team-a")}),
+            ),
+        ],
+    )

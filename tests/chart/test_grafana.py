@@ -21,7 +21,7 @@ from promql import alert_files, alert_rules, dashboards, panels, queries
 from promtool import output, promtool_run
 
 from scalerl.fit.law import sigmoid
-from scalerl.metrics import FIT_GAUGES, all_metric_names
+from scalerl.metrics import FIT_GAUGES, LABELS, all_metric_names
 
 Obj = dict[str, Any]
 
@@ -38,7 +38,8 @@ REQUIRED_PANELS = [
     "Step seconds",
     "Gang restarts",
     "Predicted A and C_mid",
-    "Train and held-out pass rate",
+    "Held-out pass rate (mean@k)",
+    "Train batch pass rate",
 ]
 
 # Non-default values for every knob the Grafana objects read.
@@ -146,18 +147,26 @@ def test_dashboards_can_be_left_out() -> None:
 # --- the dashboard model -----------------------------------------------------------------------
 
 
-def test_variables_pick_a_prometheus_data_source_and_any_runs() -> None:
+def test_variables_pick_a_prometheus_data_source_namespaces_and_runs() -> None:
     variables = {v["name"]: v for v in the_dashboard()["templating"]["list"]}
+    assert list(variables) == ["datasource", "namespace", "run"]
     source = variables["datasource"]
     assert (source["type"], source["query"]) == ("datasource", "prometheus")
-    run = variables["run"]
-    assert run["type"] == "query"
-    assert run["datasource"]["uid"] == "${datasource}"
-    query = run["query"]["query"] if isinstance(run["query"], dict) else run["query"]
-    assert query == "label_values(scalerl_policy_version, run)"
-    # Several runs side by side, or all of them; "All" must be a regex the run=~ filter accepts.
-    assert run["multi"] is True and run["includeAll"] is True
-    assert run["allValue"] == ".*"
+    # Runs are picked within the picked namespaces: two runs of one name in two namespaces are
+    # two runs (DESIGN.md, "Metrics").
+    expected = {
+        "namespace": "label_values(scalerl_policy_version, namespace)",
+        "run": 'label_values(scalerl_policy_version{namespace=~"$namespace"}, run)',
+    }
+    for name, lookup in expected.items():
+        variable = variables[name]
+        assert variable["type"] == "query"
+        assert variable["datasource"]["uid"] == "${datasource}"
+        query = variable["query"]
+        assert (query["query"] if isinstance(query, dict) else query) == lookup
+        # Several side by side, or all of them; "All" must be a regex the =~ filter accepts.
+        assert variable["multi"] is True and variable["includeAll"] is True
+        assert variable["allValue"] == ".*"
 
 
 def test_every_panel_has_a_title_the_data_source_variable_a_query_and_a_unit() -> None:
@@ -182,28 +191,58 @@ def test_the_required_panels_exist() -> None:
     assert len(titles) == len(set(titles))  # a title names one panel
 
 
-def test_every_metric_selector_filters_on_the_run_variable() -> None:
+def test_every_metric_selector_filters_on_the_namespace_and_run_variables() -> None:
     for panel in panels(the_dashboard()):
         for expr in exprs(panel):
             # Every series selector, not just one of them: an unfiltered operand would join
             # every run's series into the picked ones.
             names = re.findall(r"scalerl_\w+", expr)
             assert names, expr
-            filtered = re.findall(r'scalerl_\w+\{run=~"\$run"\}', expr)
+            filtered = re.findall(r'scalerl_\w+\{namespace=~"\$namespace",run=~"\$run"\}', expr)
             assert len(filtered) == len(names), (panel["title"], expr)
 
 
 def test_queries_aggregate_pods_per_run() -> None:
     for panel in panels(the_dashboard()):
         for expr in exprs(panel):
-            # A run has several pods (trainer ranks, generators), and each exports its series.
+            # A run (a namespace and a name) has several pods (trainer ranks, generators), and
+            # each exports its series.
             groupings = re.findall(r"\b(?:sum|max|min|avg) by \(([^)]*)\)", expr)
             assert groupings, (panel["title"], expr)
             for grouping in groupings:
                 labels = {label.strip() for label in grouping.split(",")}
-                assert labels in ({"run"}, {"run", "le"}), (panel["title"], expr)
+                assert labels in ({"namespace", "run"}, {"namespace", "run", "le"}), expr
             # A counter's rate is summed over the run's pods.
-            assert expr.count("rate(") == len(re.findall(r"sum by \(run(?:, le)?\) \(rate\(", expr))
+            summed = re.findall(r"sum by \(namespace, run(?:, le)?\) \(rate\(", expr)
+            assert expr.count("rate(") == len(summed), (panel["title"], expr)
+
+
+def labels_read(expr: str) -> set[str]:
+    """Every label a PromQL expression names: in selectors, `by (...)` and `on (...)`."""
+    found = set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)\s*\"", expr))
+    for grouping in re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", expr):
+        found |= {label.strip() for label in grouping.split(",") if label.strip()}
+    return found
+
+
+def test_every_label_a_query_or_legend_reads_is_one_the_code_sets() -> None:
+    # scalerl/metrics.py sets LABELS on every series (and histograms have `le`): a query that
+    # groups, joins or filters on another label reads nothing, or merges runs.
+    assert set(LABELS) == {"namespace", "run"}
+    dashboard = the_dashboard()
+    for expr in queries(render()):
+        assert labels_read(expr) <= {*LABELS, "le"}, expr
+    for panel in panels(dashboard):
+        for target in panel["targets"]:
+            legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")))
+            assert legend <= set(LABELS), (panel["title"], target["legendFormat"])
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]["query"]
+            assert query.rstrip(")").rsplit(",", 1)[1].strip() in LABELS, query
+    for tr in by_title(dashboard)["Pass rate vs compute"]["transformations"]:
+        if tr["id"] == "partitionByValues":  # one colour group per run
+            assert tr["options"]["fields"] == list(LABELS)
 
 
 def test_panel_ids_are_unique_and_panels_do_not_overlap() -> None:
@@ -224,7 +263,7 @@ def test_panel_ids_are_unique_and_panels_do_not_overlap() -> None:
             assert apart, (a_title, b_title)
 
 
-def test_pass_rate_vs_compute_plots_held_out_and_fitted_rates_against_compute() -> None:
+def test_pass_rate_vs_compute_plots_each_evaluation_at_the_compute_it_was_measured_at() -> None:
     panel = by_title(the_dashboard())["Pass rate vs compute"]
     assert panel["type"] == "xychart"
     # Options in the xychart model of Grafana 11.1+; an older pluginVersion makes Grafana
@@ -232,13 +271,18 @@ def test_pass_rate_vs_compute_plots_held_out_and_fitted_rates_against_compute() 
     major, minor = (int(part) for part in panel["pluginVersion"].split(".")[:2])
     assert (major, minor) >= (11, 1)
     targets = {t["refId"]: t["expr"] for t in panel["targets"]}
-    assert "scalerl_compute_hours" in targets["A"]
-    assert "scalerl_eval_pass_rate" in targets["B"]
+    # x and y are the pair the trainer exports together at each evaluation: the held-out pass
+    # rate and the compute at which it was measured, not the compute spent since.
+    read = {ref: set(re.findall(r"scalerl_\w+", expr)) for ref, expr in targets.items()}
+    assert read["A"] == {"scalerl_eval_compute_hours"}
+    assert read["B"] == {"scalerl_eval_pass_rate"}
     fitted = targets["C"]
-    for gauge in ("predicted_asymptote", "predicted_cmid", "predicted_slope", "predicted_r0"):
-        assert f"scalerl_{gauge}" in fitted
+    assert read["C"] == {
+        "scalerl_eval_compute_hours",
+        *(f"scalerl_{gauge}" for gauge in FIT_GAUGES.values()),
+    }
     # Every operator between two runs' worth of series (+, -, /, / and ^) joins them by run.
-    assert fitted.count("on (run)") == 5
+    assert fitted.count("on (namespace, run)") == 5
     assert "scalerl_predicted_asymptote" in targets["D"]
     # x is the compute: the series matcher and the renamed compute column agree.
     (series,) = panel["options"]["series"]
@@ -263,11 +307,10 @@ def test_pass_rate_vs_compute_plots_held_out_and_fitted_rates_against_compute() 
 def test_truncation_panel_shows_the_alert_ratio_with_its_threshold_line() -> None:
     panel = by_title(the_dashboard())["Truncation rate"]
     (expr,) = exprs(panel)
-    # The PrometheusRule's ratio at its default window, per run and filtered by $run.
+    # The PrometheusRule's ratio at its default window, per run (namespace and name) and
+    # filtered by $namespace and $run.
     ratio, _, _ = prometheus_truncation()
-    as_panel = ratio.replace("by (namespace, run)", "by (run)").replace(
-        "_total[", '_total{run=~"$run"}['
-    )
+    as_panel = ratio.replace("_total[", '_total{namespace=~"$namespace",run=~"$run"}[')
     assert squash(expr) == squash(as_panel)
     defaults = panel["fieldConfig"]["defaults"]
     assert defaults["unit"] == "percentunit"
@@ -282,7 +325,7 @@ def test_units_name_what_each_panel_measures() -> None:
     unit = {title: panel["fieldConfig"]["defaults"]["unit"] for title, panel in panels_.items()}
     assert unit["Entropy"] == "suffix:nats"
     assert unit["Weight sync seconds"] == unit["Step seconds"] == "s"
-    assert unit["Train and held-out pass rate"] == "percentunit"
+    assert unit["Held-out pass rate (mean@k)"] == unit["Train batch pass rate"] == "percentunit"
     assert "tok/s" in unit["Throughput"]
     # Samples/s (a sequence counter) on its own axis, tokens/s from both token counters.
     throughput = panels_["Throughput"]
@@ -339,7 +382,8 @@ def test_the_alert_rule_is_a_complete_grafana_rule() -> None:
 def test_the_alert_annotations_keep_grafana_templates_for_grafana() -> None:
     annotations = the_rule()["annotations"]
     # Helm left Grafana's templates alone: they expand when the alert fires.
-    assert "{{ $labels.run }}" in annotations["summary"]
+    assert "{{ $labels.namespace }}/{{ $labels.run }}" in annotations["summary"]
+    assert "{{ $labels.namespace }}/{{ $labels.run }}" in annotations["description"]
     assert "{{ humanizePercentage $values.B.Value }}" in annotations["description"]
     assert "threshold 0.1" in annotations["description"]
 
@@ -390,8 +434,9 @@ def test_queries_lists_every_dashboard_and_alert_expression() -> None:
     dashboard = the_dashboard()
     targets = [target["expr"] for panel in panels(dashboard) for target in panel["targets"]]
     found = queries(objs)
-    # The panels' targets, the run variable's series and the alert rule's query.
-    assert found == ["scalerl_policy_version", *targets, data(the_rule(), "A")["model"]["expr"]]
+    # The namespace and run variables' series, the panels' targets and the alert rule's query.
+    variables = ["scalerl_policy_version", 'scalerl_policy_version{namespace=~"$namespace"}']
+    assert found == [*variables, *targets, data(the_rule(), "A")["model"]["expr"]]
     assert queries(render({"grafana": {"dashboards": {"enabled": False}}})) == found[-1:]
     off = {"grafana": {"dashboards": {"enabled": False}, "alertRule": {"enabled": False}}}
     assert queries(render(off)) == []
@@ -403,9 +448,10 @@ def test_every_metric_a_query_reads_is_exported() -> None:
     assert read <= all_metric_names(), read - all_metric_names()
 
 
-def runnable(expr: str, run: str = ".*") -> str:
-    """A dashboard query as Prometheus runs it once Grafana has put the picked runs in."""
-    return expr.replace("$run", run)
+def runnable(expr: str, run: str = ".*", namespace: str = ".*") -> str:
+    """A dashboard query as Prometheus runs it once Grafana has put the picked namespaces and
+    runs in."""
+    return expr.replace("$namespace", namespace).replace("$run", run)
 
 
 def test_prometheus_parses_every_query(promtool: Path, tmp_path: Path) -> None:
@@ -421,40 +467,45 @@ def test_prometheus_parses_every_query(promtool: Path, tmp_path: Path) -> None:
     assert f"SUCCESS: {len(rules)} rules found" in done.stdout, output(done)
 
 
-# Two runs as Prometheus stores them: the operator's fit gauges (one series per run, the
-# operator's own labels) and the trainer's compute, exported by two ranks of r1.
+# Three runs as Prometheus stores them: the operator's fit gauges (one series per run, labelled
+# with the run's namespace) and the trainer's compute at its last evaluation, exported by two
+# ranks of r1 in team-a. Two of the runs are named r1, in two namespaces.
 FITS = {
-    "r1": {"A": 0.8, "B": 1.5, "C_mid": 100.0, "R0": 0.1, "compute": 50.0},
-    "r2": {"A": 0.6, "B": 0.7, "C_mid": 20.0, "R0": 0.2, "compute": 0.0},
+    ("team-a", "r1"): {"A": 0.8, "B": 1.5, "C_mid": 100.0, "R0": 0.1, "compute": 50.0},
+    ("team-b", "r1"): {"A": 0.5, "B": 1.0, "C_mid": 10.0, "R0": 0.05, "compute": 30.0},
+    ("team-a", "r2"): {"A": 0.6, "B": 0.7, "C_mid": 20.0, "R0": 0.2, "compute": 0.0},
 }
 
 
 def fit_series() -> list[Obj]:
     series: list[Obj] = []
-    for run, fit in FITS.items():
+    for (namespace, run), fit in FITS.items():
+        run_labels = f'namespace="{namespace}",run="{run}"'
         for key, gauge in FIT_GAUGES.items():
-            name = f'scalerl_{gauge}{{job="scalerl-operator",run="{run}"}}'
+            name = f'scalerl_{gauge}{{job="scalerl-operator",{run_labels}}}'
             series.append({"series": name, "values": f"{fit[key]}x10"})
-        for rank in (0, 1) if run == "r1" else (0,):
-            name = f'scalerl_compute_hours{{pod="{run}-trainer-{rank}",run="{run}"}}'
+        for rank in (0, 1) if (namespace, run) == ("team-a", "r1") else (0,):
+            name = f'scalerl_eval_compute_hours{{pod="{run}-trainer-{rank}",{run_labels}}}'
             series.append({"series": name, "values": f"{fit['compute']}x10"})
     return series
 
 
-def test_fitted_curve_query_is_the_scaling_law_at_the_current_compute(
+def test_fitted_curve_query_is_the_scaling_law_at_each_evaluations_compute(
     promtool: Path, tmp_path: Path
 ) -> None:
     panel = by_title(the_dashboard())["Pass rate vs compute"]
     fitted = next(t["expr"] for t in panel["targets"] if t["refId"] == "C")
     checks = []
-    for run, fit in FITS.items():
+    for (namespace, run), fit in FITS.items():
         # scalerl.fit.law's R(C); at C = 0 the query divides by zero and must still give R0.
+        # Each run (namespace and name) gets its own fit, the same-named one in the other
+        # namespace left out.
         expected = float(sigmoid(fit["compute"], fit["A"], fit["B"], fit["C_mid"], fit["R0"]))
         checks.append(
             {
-                "expr": f"abs(({runnable(fitted, run)}) - {expected!r}) < bool 1e-9",
+                "expr": f"abs(({runnable(fitted, run, namespace)}) - {expected!r}) < bool 1e-9",
                 "eval_time": "5m",
-                "exp_samples": [{"labels": f'{{run="{run}"}}', "value": 1}],
+                "exp_samples": [{"labels": f'{{namespace="{namespace}",run="{run}"}}', "value": 1}],
             }
         )
     spec = {
@@ -466,3 +517,32 @@ def test_fitted_curve_query_is_the_scaling_law_at_the_current_compute(
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     done = promtool_run(promtool, "test", "rules", path)
     assert done.returncode == 0, output(done)
+
+
+# --- which pass rate --------------------------------------------------------------------------
+
+
+def test_train_and_held_out_pass_rates_are_on_panels_that_say_which_is_which() -> None:
+    # Two different numbers (DESIGN.md, "Metrics": `pass_rate` is the train batch's,
+    # `eval_pass_rate` the held-out mean@k): no panel draws both as if comparable.
+    found = by_title(the_dashboard())
+    reads = {
+        title: {name for expr in exprs(panel) for name in re.findall(r"scalerl_\w+", expr)}
+        for title, panel in found.items()
+    }
+    for title, names in reads.items():
+        assert not {"scalerl_pass_rate", "scalerl_eval_pass_rate"} <= names, title
+    (train,) = [title for title, names in reads.items() if "scalerl_pass_rate" in names]
+    assert train == "Train batch pass rate"
+    held_out = [title for title, names in reads.items() if "scalerl_eval_pass_rate" in names]
+    assert sorted(held_out) == ["Held-out pass rate (mean@k)", "Pass rate vs compute"]
+    legends = {
+        title: [t.get("legendFormat", "") for t in found[title]["targets"]]
+        for title in (train, "Held-out pass rate (mean@k)")
+    }
+    assert legends == {
+        "Train batch pass rate": ["{{namespace}}/{{run}} train batch"],
+        "Held-out pass rate (mean@k)": ["{{namespace}}/{{run}} held-out mean@k"],
+    }
+    assert "reward > 0 and not truncated" in found[train]["description"]
+    assert "mean@k" in found["Held-out pass rate (mean@k)"]["description"]

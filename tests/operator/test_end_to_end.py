@@ -22,7 +22,7 @@ from harness import NS, JobController, operator, pods, status
 from kubelet import Kubelet, printing_logs_on_failure
 
 from scalerl.demo.assets import default_cache_dir, prepare_demo
-from scalerl.trainer.history import read_history
+from scalerl.status.history import read_history
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tiny-cluster.yaml"

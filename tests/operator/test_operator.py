@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 from harness import (
     NS,
     RUNS,
@@ -23,8 +24,9 @@ from harness import (
     status,
 )
 
-from scalerl.metrics import RunMetrics
+from scalerl.metrics import RUN_GAUGES, RunMetrics
 from scalerl.operator import crd
+from scalerl.spec import parse_run
 
 CHILDREN = {
     "configmaps": ["r1-config"],
@@ -329,7 +331,7 @@ def test_the_operator_exports_each_runs_prediction_target_and_restarts(cluster: 
     metrics = RunMetrics()
 
     def sample(name: str) -> float | None:
-        return metrics.registry.get_sample_value(f"scalerl_{name}", {"run": "r1"})
+        return metrics.registry.get_sample_value(f"scalerl_{name}", {"namespace": NS, "run": "r1"})
 
     stop = {"budget": {"stopWhen": {"predictedABelow": 0.5, "minPoints": 8}}}
     with operator(cluster, metrics=metrics):
@@ -343,3 +345,43 @@ def test_the_operator_exports_each_runs_prediction_target_and_restarts(cluster: 
         assert (sample("predicted_cmid"), sample("predicted_slope")) == (2542.0, 1.4)
         cluster.kubectl("delete", "srl", "r1", "--timeout=60s", timeout=90)
         cluster.wait_for(lambda: sample("gang_restarts") is None, WAIT, "the run's series gone")
+
+
+def test_same_named_runs_in_two_namespaces_keep_their_own_series(cluster: Any) -> None:
+    # r1 in `default` and r1 in `team-b`: two runs, two sets of series; deleting one keeps the
+    # other's (DESIGN.md, "Metrics": labels `namespace` and `run`).
+    metrics = RunMetrics()
+    other = "team-b"
+
+    def sample(name: str, namespace: str) -> float | None:
+        labels = {"namespace": namespace, "run": "r1"}
+        return metrics.registry.get_sample_value(f"scalerl_{name}", labels)
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    with operator(cluster, metrics=metrics):
+        create(cluster, run_manifest(budget={"stopWhen": {"predictedABelow": 0.5}}))
+        theirs = run_manifest(budget={"stopWhen": {"predictedABelow": 0.7}})
+        theirs["metadata"]["namespace"] = other
+        reply = cluster.api("POST", f"/apis/scalerl.dev/v1alpha1/namespaces/{other}/{RUNS}", theirs)
+        assert reply.status == 201, reply.body
+        cluster.wait_for(
+            lambda: sample("gang_restarts", NS) == 0 == sample("gang_restarts", other),
+            WAIT,
+            "both runs' restarts gauges",
+        )
+        assert (sample("target_asymptote", NS), sample("target_asymptote", other)) == (0.5, 0.7)
+        cluster.kubectl("delete", "srl", "r1", "-n", other, "--timeout=60s", timeout=90)
+        cluster.wait_for(
+            lambda: sample("gang_restarts", other) is None, WAIT, "team-b's series gone"
+        )
+        assert {name: sample(name, other) for name in RUN_GAUGES} == dict.fromkeys(RUN_GAUGES)
+        assert (sample("gang_restarts", NS), sample("target_asymptote", NS)) == (0, 0.5)
+
+
+def test_the_pods_read_their_runs_namespace_from_the_config_map(cluster: Any) -> None:
+    # The processes label their series with the namespace of the spec the ConfigMap holds.
+    with operator(cluster):
+        create(cluster, run_manifest())
+        cluster.wait_for(lambda: cluster.get("configmaps", "r1-config"), WAIT, "the ConfigMap")
+    (text,) = cluster.get("configmaps", "r1-config")["data"].values()
+    assert parse_run(yaml.safe_load(text)).namespace == NS

@@ -41,7 +41,7 @@ def trainer(tmp_path: Path, no_signal_steps: int) -> Trainer:
         env,
         state=TrainerState(),
         status=FileStatus(tmp_path),
-        metrics=TrainerMetrics("s"),
+        metrics=TrainerMetrics("local", "s"),
         **parts,  # type: ignore[arg-type]
     )
 
@@ -55,12 +55,12 @@ def test_a_step_without_signal_sets_the_condition_and_the_progress_line(tmp_path
     t = trainer(tmp_path, no_signal_steps=3)
     t.record_signal(NOTHING)
     message = "no learning signal: 14 of 16 groups all wrong, 2 all right"
-    assert t.progress()["no_signal"] == message
+    assert t.progress().no_signal == message
     assert conditions(tmp_path)["LearningSignal"]["status"] == "False"
     assert conditions(tmp_path)["LearningSignal"]["message"] == message
     assert t.metrics.no_signal_steps._value.get() == 1
     t.record_signal(SOMETHING)
-    assert t.progress()["no_signal"] is None
+    assert t.progress().no_signal is None
     assert conditions(tmp_path)["LearningSignal"]["status"] == "True"
 
 
