@@ -119,12 +119,18 @@ def test_kubectl_apply_to_a_prediction_through_a_gang_restart(k8s: Any, tmp_path
     assert row["PHASE"] == "Succeeded" and int(row["STEP"]) == max_steps
     assert float(row["A"]) == pytest.approx(final["prediction"]["A"])
     assert float(row["C_MID"]) == pytest.approx(final["prediction"]["C_mid"])
-    assert 0.0 <= float(row["PASSRATE"]) <= 1.0
-    # The evaluations: every one once, in order, although steps after a checkpoint ran twice.
+    # PASSRATE is the last held-out evaluation (history.jsonl's pass_rate, to 6 digits).
+    assert float(row["PASSRATE"]) == float(f"{history[-1]['pass_rate']:.6g}")
+    # The evaluations: every one once, in order, although steps after a checkpoint ran twice,
+    # each the held-out pass rate and training compute the trainer recorded (0 at step 0).
     assert [e["step"] for e in final["evaluations"]] == expected
     assert [e["step"] for e in history] == expected
+    assert [e["passRate"] for e in final["evaluations"]] == [
+        float(f"{e['pass_rate']:.6g}") for e in history
+    ]
+    assert [e["samples"] for e in final["evaluations"]] == [e["eval_samples"] for e in history]
     computes = [e["computeHours"] for e in final["evaluations"]]
-    assert computes == sorted(computes) and computes[0] > 0
+    assert computes == sorted(computes) and computes[0] == 0.0
     prediction = final["prediction"]
     assert prediction["points"] == len(expected)
     assert 0.0 <= prediction["A"] <= 1.0 and prediction["C_mid"] > 0
