@@ -9,6 +9,7 @@ from harness import NS, condition, create, patch_run_status, run_manifest, statu
 
 from scalerl.cli import main
 from scalerl.operator import crd
+from scalerl.operator.lifecycle import fitted
 from scalerl.operator.prediction import stop_reason
 from scalerl.spec import BudgetSpec
 
@@ -101,3 +102,10 @@ def test_the_stop_rule_needs_the_whole_interval_below_and_enough_points(
     prediction = {"A": 0.35, "A_interval": interval, "points": points}
     assert (stop_reason(budget, prediction) is not None) == stops
     assert stop_reason(BudgetSpec(), prediction) is None
+
+
+def test_the_fit_event_says_when_it_reads_thinned_evaluations() -> None:
+    assert fitted(20, 20) == "20 evaluations"
+    assert fitted(300, 1001) == (
+        "300 of 1001 evaluations (status.evaluations, thinned evenly on log compute)"
+    )

@@ -36,6 +36,32 @@ def mixed_batch(make_group: Factory, policy: Policy, groups: int = 4, size: int 
     return replace(batch, old_logprobs=logprobs)
 
 
+def test_the_reported_entropy_is_the_batchs_mean_token_entropy(
+    model_dir: Path, make_group: Factory
+) -> None:
+    """DESIGN's `entropy`: the mean token entropy (nats) over the trained tokens of the batch,
+    computed here from a separately loaded Hugging Face model, before the update."""
+    from transformers import AutoModelForCausalLM
+
+    policy = load_policy(model_dir, fp32_lm_head=True)
+    batch = mixed_batch(make_group, policy)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    values = []
+    for s, t in batch.loss_mask.nonzero().tolist():
+        row = logits[s, int(batch.completion_positions[s, t]) - 1].double()
+        p = row.softmax(-1)
+        values.append(float(-(p * p.log()).sum()))
+    optimizer, scheduler = build_optimizer(
+        policy.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-15, warmup_steps=0
+    )
+    result = train_step(
+        policy, optimizer, scheduler, batch, loss="cispo", aggregation="prompt", **CLIPS
+    )
+    assert result.entropy == pytest.approx(sum(values) / len(values), rel=1e-5)
+
+
 def snapshot(policy: Policy) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in policy.model.named_parameters()}
 
