@@ -398,6 +398,7 @@ def add_evaluate_parser(subparsers: Subparsers) -> None:
     )
     p.add_argument(
         "-k",
+        metavar="N",
         type=_count,
         default=None,
         help="samples per prompt (default: the spec's evaluation.generationsPerPrompt)",

@@ -84,7 +84,7 @@ class Evaluation:
     correct: int
     truncated: int
     pass_rate: float  # correct / samples
-    stderr: float  # std of the per-prompt means (ddof 1) / sqrt(prompts); nan for one prompt
+    stderr: float  # std of the per-prompt means (ddof 1) / sqrt(prompts); 0.0 for one prompt
     seconds: float  # wall time of the sampling and scoring
 
     def summary(self) -> str:
@@ -94,10 +94,7 @@ class Evaluation:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types; an undefined stderr (one prompt) is None."""
-        out = asdict(self)
-        out["stderr"] = None if math.isnan(self.stderr) else self.stderr
-        return out
+        return asdict(self)
 
 
 # --- what is sampled ---------------------------------------------------------------------------
@@ -113,6 +110,22 @@ class Budgets:
     window: tuple[int, int]  # the cutoff, uniform and inclusive; (budget, budget) without it
     interrupt: bool
     answer_budget: int
+
+    @classmethod
+    def for_run(cls, run: ScaleRLRun, tokens: ModelTokens) -> Budgets:
+        spec = run.spec
+        length = spec.recipe.length
+        interrupt = spec.thinks and length.interruption.enabled
+        lo, hi = length.interruption.window if interrupt else (length.thinking_budget,) * 2
+        phrase = spec.interruption_phrase if interrupt else ""
+        return cls(
+            think_end_id=tokens.think_end_id,
+            eos_ids=tuple(sorted(tokens.eos_ids)),
+            phrase_ids=tuple(tokens.tokenizer.encode(phrase, add_special_tokens=False)),
+            window=(lo, hi),
+            interrupt=interrupt,
+            answer_budget=length.answer_budget,
+        )
 
     def longest(self, prompt: int) -> int:
         """Tokens one sequence can reach after a prompt of `prompt` tokens."""
@@ -156,20 +169,7 @@ class HeldOut:
         length = spec.recipe.length
         encoder = PromptEncoder.for_data(tokenizer, spec.data, length.max_prompt_tokens)
         tokens = ModelTokens.load(model_path, tokenizer, spec.model.think_end)
-        interrupt = spec.thinks and length.interruption.enabled
-        budget = length.thinking_budget
-        budgets = Budgets(
-            think_end_id=tokens.think_end_id,
-            eos_ids=tuple(sorted(tokens.eos_ids)),
-            phrase_ids=tuple(
-                tokenizer.encode(spec.interruption_phrase, add_special_tokens=False)
-                if interrupt
-                else ()
-            ),
-            window=tuple(length.interruption.window) if interrupt else (budget, budget),  # type: ignore[arg-type]
-            interrupt=interrupt,
-            answer_budget=length.answer_budget,
-        )
+        budgets = Budgets.for_run(run, tokens)
         pad = tokenizer.pad_token_id
         return cls(
             examples=tuple(validation),
@@ -326,7 +326,7 @@ class HeldOut:
             for i, e in enumerate(self.examples)
         )
         means = [p.correct / p.samples for p in per_prompt]
-        stderr = statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else math.nan
+        stderr = statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else 0.0
         return Evaluation(
             checkpoint=label,
             k=k,

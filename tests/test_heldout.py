@@ -120,6 +120,15 @@ def test_the_gauges_say_what_the_history_says(demo: dict[str, Any]) -> None:
     assert gauge(served, "step") >= row["step"]
 
 
+def test_the_generators_totals_count_each_sample_once(demo: dict[str, Any]) -> None:
+    """Every step takes one batch of 16 groups x 8 samples, and the generators run at most two
+    batches ahead of the trainer (their quota), so by step N they made between 128 N and
+    128 (N + 2) training samples, whatever the checkpoints in between."""
+    for row in read_history(demo["out"] / "history.jsonl")[1:]:
+        made = row["generation"]["generated_samples"]
+        assert 128 * row["step"] <= made <= 128 * (row["step"] + 2), row
+
+
 def test_completions_are_kept_for_a_person_to_read(demo: dict[str, Any]) -> None:
     path = demo["out"] / "evaluations" / f"step-{STEPS:08d}.completions.jsonl"
     completions = [json.loads(line) for line in path.read_text().splitlines()]

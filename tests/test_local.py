@@ -135,7 +135,8 @@ def kill(out: Path, role: str) -> None:
 @pytest.mark.slow
 def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    with running(write_spec(tmp_path), out) as proc:
+    # Evaluations every 3 steps: four past step 0 (compute 0), as many as a fit needs.
+    with running(write_spec(tmp_path, evaluation={"everySteps": 3}), out) as proc:
         wait_for_step(out, 5, proc, timeout_s=300)
         processes = json.loads((out / "processes.json").read_text())
         trainer = processes["trainer-0"]
@@ -154,7 +155,7 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     assert "prediction: A = " in output
 
     history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == [0, 4, 8, 12]  # continuous: nothing twice, no gap
+    assert [e["step"] for e in history] == [0, 3, 6, 9, 12]  # continuous: nothing twice, no gap
     assert all(0.0 <= e["pass_rate"] <= 1.0 for e in history)
     computes = [e["compute"] for e in history]
     assert computes[0] == 0.0 and computes == sorted(computes)  # training compute only

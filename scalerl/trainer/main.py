@@ -100,6 +100,8 @@ class Trainer:
     no_signal_streak: int = 0  # consecutive steps with nothing to learn from
     broadcast_version: int = -1  # the policy version the generators were last sent
     phases: Phases = field(default_factory=Phases)
+    # The generators' totals of earlier attempts, as the checkpoint this attempt resumed saved.
+    generation_spent: dict[str, float] = field(default_factory=dict)
 
     @property
     def spec(self) -> RunSpec:
@@ -364,10 +366,10 @@ class Trainer:
     def generation_totals(self) -> dict[str, float]:
         """The generators' totals over the run: earlier attempts' (to their checkpoint) plus
         this attempt's, as of the generators' last report. Seconds are per generator."""
-        totals = dict(self.state.generation)
+        totals = self.generation_spent
         stats = list(self.generator_stats.values())
         if not stats:
-            return totals
+            return dict(totals)
         now = {
             "generated_samples": sum(s.generated_sequences for s in stats),
             "generated_tokens": sum(s.generated_tokens for s in stats),
@@ -535,6 +537,7 @@ def build_trainer(
         ranks,
         colocation,
         phases=Phases(state.trainer_seconds),
+        generation_spent=dict(state.generation),
     )
 
 
