@@ -74,9 +74,13 @@ SPEC_RULES = [
         "fieldPath": ".placement",
     },
 ]
+# The API server checks a node's `default` against the node's own rules as written, before the
+# nested defaults fill it in: `length`'s default is {}, so every field the rule reads is guarded.
 LENGTH_RULES = [
     {
-        "rule": "!self.interruption.enabled || (0 < self.interruption.window[0] && "
+        "rule": "!has(self.interruption) || !has(self.interruption.enabled) || "
+        "!self.interruption.enabled || !has(self.interruption.window) || "
+        "!has(self.thinkingBudget) || (0 < self.interruption.window[0] && "
         "self.interruption.window[0] <= self.interruption.window[1] && "
         "self.interruption.window[1] <= self.thinkingBudget)",
         "message": "interruption.window must satisfy 0 < start <= end <= thinkingBudget",

@@ -19,12 +19,28 @@ NAMESPACE = "scalerl-system"
 KUBE_VERSION = "1.30.0"
 
 
+# The monitors' default `enabled: auto` renders them where the cluster serves
+# monitoring.coreos.com/v1; helm-python-sdk renders offline and cannot say so, so a render "with
+# the Prometheus Operator" sets them true, as `helm template --api-versions` would.
+MONITORS = ("podMonitor", "serviceMonitor", "prometheusRule")
+
+
 def render_files(
-    values: dict[str, Any] | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE
+    values: dict[str, Any] | None = None,
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    prometheus_operator: bool = True,
 ) -> dict[str, str]:
-    """Template path -> rendered text, as `helm template` would print them."""
+    """Template path -> rendered text, as `helm template` would print them (by default for a
+    cluster with the Prometheus Operator)."""
+    values = values or {}
+    if prometheus_operator:
+        monitoring = values.get("monitoring", {})
+        on = {m: {"enabled": True, **monitoring.get(m, {})} for m in MONITORS}
+        values = {**values, "monitoring": {**monitoring, **on}}
     with helm_python.Chart.load(CHART) as chart:
-        return chart.render(values or {}, name=release, namespace=namespace, is_install=True)
+        return chart.render(values, name=release, namespace=namespace, is_install=True)
 
 
 def render(values: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:

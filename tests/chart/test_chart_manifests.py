@@ -192,6 +192,17 @@ def test_the_monitors_carry_the_release_label_kube_prometheus_stack_selects(
             assert obj["metadata"]["labels"]["release"] == release, _described(obj)
 
 
+def test_default_values_render_no_monitor_where_the_cluster_has_no_prometheus_operator() -> None:
+    """`helm install` with default values on a cluster without monitoring.coreos.com/v1: the
+    monitors' `enabled: auto` leaves them out (a kind the server does not serve fails the install),
+    and `true` still renders them."""
+    objs = render(prometheus_operator=False)
+    assert [o["kind"] for o in objs if _is_monitoring(o)] == []
+    forced = {"monitoring": {"prometheusRule": {"enabled": True}}}
+    kinds = [o["kind"] for o in render(forced, prometheus_operator=False) if _is_monitoring(o)]
+    assert kinds == ["PrometheusRule"]
+
+
 # --- the operator's Deployment ------------------------------------------------------------------
 
 

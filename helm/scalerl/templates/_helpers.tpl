@@ -45,3 +45,17 @@ release: {{ .Values.monitoring.release | quote }}
 {{- end -}}
 {{- join "," $names -}}
 {{- end -}}
+
+{{- /* Whether to render a Prometheus Operator object: `enabled` true or false, or "auto" (the
+default): only where the cluster serves monitoring.coreos.com/v1, so `helm install` works on a
+cluster without the Prometheus Operator. For `helm template`, pass
+`--api-versions monitoring.coreos.com/v1` or set true. Called with (list enabled $). */}}
+{{- define "scalerl.monitoring" -}}
+{{- $enabled := index . 0 -}}
+{{- $root := index . 1 -}}
+{{- if eq (toString $enabled) "auto" -}}
+{{- $root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}
+{{- else -}}
+{{- $enabled -}}
+{{- end -}}
+{{- end -}}
