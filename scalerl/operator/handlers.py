@@ -176,6 +176,19 @@ def register(
         if type != "DELETED" and (job.get("status") or {}).get("conditions"):
             act(memo, _run_of(job), lifecycle.on_status)
 
+    @kopf.on.event(
+        "batch",
+        "v1",
+        "jobs",
+        registry=registry,
+        id="workload-jobs",
+        labels={names.LABEL_ROLE: lambda value, **_: value in names.WORKLOAD_ROLES},
+    )
+    def workload_job_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+        job = _plain(body)
+        if type != "DELETED" and lifecycle.job_failure(job) is not None:
+            act(memo, _run_of(job), lambda ctx: lifecycle.on_workload_job(ctx, job))
+
     @kopf.on.delete(*RUNS, registry=registry, id="delete")
     def delete(body: kopf.Body, memo: Any, **_: Any) -> None:
         run = _plain(body)

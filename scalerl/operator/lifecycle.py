@@ -221,8 +221,9 @@ def start(
 # --- pods ----------------------------------------------------------------------------------------
 
 
-def pod_attempt(pod: dict[str, Any]) -> int | None:
-    value = (pod["metadata"].get("labels") or {}).get(names.LABEL_ATTEMPT)
+def pod_attempt(obj: dict[str, Any]) -> int | None:
+    """The gang attempt a workload pod or Job belongs to (its label)."""
+    value = (obj["metadata"].get("labels") or {}).get(names.LABEL_ATTEMPT)
     return int(value) if value is not None and value.isdigit() else None
 
 
@@ -246,7 +247,7 @@ def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
         return
     trainer0 = role == names.ROLE_TRAINER and labels.get(names.LABEL_JOB_INDEX, "0") == "0"
     if phase == FAILED:
-        gang_failed(ctx, run, run_obj, pod, attempt)
+        gang_failed(ctx, run, run_obj, pod_failure(pod), attempt)
     elif phase == SUCCEEDED and trainer0:
         finish(ctx, run_obj, "trainer 0 exited 0: the budget is reached")
     elif phase == RUNNING and trainer0 and status.get("phase") == PENDING:
@@ -272,11 +273,43 @@ def pod_failure(pod: dict[str, Any]) -> str:
     return f"pod {pod['metadata']['name']} failed" + (f": {why}" if why else "")
 
 
+def on_workload_job(ctx: Context, job: dict[str, Any]) -> None:
+    """A trainer or generator Job of the current gang failed: the gang restarts.
+
+    The Job controller counts a pod deleted before it succeeded (a drain, a preemption, an
+    autoscaler's scale-down, `kubectl delete pod`) as failed and, with backoffLimit 0, fails the
+    Job and deletes its other pods. The pod itself may never report Failed (it is gone), so the
+    Job's condition is what says the gang is broken.
+    """
+    role = (job["metadata"].get("labels") or {}).get(names.LABEL_ROLE)
+    failed = job_failure(job)
+    if failed is None or role not in names.WORKLOAD_ROLES:
+        return
+    run_obj = ctx.read()
+    if run_obj is None:
+        return
+    ctx = ctx.bound(run_obj)
+    status, attempt = status_of(run_obj), pod_attempt(job)
+    if status.get("phase") in (*TERMINAL, SUSPENDED) or attempt != status.get("restarts", 0):
+        return  # an earlier gang's Job, or a run that no longer runs
+    run, _ = parse(run_obj)
+    if run is not None:
+        gang_failed(ctx, run, run_obj, failed, attempt)
+
+
+def job_failure(job: dict[str, Any]) -> str | None:
+    """`job <name> failed: <reason>: <message>` when the Job has failed, else None."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            why = ": ".join(p for p in (condition.get("reason"), condition.get("message")) if p)
+            return f"job {job['metadata']['name']} failed" + (f": {why}" if why else "")
+    return None
+
+
 def gang_failed(
-    ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], pod: dict[str, Any], attempt: int
+    ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], why: str, attempt: int
 ) -> None:
     limit = run.spec.failure_policy.max_restarts
-    why = pod_failure(pod)
     guard = same_attempt(attempt, (None, PENDING, RUNNING))
     if attempt >= limit:
         message = f"{why}; {limit} gang restarts used (failurePolicy.maxRestarts)"
