@@ -1,0 +1,235 @@
+"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver and kube-controller-manager
+built from Go modules (tests/cluster/bins.py), as a cluster has them.
+
+The API server authorizes with Node and RBAC, admits with the defaults (ServiceAccount,
+NamespaceLifecycle, PodSecurity, ...) plus OwnerReferencesPermissionEnforcement, and signs
+ServiceAccount tokens; the controller manager runs the Job, garbage-collector, namespace,
+service-account, token and ttl-after-finished controllers. No scheduler and no kubelet: tests bind
+and run pods themselves. One Node object exists for them to bind to.
+
+    plane = ControlPlane.start(bins, work_dir)
+    plane.namespace("t1")          # labelled pod-security enforce=restricted; its default SA ready
+    plane.kubectl("get", "ns")     # the kubectl built with it, as the admin
+    plane.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scalerl.ports import free_port
+
+ADMIN_TOKEN = "scalerl-test-admin-token"
+NODE = "test-node"
+START_TIMEOUT_S = 90.0
+CONTROLLERS = (
+    "job-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "ttl-after-finished-controller",
+)
+
+
+@dataclass
+class ControlPlane:
+    bins: Path
+    work: Path
+    url: str
+    ca: Path
+    kubeconfig: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    started_s: float = 0.0
+
+    @classmethod
+    def start(cls, bins: Path, work: Path) -> ControlPlane:
+        started = time.monotonic()
+        work.mkdir(parents=True, exist_ok=True)
+        certs = work / "certs"
+        certs.mkdir(exist_ok=True)
+        sa_key = certs / "sa.key"
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True
+        )
+        tokens = work / "tokens.csv"
+        tokens.write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        url = f"https://127.0.0.1:{api_port}"
+        plane = cls(bins, work, url, certs / "apiserver.crt", work / "admin.kubeconfig")
+        plane.spawn(
+            "etcd",
+            "--data-dir",
+            str(work / "etcd"),
+            f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        )
+        plane.spawn(
+            "kube-apiserver",
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={api_port}",
+            f"--cert-dir={certs}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={sa_key}",
+            f"--service-account-signing-key-file={sa_key}",
+            "--api-audiences=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=Node,RBAC",
+            f"--token-auth-file={tokens}",
+            "--endpoint-reconciler-type=none",
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+            f"--audit-log-path={work / 'audit.log'}",
+            f"--audit-policy-file={plane.audit_policy()}",
+        )
+        plane.wait_ready()
+        plane.write_kubeconfig()
+        plane.spawn(
+            "kube-controller-manager",
+            f"--kubeconfig={plane.kubeconfig}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            f"--controllers={','.join(CONTROLLERS)}",
+            f"--service-account-private-key-file={sa_key}",
+            f"--root-ca-file={plane.ca}",
+            "--use-service-account-credentials=true",
+        )
+        plane.api("POST", "/api/v1/nodes", {"metadata": {"name": NODE}})
+        plane.started_s = time.monotonic() - started
+        return plane
+
+    def audit_policy(self) -> Path:
+        """Every request's metadata: what a run costs the API server, counted by the server."""
+        path = self.work / "audit-policy.yaml"
+        path.write_text(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+            "rules:\n- level: Metadata\n"
+        )
+        return path
+
+    def spawn(self, name: str, *args: str) -> None:
+        log = (self.work / f"{name}.log").open("wb")
+        self.processes[name] = subprocess.Popen(
+            [str(self.bins / name), *args], stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca))
+
+    def api(
+        self, method: str, path: str, body: Any = None, *, token: str = ADMIN_TOKEN
+    ) -> tuple[int, Any]:
+        """One request as the admin (or `token`): (status, decoded JSON body)."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {token}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, context=self.context(), timeout=30) as reply:
+                return reply.status, json.loads(reply.read() or b"null")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"null")
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for name, proc in self.processes.items():
+                if proc.poll() is not None:
+                    tail = (self.work / f"{name}.log").read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
+            if self.ca.exists():
+                try:
+                    ready, _ = self.api("GET", "/readyz")
+                    names = [self.api("GET", f"/api/v1/namespaces/{n}")[0] for n in NAMESPACES]
+                    if ready == 200 and names == [200] * len(NAMESPACES):
+                        return
+                except (OSError, ValueError):
+                    pass  # not listening yet, or still writing its certificate
+            time.sleep(0.2)
+        raise RuntimeError(f"the API server was not ready within {START_TIMEOUT_S:.0f} s")
+
+    def write_kubeconfig(self) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {"server": self.url, "certificate-authority": str(self.ca)},
+                }
+            ],
+            "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+            "current-context": "test",
+        }
+        self.kubeconfig.write_text(json.dumps(config))
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        done = subprocess.run(
+            [str(self.bins / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr}")
+        return done.stdout if check else done.stdout + done.stderr
+
+    def namespace(self, name: str, enforce: str = "restricted") -> str:
+        """A fresh namespace with Pod Security `enforce`, once its default ServiceAccount exists
+        (the ServiceAccount admission plugin refuses pods until then)."""
+        labels = {"pod-security.kubernetes.io/enforce": enforce}
+        code, body = self.api(
+            "POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": labels}}
+        )
+        if code != 201:
+            raise AssertionError(f"namespace {name}: {code} {body}")
+        deadline = time.monotonic() + 30
+        while self.api("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] != 200:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no default ServiceAccount in {name} after 30 s")
+            time.sleep(0.1)
+        return name
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The API server's audit events so far (one per request, at ResponseComplete)."""
+        path = self.work / "audit.log"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes.values()):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+NAMESPACES = ("default", "kube-system")
+
+
+def environ_for(plane: ControlPlane) -> dict[str, str]:
+    """A process environment whose kubectl, kopf and Kubernetes client find the cluster."""
+    return {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}

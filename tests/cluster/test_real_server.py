@@ -1,0 +1,225 @@
+"""The CRD, the chart and the operator against a real API server and controller manager: what a
+cluster with RBAC, Pod Security and OwnerReferencesPermissionEnforcement accepts and refuses, and
+what its Job controller and garbage collector do to a run's children."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from controlplane import ControlPlane
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "scalerlruns.scalerl.dev.yaml"
+CHART = ROOT / "helm" / "scalerl"
+TINY = yaml.safe_load((ROOT / "examples" / "tiny-cluster.yaml").read_text())
+WAIT_S = 60.0
+CHILD_KINDS = (
+    "configmaps,services,serviceaccounts,secrets,jobs,pods,roles,rolebindings,networkpolicies"
+)
+
+
+def wait_for(what: Callable[[], T | None], message: str, timeout_s: float = WAIT_S) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = what()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s:.0f} s: {message}")
+
+
+@pytest.fixture(scope="module")
+def crd(plane: ControlPlane) -> dict[str, Any]:
+    """The CRD as `kubectl apply -f crds/` installs it, once Established."""
+    plane.kubectl("apply", "--server-side", "-f", str(CRD))
+
+    def established() -> dict[str, Any] | None:
+        got = json.loads(plane.kubectl("get", "crd", "scalerlruns.scalerl.dev", "-o", "json"))
+        conditions = {c["type"]: c["status"] for c in got["status"].get("conditions", [])}
+        return got if conditions.get("Established") == "True" else None
+
+    return wait_for(established, "the CRD Established")
+
+
+def run_yaml(namespace: str, **spec: Any) -> str:
+    run = json.loads(json.dumps(TINY))
+    run["metadata"]["namespace"] = namespace
+    run["spec"].update(spec)
+    return yaml.safe_dump(run)
+
+
+def test_the_crd_is_established_and_its_rules_compile(crd: dict[str, Any]) -> None:
+    conditions = {c["type"]: c for c in crd["status"]["conditions"]}
+    assert conditions["NamesAccepted"]["status"] == "True"
+    assert "NonStructuralSchema" not in conditions
+
+
+def test_the_server_refuses_what_our_rules_refuse(
+    plane: ControlPlane, crd: dict[str, Any], ns: str
+) -> None:
+    two = {"placement": "colocated", "generators": {"replicas": 2, "gpus": 0}}
+    said = plane.kubectl("apply", "-f", "-", input=run_yaml(ns, **two), check=False)
+    assert "placement colocated runs one process" in said, said
+    many = {"trainers": {"replicas": 100_000, "gpus": 0}}
+    said = plane.kubectl("apply", "-f", "-", input=run_yaml(ns, **many), check=False)
+    assert "spec.trainers.replicas: Invalid value" in said, said
+    plane.kubectl("apply", "-f", "-", input=run_yaml(ns))
+    moved = {"placement": "colocated"}
+    said = plane.kubectl("apply", "-f", "-", input=run_yaml(ns, **moved), check=False)
+    assert "placement is immutable" in said, said
+
+
+MONITORING_KINDS = {"PodMonitor": "podmonitors", "ServiceMonitor": "servicemonitors"}
+MONITORING_KINDS["PrometheusRule"] = "prometheusrules"
+
+
+def monitoring_crds() -> str:
+    """The Prometheus Operator's three kinds, with a schema that keeps whatever is sent."""
+    docs = []
+    for kind, plural in MONITORING_KINDS.items():
+        docs.append(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+                "spec": {
+                    "group": "monitoring.coreos.com",
+                    "names": {"kind": kind, "plural": plural},
+                    "scope": "Namespaced",
+                    "versions": [
+                        {
+                            "name": "v1",
+                            "served": True,
+                            "storage": True,
+                            "schema": {
+                                "openAPIV3Schema": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                }
+                            },
+                        }
+                    ],
+                },
+            }
+        )
+    return yaml.safe_dump_all(docs)
+
+
+def helm(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(plane.bins / "helm"), f"--kubeconfig={plane.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def monitors(plane: ControlPlane, namespace: str) -> list[str]:
+    kinds = ",".join(MONITORING_KINDS.values())
+    out = plane.kubectl("get", kinds, "-n", namespace, "-o", "name", check=False)
+    return sorted(line for line in out.splitlines() if "/" in line and "error" not in line)
+
+
+def test_helm_install_works_without_and_with_the_prometheus_operator(
+    plane: ControlPlane, crd: dict[str, Any]
+) -> None:
+    release, namespace = "probe", "probe-system"
+    done = helm(plane, "install", release, str(CHART), "-n", namespace, "--create-namespace")
+    assert done.returncode == 0, done.stderr
+    assert monitors(plane, namespace) == []
+    plane.kubectl("apply", "-f", "-", input=monitoring_crds())
+    for plural in MONITORING_KINDS.values():
+        plane.kubectl("wait", "--for=condition=Established", f"crd/{plural}.monitoring.coreos.com")
+    done = helm(plane, "upgrade", release, str(CHART), "-n", namespace)
+    assert done.returncode == 0, done.stderr
+    assert len(monitors(plane, namespace)) == 3, monitors(plane, namespace)
+    done = helm(plane, "uninstall", release, "-n", namespace)
+    assert done.returncode == 0, done.stderr
+
+
+# --- the operator, as the chart's ServiceAccount ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def operator(plane: ControlPlane, crd: dict[str, Any], tmp_path_factory: Any) -> Iterator[Path]:
+    """`helm install` of the chart, then `scalerl operator` run here with the token of the chart's
+    ServiceAccount: every request is authorized by the chart's ClusterRole."""
+    done = helm(
+        plane, "install", "scalerl", str(CHART), "-n", "scalerl-system", "--create-namespace"
+    )
+    assert done.returncode == 0, done.stderr
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600},
+    }
+    code, body = plane.api(
+        "POST", "/api/v1/namespaces/scalerl-system/serviceaccounts/scalerl/token", request
+    )
+    assert code == 201, body
+    work = tmp_path_factory.mktemp("operator")
+    config = json.loads(plane.kubeconfig.read_text())
+    config["users"] = [{"name": "admin", "user": {"token": body["status"]["token"]}}]
+    kubeconfig = work / "operator.kubeconfig"
+    kubeconfig.write_text(json.dumps(config))
+    log = work / "operator.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scalerl.cli", "operator"],
+            env={**__import__("os").environ, "KUBECONFIG": str(kubeconfig)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    refused = [line for line in log.read_text().splitlines() if "forbidden" in line.lower()]
+    assert not refused, "the chart's ClusterRole refused the operator:\n" + "\n".join(refused)
+
+
+def status(plane: ControlPlane, ns: str) -> dict[str, Any]:
+    got = json.loads(plane.kubectl("get", "srl", "tiny", "-n", ns, "-o", "json"))
+    return dict(got.get("status") or {})
+
+
+def names_of(plane: ControlPlane, ns: str, kinds: str, selector: str) -> list[str]:
+    out = plane.kubectl("get", kinds, "-n", ns, "-l", selector, "-o", "name")
+    return sorted(out.split())
+
+
+def test_a_run_gets_owned_children_and_a_deleted_pod_restarts_the_gang(
+    plane: ControlPlane, operator: Path, ns: str
+) -> None:
+    plane.kubectl("apply", "-f", "-", input=run_yaml(ns))
+    uid = json.loads(plane.kubectl("get", "srl", "tiny", "-n", ns, "-o", "json"))["metadata"]["uid"]
+    selector = "scalerl.dev/run=tiny,scalerl.dev/role=trainer"
+    # Pods made by the real Job controller, in a namespace that enforces `restricted`.
+    trainer = wait_for(lambda: names_of(plane, ns, "pods", selector), "the trainer's pod")
+    config = json.loads(plane.kubectl("get", "configmap", "tiny-config", "-n", ns, "-o", "json"))
+    (owner,) = config["metadata"]["ownerReferences"]
+    assert (owner["uid"], owner["blockOwnerDeletion"]) == (uid, True)
+    assert status(plane, ns).get("restarts", 0) == 0
+
+    plane.kubectl("delete", "-n", ns, trainer[0], "--wait=false")
+    restarted = wait_for(lambda: status(plane, ns).get("restarts") == 1, "a gang restart")
+    assert restarted
+    jobs = names_of(plane, ns, "jobs", "scalerl.dev/run=tiny,scalerl.dev/attempt=1")
+    assert len(jobs) == 2, jobs  # the trainer's and the generator's, of attempt 1
+    events = json.loads(plane.kubectl("get", "events", "-n", ns, "-o", "json"))["items"]
+    said = [e["message"] for e in events if e["reason"] == "GangRestart"]
+    assert said and "failed" in said[0], said
+
+    plane.kubectl("delete", "srl", "tiny", "-n", ns, "--timeout=60s")
+    left = lambda: names_of(plane, ns, CHILD_KINDS, "scalerl.dev/run=tiny") == []  # noqa: E731
+    wait_for(left, "the garbage collector removing every child")
