@@ -85,8 +85,8 @@ def summary(history: Path) -> dict[str, Any]:
         "final": rates[-1],
         "drawdown": drawdown,
         "mean_move": sum(moves) / max(len(moves), 1),
-        "ratio_max": max(e.get("ratio_max", 0.0) for e in evals[1:]),
-        "grad_norm_max": max(e.get("grad_norm", 0.0) for e in evals[1:]),
+        "ratio_max": max(e["train_ratio_max"] or 0.0 for e in evals[1:]),
+        "grad_norm_max": max(e["train_grad_norm"] or 0.0 for e in evals[1:]),
     }
 
 

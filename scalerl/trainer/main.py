@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -430,16 +430,18 @@ class Trainer:
 
 def summarize(stats: BatchStats, result: StepResult | None) -> TrainSummary:
     """The last step as history and progress report it: its batch, and its update if any."""
-    update = result is not None and not result.skipped
-    return TrainSummary(
-        pass_rate=stats.pass_rate,
-        truncation_rate=stats.truncation_rate,
-        policy_lag=stats.mean_lag,
-        entropy=result.entropy if update else None,
-        loss=result.loss if update else None,
-        grad_norm=result.grad_norm if update else None,
-        ratio_max=result.stats.get("ratio_max") if update else None,
-        clip_fraction=result.stats.get("clip_fraction") if update else None,
+    batch = TrainSummary(
+        pass_rate=stats.pass_rate, truncation_rate=stats.truncation_rate, policy_lag=stats.mean_lag
+    )
+    if result is None or result.skipped:
+        return batch
+    return replace(
+        batch,
+        entropy=result.entropy,
+        loss=result.loss,
+        grad_norm=result.grad_norm,
+        ratio_max=result.stats.get("ratio_max"),
+        clip_fraction=result.stats.get("clip_fraction"),
     )
 
 
