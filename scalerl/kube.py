@@ -45,8 +45,9 @@ VERSION = "0.1.0"
 class KubeError(ScaleRLError):
     """The API server refused a request, or could not be reached (status 0)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, causes: bool = False) -> None:
         self.status = status
+        self.causes = causes  # the server named fields it found invalid
         super().__init__(message)
 
     @property
@@ -55,8 +56,10 @@ class KubeError(ScaleRLError):
 
     @property
     def conflict(self) -> bool:
-        # 409: resourceVersion precondition; 422: a failed JSON-patch `test` (our precondition).
-        return self.status in (409, 422)
+        """Somebody wrote first: a 409 (resourceVersion), or a 422 for a failed JSON-patch `test`
+        (our precondition), which names no field. A 422 that names fields is an invalid object:
+        trying again sends the same object again, so it is no conflict."""
+        return self.status == 409 or (self.status == 422 and not self.causes)
 
 
 def api_path(
@@ -126,7 +129,9 @@ class Kube:
         except Exception as err:  # urllib3's connection errors have no common base with ours
             raise KubeError(0, f"{method} {path}: {err}") from None
         if not 200 <= response.status < 300:
-            raise KubeError(response.status, f"{method} {path}: {_message(text)}")
+            raise KubeError(
+                response.status, f"{method} {path}: {_message(text)}", causes=_has_causes(text)
+            )
         return json.loads(text) if text else None
 
     def get(self, api_version: str, kind: str, ns: str, name: str, sub: str | None = None) -> Any:
@@ -200,6 +205,16 @@ def retrying(
             log.debug("retrying after %s (attempt %d/%d)", err, attempt, attempts)
             time.sleep(delay_s * 2 ** (attempt - 1))
     raise AssertionError("unreachable")
+
+
+def _has_causes(text: bytes | str | None) -> bool:
+    """Whether a Status body lists causes (the fields of an invalid object)."""
+    try:
+        status = json.loads(text or "null")
+    except ValueError:
+        return False
+    details = status.get("details") if isinstance(status, dict) else None
+    return bool(isinstance(details, dict) and details.get("causes"))
 
 
 def _message(text: bytes | str | None) -> str:

@@ -16,6 +16,8 @@ import pytest
 import yaml
 from controlplane import ControlPlane
 
+from scalerl.kube import Kube, KubeError
+
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "scalerlruns.scalerl.dev.yaml"
@@ -223,3 +225,25 @@ def test_a_run_gets_owned_children_and_a_deleted_pod_restarts_the_gang(
     plane.kubectl("delete", "srl", "tiny", "-n", ns, "--timeout=60s")
     left = lambda: names_of(plane, ns, CHILD_KINDS, "scalerl.dev/run=tiny") == []  # noqa: E731
     wait_for(left, "the garbage collector removing every child")
+
+
+def test_an_invalid_object_is_no_conflict_but_a_lost_precondition_is(
+    plane: ControlPlane, crd: dict[str, Any], ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both are a 422 from a real server; retrying the first (as a conflict) would send the same
+    invalid object for ever."""
+    monkeypatch.setenv("KUBECONFIG", str(plane.kubeconfig))
+    kube = Kube.connect()
+    plane.kubectl("apply", "-f", "-", input=run_yaml(ns))
+    api = "scalerl.dev/v1alpha1"
+    with pytest.raises(KubeError) as invalid:
+        kube.patch(api, "ScaleRLRun", ns, "tiny", {"spec": {"trainers": {"replicas": 100_000}}})
+    assert invalid.value.status == 422 and not invalid.value.conflict
+    assert "spec.trainers.replicas" in str(invalid.value)
+    lost = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "1"},
+        {"op": "add", "path": "/spec/suspend", "value": True},
+    ]
+    with pytest.raises(KubeError) as precondition:
+        kube.patch(api, "ScaleRLRun", ns, "tiny", lost, json_patch=True)
+    assert precondition.value.status == 422 and precondition.value.conflict
