@@ -209,6 +209,19 @@ class ControlPlane:
             time.sleep(0.1)
         return name
 
+    def token(self, namespace: str, account: str) -> str:
+        """A token of ServiceAccount `account` (the TokenRequest API, as a kubelet gets one)."""
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600},
+        }
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
+        code, body = self.api("POST", path, request)
+        if code != 201:
+            raise AssertionError(f"token of {namespace}/{account}: {code} {body}")
+        return str(body["status"]["token"])
+
     def audit(self) -> list[dict[str, Any]]:
         """The API server's audit events so far (one per request, at ResponseComplete)."""
         path = self.work / "audit.log"

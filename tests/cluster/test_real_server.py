@@ -159,18 +159,10 @@ def operator(plane: ControlPlane, crd: dict[str, Any], tmp_path_factory: Any) ->
         plane, "install", "scalerl", str(CHART), "-n", "scalerl-system", "--create-namespace"
     )
     assert done.returncode == 0, done.stderr
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600},
-    }
-    code, body = plane.api(
-        "POST", "/api/v1/namespaces/scalerl-system/serviceaccounts/scalerl/token", request
-    )
-    assert code == 201, body
+    token = plane.token("scalerl-system", "scalerl")
     work = tmp_path_factory.mktemp("operator")
     config = json.loads(plane.kubeconfig.read_text())
-    config["users"] = [{"name": "admin", "user": {"token": body["status"]["token"]}}]
+    config["users"] = [{"name": "admin", "user": {"token": token}}]
     kubeconfig = work / "operator.kubeconfig"
     kubeconfig.write_text(json.dumps(config))
     log = work / "operator.log"
