@@ -8,14 +8,21 @@ must build them.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import bins
 import pytest
-from controlplane import ControlPlane
+import yaml
+from controlplane import ControlPlane, RunAccount
+
+from scalerl.operator import manifests
+
+CRD = Path(__file__).resolve().parents[2] / "crds" / "scalerlruns.scalerl.dev.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +50,42 @@ def ns(plane: ControlPlane) -> str:
 @pytest.fixture
 def repo() -> Path:
     return Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def as_run(
+    plane: ControlPlane, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> RunAccount:
+    """`as_run(name, spec)`: create a run in `ns` (the CRD applied first) with the ServiceAccount,
+    Role and RoleBinding the operator gives it, and point this process's KUBECONFIG at that
+    ServiceAccount's token, as trainer 0 and the fit Job connect. Returns its user name."""
+
+    def make(name: str, spec: dict[str, Any]) -> str:
+        plane.kubectl("apply", "--server-side", "-f", str(CRD))
+        plane.kubectl("wait", "--for=condition=Established", "crd/scalerlruns.scalerl.dev")
+        body = {
+            "apiVersion": "scalerl.dev/v1alpha1",
+            "kind": "ScaleRLRun",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"model": {"path": "/m"}, "data": {"train": "/d.jsonl"}, **spec},
+        }
+        code, run = plane.api(
+            "POST", f"/apis/scalerl.dev/v1alpha1/namespaces/{ns}/scalerlruns", body
+        )
+        assert code == 201, run
+        owner = manifests.Owner(name, ns, run["metadata"]["uid"])
+        for obj in (
+            manifests.service_account(owner),
+            manifests.role(owner),
+            manifests.role_binding(owner),
+        ):
+            plane.kubectl("create", "-f", "-", input=yaml.safe_dump(obj))
+        account = manifests.service_account(owner)["metadata"]["name"]
+        config = json.loads(plane.kubeconfig.read_text())
+        config["users"] = [{"name": "admin", "user": {"token": plane.token(ns, account)}}]
+        path = tmp_path / f"{name}.kubeconfig"
+        path.write_text(json.dumps(config))
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        return f"system:serviceaccount:{ns}:{account}"
+
+    return make

@@ -23,12 +23,15 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from scalerl.ports import free_port
 
+# as_run(name, spec) -> the ServiceAccount user this process now connects as (tests/cluster)
+RunAccount = Callable[[str, dict[str, Any]], str]
 ADMIN_TOKEN = "scalerl-test-admin-token"
 NODE = "test-node"
 START_TIMEOUT_S = 90.0
@@ -133,19 +136,29 @@ class ControlPlane:
         return ssl.create_default_context(cafile=str(self.ca))
 
     def api(
-        self, method: str, path: str, body: Any = None, *, token: str = ADMIN_TOKEN
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str = ADMIN_TOKEN,
+        content_type: str = "application/json",
     ) -> tuple[int, Any]:
         """One request as the admin (or `token`): (status, decoded JSON body)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Authorization", f"Bearer {token}")
         if data is not None:
-            request.add_header("Content-Type", "application/json")
+            request.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(request, context=self.context(), timeout=30) as reply:
                 return reply.status, _decoded(reply.read())
         except urllib.error.HTTPError as err:
             return err.code, _decoded(err.read())
+
+    def api_patch(self, path: str, body: Any) -> tuple[int, Any]:
+        """A merge patch as the admin."""
+        return self.api("PATCH", path, body, content_type="application/merge-patch+json")
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -10,52 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from controlplane import ControlPlane
+from controlplane import ControlPlane, RunAccount
 from history_rows import history_row, progress_at
 from history_rows import scored as scores
 
 from scalerl.kube import Kube, KubeError
-from scalerl.operator import manifests
 from scalerl.status import FileStatus
 from scalerl.status.history import read_scores
 from scalerl.status.kubernetes import KubernetesStatus, RunStatus
 
-ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "scalerlruns.scalerl.dev.yaml"
 RUN = "r1"
-
-
-def run_body(namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "scalerl.dev/v1alpha1",
-        "kind": "ScaleRLRun",
-        "metadata": {"name": RUN, "namespace": namespace},
-        "spec": {"model": {"path": "/m"}, "data": {"train": "/d.jsonl"}, "fit": {"minCompute": 0}},
-    }
-
-
-@pytest.fixture
-def run_sa(plane: ControlPlane, ns: str, tmp_path: Path) -> str:
-    """A run, its ServiceAccount, Role and RoleBinding as the operator makes them; the process
-    environment's KUBECONFIG holds that ServiceAccount's token. Returns its user name."""
-    plane.kubectl("apply", "--server-side", "-f", str(CRD))
-    plane.kubectl("wait", "--for=condition=Established", "crd/scalerlruns.scalerl.dev")
-    code, run = plane.api(
-        "POST", f"/apis/scalerl.dev/v1alpha1/namespaces/{ns}/scalerlruns", run_body(ns)
-    )
-    assert code == 201, run
-    owner = manifests.Owner(RUN, ns, run["metadata"]["uid"])
-    for obj in (manifests.service_account(owner), manifests.role(owner)):
-        plane.kubectl("create", "-f", "-", input=yaml.safe_dump(obj))
-    plane.kubectl("create", "-f", "-", input=yaml.safe_dump(manifests.role_binding(owner)))
-    account = manifests.service_account(owner)["metadata"]["name"]
-    token = plane.token(ns, account)
-    config = json.loads(plane.kubeconfig.read_text())
-    config["users"] = [{"name": "admin", "user": {"token": token}}]
-    path = tmp_path / "run.kubeconfig"
-    path.write_text(json.dumps(config))
-    return f"system:serviceaccount:{ns}:{account}"
 
 
 def sink(ns: str, run_dir: Path, keep: int = 300) -> KubernetesStatus:
@@ -63,8 +27,9 @@ def sink(ns: str, run_dir: Path, keep: int = 300) -> KubernetesStatus:
 
 
 @pytest.fixture(autouse=True)
-def as_the_run(run_sa: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "run.kubeconfig"))
+def run_sa(as_run: RunAccount) -> str:
+    """The run r1, and this process connected as its ServiceAccount."""
+    return as_run(RUN, {"fit": {"minCompute": 0}})
 
 
 def stored(plane: ControlPlane, ns: str) -> dict[str, Any]:

@@ -1,0 +1,113 @@
+"""`scalerl fit --run NAME --namespace NS`, the fit Job's command, on a real API server, connected
+as the run's own ServiceAccount as the fit Job's pod is (its Role: get and patch the run's status).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from controlplane import ControlPlane, RunAccount
+
+from scalerl.cli import main
+
+A, B, C_MID, R0 = 0.6, 1.5, 100.0, 0.2
+RUNS = "/apis/scalerl.dev/v1alpha1/namespaces"
+
+
+def curve(points: int) -> list[dict[str, Any]]:
+    """Evaluations on the sigmoid of the paper, compute spaced evenly on the log axis."""
+    out = []
+    for i in range(points):
+        compute = 1.0 * 1000.0 ** (i / max(points - 1, 1))
+        rate = R0 + (A - R0) / (1.0 + (C_MID / compute) ** B)
+        out.append({"step": 10 * i, "computeHours": compute, "passRate": rate})
+    return out
+
+
+@pytest.fixture(autouse=True)
+def run(as_run: RunAccount) -> str:
+    return as_run("r1", {"fit": {"minCompute": 0}, "budget": {"maxComputeHours": 5000.0}})
+
+
+def patch(plane: ControlPlane, ns: str, body: dict[str, Any], sub: str = "") -> None:
+    """As the admin: play trainer 0 (the status) or a user (the spec)."""
+    code, reply = plane.api_patch(f"{RUNS}/{ns}/scalerlruns/r1{sub}", body)
+    assert code == 200, reply
+
+
+def evaluations(plane: ControlPlane, ns: str, points: int) -> None:
+    status = {"evaluations": curve(points), "evaluationCount": points}
+    patch(plane, ns, {"status": status}, "/status")
+
+
+def status(plane: ControlPlane, ns: str) -> dict[str, Any]:
+    code, run = plane.api("GET", f"{RUNS}/{ns}/scalerlruns/r1")
+    assert code == 200, run
+    return dict(run.get("status") or {})
+
+
+def condition(plane: ControlPlane, ns: str, type_: str) -> dict[str, Any]:
+    return next(c for c in status(plane, ns)["conditions"] if c["type"] == type_)
+
+
+def fit(ns: str, *extra: str) -> int:
+    return main(["fit", "--run", "r1", "--namespace", ns, "--bootstrap", "40", *extra])
+
+
+def test_the_fit_writes_the_prediction_and_a_predicted_condition(
+    plane: ControlPlane, ns: str
+) -> None:
+    evaluations(plane, ns, 20)
+    assert fit(ns) == 0
+    prediction = status(plane, ns)["prediction"]
+    assert prediction["A"] == pytest.approx(A, abs=0.02)
+    assert prediction["C_mid"] == pytest.approx(C_MID, rel=0.15)
+    assert prediction["points"] == 20
+    assert prediction["A_interval"][0] <= prediction["A"] <= prediction["A_interval"][1]
+    assert (prediction["budget"], prediction["budgetLimit"]) == (5000.0, "maxComputeHours")
+    assert prediction["predictedAtBudget"] == pytest.approx(A, abs=0.03)
+    assert prediction["evaluations"] == 20
+    predicted = condition(plane, ns, "Predicted")
+    assert predicted["status"] == "True" and predicted["reason"] == "Fitted"
+
+
+def test_the_prediction_is_at_max_steps_when_the_run_gets_there_first(
+    plane: ControlPlane, ns: str
+) -> None:
+    # The last of 20 evaluations: step 190 at compute 1000, so maxSteps 380 ends the run at
+    # compute 2000, before maxComputeHours 5000.
+    evaluations(plane, ns, 20)
+    patch(plane, ns, {"spec": {"budget": {"maxSteps": 380}}})
+    assert fit(ns) == 0
+    prediction = status(plane, ns)["prediction"]
+    assert (prediction["budget"], prediction["budgetLimit"]) == (2000.0, "maxSteps")
+    law = R0 + (A - R0) / (1.0 + (C_MID / 2000.0) ** B)
+    assert prediction["predictedAtBudget"] == pytest.approx(law, abs=0.03)
+
+
+def test_a_fit_that_cannot_be_made_keeps_the_previous_prediction(
+    plane: ControlPlane, ns: str
+) -> None:
+    evaluations(plane, ns, 20)
+    assert fit(ns) == 0
+    before = status(plane, ns)["prediction"]
+    evaluations(plane, ns, 2)
+    assert fit(ns) == 0
+    assert status(plane, ns)["prediction"] == before
+    predicted = condition(plane, ns, "Predicted")
+    assert predicted["status"] == "False" and predicted["reason"] == "FitFailed"
+    assert "point" in predicted["message"]
+
+
+def test_a_run_that_is_not_there_exits_2(ns: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--run", "nope", "--namespace", ns]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_fit_prints_json(plane: ControlPlane, ns: str, capsys: pytest.CaptureFixture[str]) -> None:
+    evaluations(plane, ns, 12)
+    assert fit(ns, "--json") == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert {"A", "B", "C_mid", "R0", "A_interval", "points"} <= set(printed)
