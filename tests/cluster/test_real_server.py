@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ CRD = ROOT / "crds" / "scalerlruns.scalerl.dev.yaml"
 CHART = ROOT / "helm" / "scalerl"
 TINY = yaml.safe_load((ROOT / "examples" / "tiny-cluster.yaml").read_text())
 WAIT_S = 60.0
+OPERATOR_USER = "system:serviceaccount:scalerl-system:scalerl"
 CHILD_KINDS = (
     "configmaps,services,serviceaccounts,secrets,jobs,pods,roles,rolebindings,networkpolicies"
 )
@@ -195,9 +197,13 @@ def names_of(plane: ControlPlane, ns: str, kinds: str, selector: str) -> list[st
 def test_a_run_gets_owned_children_and_a_deleted_pod_restarts_the_gang(
     plane: ControlPlane, operator: Path, ns: str
 ) -> None:
+    applied = time.monotonic()
     plane.kubectl("apply", "-f", "-", input=run_yaml(ns))
     uid = json.loads(plane.kubectl("get", "srl", "tiny", "-n", ns, "-o", "json"))["metadata"]["uid"]
     selector = "scalerl.dev/run=tiny,scalerl.dev/role=trainer"
+    jobs = lambda: len(names_of(plane, ns, "jobs", "scalerl.dev/run=tiny")) == 2  # noqa: E731
+    wait_for(jobs, "the trainer's and the generator's Jobs")
+    print(f"kubectl apply -> both Jobs: {time.monotonic() - applied:.2f} s")
     # Pods made by the real Job controller, in a namespace that enforces `restricted`.
     trainer = wait_for(lambda: names_of(plane, ns, "pods", selector), "the trainer's pod")
     config = json.loads(plane.kubectl("get", "configmap", "tiny-config", "-n", ns, "-o", "json"))
@@ -217,6 +223,16 @@ def test_a_run_gets_owned_children_and_a_deleted_pod_restarts_the_gang(
     plane.kubectl("delete", "srl", "tiny", "-n", ns, "--timeout=60s")
     left = lambda: names_of(plane, ns, CHILD_KINDS, "scalerl.dev/run=tiny") == []  # noqa: E731
     wait_for(left, "the garbage collector removing every child")
+    # The operator's requests in the run's namespace over its whole life, as the server counted
+    # them (its audit log): none refused.
+    mine = [
+        e
+        for e in plane.audit()
+        if e["user"]["username"] == OPERATOR_USER and e.get("objectRef", {}).get("namespace") == ns
+    ]
+    assert mine and not [e for e in mine if e["responseStatus"]["code"] == 403]
+    counts = Counter(f"{e['verb']} {e['objectRef']['resource']}" for e in mine)
+    print(f"operator requests for one run's life: {len(mine)}: {dict(sorted(counts.items()))}")
 
 
 def test_an_invalid_object_is_no_conflict_but_a_lost_precondition_is(
