@@ -5,6 +5,8 @@ what its Job controller and garbage collector do to a run's children."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -153,8 +155,30 @@ def test_helm_install_works_without_and_with_the_prometheus_operator(
 # --- the operator, as the chart's ServiceAccount ------------------------------------------------
 
 
+class Operator:
+    """`scalerl operator` as a process of its own, connected with `kubeconfig`; restartable."""
+
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.kubeconfig, self.log = kubeconfig, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "scalerl.cli", "operator"],
+                env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=30)
+
+
 @pytest.fixture(scope="module")
-def operator(plane: ControlPlane, crd: dict[str, Any], tmp_path_factory: Any) -> Iterator[Path]:
+def operator(plane: ControlPlane, crd: dict[str, Any], tmp_path_factory: Any) -> Iterator[Operator]:
     """`helm install` of the chart, then `scalerl operator` run here with the token of the chart's
     ServiceAccount: every request is authorized by the chart's ClusterRole."""
     done = helm(
@@ -167,20 +191,14 @@ def operator(plane: ControlPlane, crd: dict[str, Any], tmp_path_factory: Any) ->
     config["users"] = [{"name": "admin", "user": {"token": token}}]
     kubeconfig = work / "operator.kubeconfig"
     kubeconfig.write_text(json.dumps(config))
-    log = work / "operator.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "scalerl.cli", "operator"],
-            env={**__import__("os").environ, "KUBECONFIG": str(kubeconfig)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    running = Operator(kubeconfig, work / "operator.log")
+    running.start()
     try:
-        yield log
+        yield running
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    refused = [line for line in log.read_text().splitlines() if "forbidden" in line.lower()]
+        running.stop()
+    lines = running.log.read_text().splitlines()
+    refused = [line for line in lines if "forbidden" in line.lower()]
     assert not refused, "the chart's ClusterRole refused the operator:\n" + "\n".join(refused)
 
 
@@ -195,7 +213,7 @@ def names_of(plane: ControlPlane, ns: str, kinds: str, selector: str) -> list[st
 
 
 def test_a_run_gets_owned_children_and_a_deleted_pod_restarts_the_gang(
-    plane: ControlPlane, operator: Path, ns: str
+    plane: ControlPlane, operator: Operator, ns: str
 ) -> None:
     applied = time.monotonic()
     plane.kubectl("apply", "-f", "-", input=run_yaml(ns))
@@ -255,3 +273,35 @@ def test_an_invalid_object_is_no_conflict_but_a_lost_precondition_is(
     with pytest.raises(KubeError) as precondition:
         kube.patch(api, "ScaleRLRun", ns, "tiny", lost, json_patch=True)
     assert precondition.value.status == 422 and precondition.value.conflict
+
+
+def uids(plane: ControlPlane, ns: str) -> dict[str, str]:
+    """name -> uid of every child of the run `tiny`."""
+    out = plane.kubectl("get", CHILD_KINDS, "-n", ns, "-l", "scalerl.dev/run=tiny", "-o", "json")
+    return {
+        f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["uid"]
+        for o in json.loads(out)["items"]
+    }
+
+
+def test_an_operator_restart_mid_run_creates_no_duplicate_child(
+    plane: ControlPlane, operator: Operator, ns: str
+) -> None:
+    plane.kubectl("apply", "-f", "-", input=run_yaml(ns))
+    jobs = lambda: len(names_of(plane, ns, "jobs", "scalerl.dev/run=tiny")) == 2  # noqa: E731
+    wait_for(jobs, "the trainer's and the generator's Jobs")
+    time.sleep(2)  # the Job controller makes the pods
+    before = uids(plane, ns)
+    operator.stop(signal.SIGKILL)  # no clean shutdown: whatever it was doing is cut off
+    logged = len(operator.log.read_text())
+    operator.start()
+    # The new process resumes every run (kopf's resume handler reconciles each) and finds this
+    # one whole.
+    runs = len(plane.kubectl("get", "srl", "-A", "-o", "name").split())
+
+    def resumed() -> bool:
+        return operator.log.read_text()[logged:].count("Handler 'resume' succeeded") >= runs
+
+    wait_for(resumed, "the restarted operator resuming every run")
+    assert uids(plane, ns) == before
+    assert status(plane, ns).get("restarts", 0) == 0
