@@ -293,8 +293,16 @@ def on_workload_job(ctx: Context, job: dict[str, Any]) -> None:
     if status.get("phase") in (*TERMINAL, SUSPENDED) or attempt != status.get("restarts", 0):
         return  # an earlier gang's Job, or a run that no longer runs
     run, _ = parse(run_obj)
-    if run is not None:
+    if run is not None and not pod_reported_failure(ctx, job):
         gang_failed(ctx, run, run_obj, failed, attempt)
+
+
+def pod_reported_failure(ctx: Context, job: dict[str, Any]) -> bool:
+    """Whether a pod of `job` says it failed: then its own event restarts the gang, with its
+    exit code in the message (the Job's condition only says the backoff limit was reached)."""
+    labels = {"batch.kubernetes.io/job-name": job["metadata"]["name"]}
+    pods = ctx.kube.list("v1", "Pod", job["metadata"]["namespace"], labels)
+    return any((p.get("status") or {}).get("phase") == FAILED for p in pods)
 
 
 def job_failure(job: dict[str, Any]) -> str | None:

@@ -266,6 +266,7 @@ def job_pod(job: dict[str, Any], index: int) -> dict[str, Any]:
         **template["metadata"].get("labels", {}),
         names.LABEL_JOB_INDEX: str(index),
         "job-name": meta["name"],
+        "batch.kubernetes.io/job-name": meta["name"],  # both, as Kubernetes 1.27+ labels them
     }
     spec = template["spec"]
     spec["hostname"] = f"{meta['name']}-{index}"
