@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -52,9 +53,19 @@ def go_env() -> dict[str, str]:
     }
 
 
+def go_command() -> str:
+    """`go` from PATH, else where the Go distribution installs it."""
+    found = shutil.which("go") or next(
+        (p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if Path(p).exists()), None
+    )
+    if found is None:
+        raise SystemExit("no Go toolchain: install Go 1.26 (the control plane is built from it)")
+    return found
+
+
 def go(*args: str, cwd: Path) -> str:
     done = subprocess.run(
-        ["go", *args], cwd=cwd, env=go_env(), capture_output=True, text=True, check=False
+        [go_command(), *args], cwd=cwd, env=go_env(), capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
         raise SystemExit(f"go {' '.join(args)} failed in {cwd}:\n{done.stderr[-4000:]}")
