@@ -52,22 +52,13 @@ from scalerl.generator.prompts import Example, PromptEncoder, train_and_validati
 from scalerl.generator.rewards import RewardFn, load_reward
 from scalerl.generator.tokens import ModelTokens
 from scalerl.spec import ScaleRLRun, load_run
+from scalerl.status.history import PromptScore
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BATCH_ROWS = 1024  # rows (prompt x sample) per `generate` call
 
 
 # --- results -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PromptResult:
-    """What one held-out prompt scored."""
-
-    id: str
-    samples: int
-    correct: int
-    truncated: int
 
 
 @dataclass(frozen=True)
@@ -78,7 +69,7 @@ class Evaluation:
     k: int
     seed: int
     temperature: float
-    per_prompt: tuple[PromptResult, ...]
+    per_prompt: tuple[PromptScore, ...]
     prompts: int
     samples: int
     correct: int
@@ -317,8 +308,8 @@ class HeldOut:
             for n, c in enumerate(completions)
         ]
         per_prompt = tuple(
-            PromptResult(
-                id=e.id,
+            PromptScore(
+                prompt_id=e.id,
                 samples=k,
                 correct=sum(passed[i * k : (i + 1) * k]),
                 truncated=sum(c.truncated for c in completions[i * k : (i + 1) * k]),

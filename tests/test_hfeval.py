@@ -159,7 +159,7 @@ def test_records_add_up_to_the_totals(demo) -> None:
     run, held, model = demo
     result = held.evaluate(model, 8, seed=3)
     records = result.per_prompt
-    assert [r.id for r in records] == [e.id for e in held.examples]
+    assert [r.prompt_id for r in records] == [e.id for e in held.examples]
     assert result.prompts == len(records) == run.spec.data.validation.prompts == 128
     assert all(r.samples == 8 for r in records)
     assert sum(r.samples for r in records) == result.samples == 1024
@@ -443,7 +443,7 @@ def test_cli_prints_the_pass_rate_line_and_json(capsys: pytest.CaptureFixture[st
     data = json.loads(capsys.readouterr().out)
     direct = evaluate_checkpoint("builtin:demo", load_spec(DEMO_SPEC), k=4, prompts=16, seed=5)
     assert data["pass_rate"] == direct.pass_rate and data["correct"] == direct.correct
-    assert [p["id"] for p in data["per_prompt"]] == [p.id for p in direct.per_prompt]
+    assert [p["prompt_id"] for p in data["per_prompt"]] == [p.prompt_id for p in direct.per_prompt]
     assert data["samples"] == 64 and data["k"] == 4 and data["seed"] == 5
 
 

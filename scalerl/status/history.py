@@ -205,7 +205,6 @@ class RunFiles:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.history = run_dir / HISTORY_FILE
         self.progress = run_dir / PROGRESS_FILE
-        self.evaluations = run_dir / EVALUATIONS_DIR
 
     def rewrite_history(self, rows: list[dict[str, Any]]) -> None:
         atomic_write(self.history, "".join(json.dumps(r) + "\n" for r in rows))
@@ -221,21 +220,21 @@ class RunFiles:
 
     def write_scores(self, step: int, scores: list[PromptScore]) -> Path:
         """The evaluation at `step`, one line per prompt; replaced whole if it is redone."""
-        path = scores_path(self.run_dir, step)
-        path.parent.mkdir(exist_ok=True)
-        atomic_write(path, "".join(json.dumps(asdict(s)) + "\n" for s in scores))
-        return path
+        return self._write_lines(scores_path(self.run_dir, step), [asdict(s) for s in scores])
 
     def write_completions(self, step: int, completions: list[dict[str, Any]]) -> Path:
         """A few completions of the evaluation at `step`, for a person to read."""
-        path = self.evaluations / f"step-{step:08d}.completions.jsonl"
+        return self._write_lines(scores_path(self.run_dir, step, ".completions"), completions)
+
+    def _write_lines(self, path: Path, rows: list[dict[str, Any]]) -> Path:
         path.parent.mkdir(exist_ok=True)
-        atomic_write(path, "".join(json.dumps(c) + "\n" for c in completions))
+        atomic_write(path, "".join(json.dumps(row) + "\n" for row in rows))
         return path
 
 
-def scores_path(run_dir: Path, step: int) -> Path:
-    return run_dir / EVALUATIONS_DIR / f"step-{step:08d}.jsonl"
+def scores_path(run_dir: Path, step: int, kind: str = "") -> Path:
+    """`evaluations/step-<N>{kind}.jsonl` of `run_dir` (kind "" for the per-prompt scores)."""
+    return run_dir / EVALUATIONS_DIR / f"step-{step:08d}{kind}.jsonl"
 
 
 def read_scores(run_dir: Path, step: int) -> list[PromptScore]:
