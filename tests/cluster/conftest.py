@@ -18,6 +18,7 @@ from typing import Any
 import bins
 import pytest
 import yaml
+from chart import OPERATOR_USER, install
 from controlplane import ControlPlane, RunAccount
 
 from scalerl.operator import manifests
@@ -42,9 +43,25 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture
-def ns(plane: ControlPlane) -> str:
-    """A new namespace for this test, `restricted` Pod Security enforced."""
-    return plane.namespace(f"t-{uuid.uuid4().hex[:8]}")
+def ns(plane: ControlPlane) -> Iterator[str]:
+    """A new namespace for this test, `restricted` Pod Security enforced. Whatever the test made
+    the operator do there, the server must have allowed it (its audit log says)."""
+    name = plane.namespace(f"t-{uuid.uuid4().hex[:8]}")
+    yield name
+    refused = [
+        f"{e['verb']} {e['objectRef'].get('resource')}/{e['objectRef'].get('subresource', '')}"
+        for e in plane.audit()
+        if e["user"]["username"] == OPERATOR_USER
+        and e.get("objectRef", {}).get("namespace") == name
+        and e["responseStatus"]["code"] == 403
+    ]
+    assert not refused, f"the chart's ClusterRole refused the operator: {refused}"
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`helm install` of the chart, once; a kubeconfig with its ServiceAccount's token."""
+    return install(plane, tmp_path_factory.mktemp("chart"))
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
+from chart import CHART, OPERATOR_USER, Operator, helm
 from controlplane import ControlPlane
 
 from scalerl.kube import Kube, KubeError
@@ -24,10 +25,8 @@ from scalerl.kube import Kube, KubeError
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "scalerlruns.scalerl.dev.yaml"
-CHART = ROOT / "helm" / "scalerl"
 TINY = yaml.safe_load((ROOT / "examples" / "tiny-cluster.yaml").read_text())
 WAIT_S = 60.0
-OPERATOR_USER = "system:serviceaccount:scalerl-system:scalerl"
 CHILD_KINDS = (
     "configmaps,services,serviceaccounts,secrets,jobs,pods,roles,rolebindings,networkpolicies"
 )
@@ -120,15 +119,6 @@ def monitoring_crds() -> str:
     return yaml.safe_dump_all(docs)
 
 
-def helm(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(plane.bins / "helm"), f"--kubeconfig={plane.kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-
-
 def monitors(plane: ControlPlane, namespace: str) -> list[str]:
     kinds = ",".join(MONITORING_KINDS.values())
     out = plane.kubectl("get", kinds, "-n", namespace, "-o", "name", check=False)
@@ -155,50 +145,17 @@ def test_helm_install_works_without_and_with_the_prometheus_operator(
 # --- the operator, as the chart's ServiceAccount ------------------------------------------------
 
 
-class Operator:
-    """`scalerl operator` as a process of its own, connected with `kubeconfig`; restartable."""
-
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
-        self.kubeconfig, self.log = kubeconfig, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("a") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "scalerl.cli", "operator"],
-                env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        self.proc.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
-def operator(plane: ControlPlane, crd: dict[str, Any], tmp_path_factory: Any) -> Iterator[Operator]:
-    """`helm install` of the chart, then `scalerl operator` run here with the token of the chart's
-    ServiceAccount: every request is authorized by the chart's ClusterRole."""
-    done = helm(
-        plane, "install", "scalerl", str(CHART), "-n", "scalerl-system", "--create-namespace"
-    )
-    assert done.returncode == 0, done.stderr
-    token = plane.token("scalerl-system", "scalerl")
-    work = tmp_path_factory.mktemp("operator")
-    config = json.loads(plane.kubeconfig.read_text())
-    config["users"] = [{"name": "admin", "user": {"token": token}}]
-    kubeconfig = work / "operator.kubeconfig"
-    kubeconfig.write_text(json.dumps(config))
-    running = Operator(kubeconfig, work / "operator.log")
+def operator(operator_kubeconfig: Path, tmp_path_factory: Any) -> Iterator[Operator]:
+    """`scalerl operator` run here with the token of the chart's ServiceAccount: every request is
+    authorized by the chart's ClusterRole."""
+    running = Operator(operator_kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log")
     running.start()
     try:
         yield running
     finally:
         running.stop()
-    lines = running.log.read_text().splitlines()
-    refused = [line for line in lines if "forbidden" in line.lower()]
+    refused = running.refused()
     assert not refused, "the chart's ClusterRole refused the operator:\n" + "\n".join(refused)
 
 
