@@ -1,20 +1,27 @@
-"""A test kubelet: runs the emulator's pods as local processes and keeps their status true.
+"""A test kubelet for the real API server: binds its namespace's pods to the control plane's Node,
+runs each as a local process, and keeps the pod's status true to that process.
 
-One node with no GPU. Every pod not bound to another node is this node's (the emulator has no
-scheduler). A Pending pod's container runs as a local process (see kubelet_plan.py for how paths,
-Service names and ports are made local) in a process group of its own, with stdout and stderr in a
-log file. The pod's status follows the process: Running once it started, then Succeeded or Failed
-with the container's exit code (128 + signal when killed, as container runtimes report it). A
-pod that is deleted gets SIGTERM, then SIGKILL after its grace period (capped: tests wait on it);
-when a container's main process ends, the rest of its group is killed, as a container's are.
+What a kubelet (and, here, the scheduler) does, through the API as they do it:
+- a Pending pod of the namespace is bound to the Node (`pods/binding`), unless it cannot run here
+  (a GPU, a missing claim or ConfigMap: it stays Pending, and its PodScheduled condition says why);
+- its only container runs as a local process (see kubelet_plan.py for how paths, Service names and
+  ports are made local) in a process group of its own, with stdout and stderr in a log file, and
+  with a token of its ServiceAccount from the TokenRequest API, bound to the pod, in the
+  kubeconfig its Kubernetes client reads;
+- `pods/status` follows the process: Running and Ready once it started, then Succeeded or Failed
+  with the container's exit code (128 + signal when killed, as container runtimes report it);
+- a deleted pod gets SIGTERM, then SIGKILL after its grace period (capped: tests wait on it); once
+  its process is gone its status says how it ended and the kubelet deletes it for good
+  (`gracePeriodSeconds: 0`), as the real server waits for a kubelet to do. When a container's main
+  process ends, the rest of its group is killed, as a container's are.
 
 Leaks are checked, not assumed away: every process carries a marker in its environment, which its
 descendants inherit even when they leave the process group, and at exit the kubelet looks for any
 process still carrying it (`leftovers`). A process is also sent SIGKILL should the kubelet's thread
 die (`setpriv --pdeathsig`), so a test killed mid-way leaves nothing either.
 
-    with Kubelet(k8s) as kubelet, JobController(k8s), operator(k8s):
-        kubelet.claim_dir("default", "store")    # a PVC's directory, to stage files in
+    with Kubelet(plane, ns) as kubelet:
+        kubelet.claim_dir("store")           # a PVC's directory, to stage files in
         ...
         os.kill(kubelet.pid(pod_name), signal.SIGKILL)
 """
@@ -37,9 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controlplane import NODE, ControlPlane
 from kubelet_plan import (
+    LOCALHOST,
     SCALERL_PORTS,
     Cluster,
+    Credentials,
     Network,
     NotReady,
     PortVariables,
@@ -51,7 +61,7 @@ from kubelet_plan import (
 MARKER = "TEST_KUBELET_ID"  # in every process's environment: what leftovers() looks for
 DEFAULT_GRACE_S = 30.0  # terminationGracePeriodSeconds when a pod does not say
 MAX_GRACE_S = 10.0
-TICK_S = 0.2  # process exits are polled; API writes wake the loop at once
+TICK_S = 0.2  # the namespace's pods and the processes are polled this often
 SETPRIV = shutil.which("setpriv")
 # The "image" is this machine: its environment, less what would steer a process past its pod's.
 HOST_ONLY = ("SCALERL_", "KUBERNETES_", "VLLM_", "KUBECONFIG", "JOB_COMPLETION_INDEX", MARKER)
@@ -76,6 +86,7 @@ class Container:
     plan: ProcessPlan
     process: subprocess.Popen[bytes]
     grace_s: float
+    started: str  # when the process started, as the pod's status says it
     kill_at: float | None = None  # set once the pod is deleted
     finished: bool = False  # the main process ended and was reaped: never signal its group again
 
@@ -105,8 +116,9 @@ class Container:
 
 @dataclass
 class Kubelet:
-    k8s: Any
-    node: str = "kubelet-0"
+    plane: ControlPlane
+    namespace: str  # the test's namespace: pods elsewhere belong to other tests
+    node: str = NODE
     port_variables: PortVariables = field(default_factory=lambda: dict(SCALERL_PORTS))
     logs_dir: Path | None = None  # where pod logs stay (default: in the root, removed at exit)
     max_grace_s: float = MAX_GRACE_S
@@ -124,14 +136,13 @@ class Kubelet:
         self.errors: list[BaseException] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        self.changed = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="kubelet", daemon=True)
 
     # --- for tests --------------------------------------------------------------------------------
 
-    def claim_dir(self, namespace: str, claim: str) -> Path:
-        """The directory behind a PersistentVolumeClaim (made on first use)."""
-        path = self.root / "pv" / namespace / claim
+    def claim_dir(self, claim: str) -> Path:
+        """The directory behind a PersistentVolumeClaim of the namespace (made on first use)."""
+        path = self.root / "pv" / claim
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -155,11 +166,6 @@ class Kubelet:
             tail = path.read_text(errors="replace").splitlines()[-lines:]
             out.append(f"--- {path.stem} ---\n" + "\n".join(tail))
         return "\n".join(out)
-
-    def service_port(self, namespace: str, service: str, port: int) -> int:
-        """Where a Service's port is on 127.0.0.1."""
-        with self.lock:
-            return self.network.service_port(namespace, service, port)
 
     def leftovers(self) -> list[int]:
         """Processes still alive that one of our pods started (descendants included)."""
@@ -187,20 +193,16 @@ class Kubelet:
     # --- life cycle ------------------------------------------------------------------------------
 
     def __enter__(self) -> Kubelet:
-        self.k8s.call(self.k8s.emulator.store.listeners.append, self.changed.set)
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
-        self.changed.set()
         self.thread.join(30)
         left = self.wait_for_leftovers()
         for pid in self.leftovers():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ValueError):
-            self.k8s.call(self.k8s.emulator.store.listeners.remove, self.changed.set)
         shutil.rmtree(self.root, ignore_errors=True)  # claims included: tests read them before
         assert not self.thread.is_alive(), "the kubelet did not stop"
         assert not left, f"processes left behind by pods: {left}"
@@ -222,12 +224,11 @@ class Kubelet:
     def _loop(self) -> None:
         try:
             while not self.stop.is_set():
-                self.changed.clear()
                 try:
                     self.sync()
                 except Exception as err:  # keep going; the test sees it at exit
                     self.errors.append(err)
-                self.changed.wait(TICK_S)
+                self.stop.wait(TICK_S)
         finally:
             # On this thread: its end sends SIGKILL to every process it started (pdeathsig),
             # so the orderly SIGTERM must come first, from here.
@@ -236,15 +237,19 @@ class Kubelet:
     # --- one pass ---------------------------------------------------------------------------------
 
     def sync(self) -> None:
-        pods = {p["metadata"]["uid"]: p for p in self.k8s.objects("pods") if self._mine(p)}
-        live = {uid for uid, p in pods.items() if not p["metadata"].get("deletionTimestamp")}
+        listed = self._get(f"/api/v1/namespaces/{self.namespace}/pods")["items"]
+        pods = {p["metadata"]["uid"]: p for p in listed if self._mine(p)}
         for uid, container in list(self.containers.items()):
-            if uid not in live and container.kill_at is None:
+            pod = pods.get(uid)
+            if (pod is None or _deleting(pod)) and container.kill_at is None:
                 self._terminate(container)
-            self._reap(container, pods.get(uid))
-        for uid in live - set(self.containers):
-            pod = pods[uid]
-            if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+            self._reap(container, pod)
+        for uid, pod in pods.items():
+            if uid in self.containers:
+                continue
+            if _deleting(pod):
+                self._delete_now(pod)  # nothing of it runs here: finish its deletion
+            elif _phase(pod) == "Pending":
                 self._start(pod)
 
     def _mine(self, pod: dict[str, Any]) -> bool:
@@ -261,18 +266,21 @@ class Kubelet:
         if not container.finished and container.main_ended():
             code = container.finish()
             self.ended[container.pod] = code
-            if pod is not None and container.kill_at is None:
-                self._write_status(pod, _terminated(pod, code))
-        if container.finished and container.kill_at is not None:
+            if pod is not None:
+                self._write_status(pod, _terminated(pod, code, container.started))
+        if container.finished and (pod is None or _deleting(pod)):
+            if pod is not None:
+                self._delete_now(pod)
             with self.lock:
                 del self.containers[container.uid]
 
     def _start(self, pod: dict[str, Any]) -> None:
         scratch = self.root / "pods" / pod["metadata"]["uid"][:8]
+        bound = {**pod, "spec": {**pod["spec"], "nodeName": self.node}}
         try:
             with self.lock:
                 cluster, env = self._cluster(), self._base_env()
-                plan = plan_pod(pod, cluster, self.network, scratch, env, self.port_variables)
+                plan = plan_pod(bound, cluster, self.network, scratch, env, self.port_variables)
             argv = self._argv(plan)
         except NotReady as why:
             self._wait(pod, why.reason, str(why))
@@ -284,6 +292,8 @@ class Kubelet:
             return
         if self._ports_busy(plan):
             return  # a deleted pod's process still holds its ports; next pass
+        if not pod["spec"].get("nodeName") and not self._bind(pod):
+            return
         self._launch(pod, plan, argv)
 
     def _ports_busy(self, plan: ProcessPlan) -> bool:
@@ -294,6 +304,22 @@ class Kubelet:
                 c for c in self.containers.values() if c.kill_at is not None and not c.finished
             ]
         return any(c.plan.ports & plan.ports for c in dying)
+
+    def _bind(self, pod: dict[str, Any]) -> bool:
+        """Schedule the pod here, as kube-scheduler would; False when it is gone meanwhile."""
+        name = pod["metadata"]["name"]
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": self.node},
+        }
+        code, body = self.plane.api("POST", f"{self._pod_path(pod)}/binding", binding)
+        if code in (404, 409):  # deleted, or its deletion began: nothing to run
+            return False
+        if code != 201:
+            raise AssertionError(f"binding pod {name}: {code} {body}")
+        return True
 
     def _launch(self, pod: dict[str, Any], plan: ProcessPlan, argv: list[str]) -> None:
         meta = pod["metadata"]
@@ -322,11 +348,12 @@ class Kubelet:
             plan,
             process,
             min(float(grace), self.max_grace_s),
+            started=_now(),
         )
         with self.lock:
             self.containers[meta["uid"]] = container
             self.waiting.pop(meta["uid"], None)
-        self._write_status(pod, _running(pod))
+        self._write_status(pod, _running(pod, container.started))
 
     def _argv(self, plan: ProcessPlan) -> list[str]:
         executable = shutil.which(plan.argv[0], path=plan.env.get("PATH"))
@@ -343,18 +370,50 @@ class Kubelet:
         return env
 
     def _cluster(self) -> Cluster:
+        ns = f"/api/v1/namespaces/{self.namespace}"
+
         def config_map(namespace: str, name: str) -> dict[str, Any] | None:
-            return self.k8s.get("configmaps", name, namespace)  # type: ignore[no-any-return]
+            return self._get_or_none(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
 
         def secret(namespace: str, name: str) -> dict[str, Any] | None:
-            return self.k8s.get("secrets", name, namespace)  # type: ignore[no-any-return]
+            return self._get_or_none(f"/api/v1/namespaces/{namespace}/secrets/{name}")
 
         def claim(namespace: str, name: str) -> Path | None:
-            if self.k8s.get("persistentvolumeclaims", name, namespace) is None:
+            path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}"
+            if self._get_or_none(path) is None:
                 return None
-            return self.claim_dir(namespace, name)
+            return self.claim_dir(name)
 
-        return Cluster(self.k8s.objects("services"), config_map, secret, claim, self.k8s.url)
+        services = self._get(f"{ns}/services")["items"]
+        credentials = Credentials(self.plane.url, self.plane.ca, self._token)
+        return Cluster(services, config_map, secret, claim, credentials)
+
+    def _token(self, pod: dict[str, Any]) -> str:
+        """A token of the pod's ServiceAccount, bound to the pod (so it dies with it), from the
+        TokenRequest API: what the kubelet mounts at /var/run/secrets/kubernetes.io/."""
+        meta = pod["metadata"]
+        account = pod["spec"].get("serviceAccountName") or "default"
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": ["https://kubernetes.default.svc"],
+                "expirationSeconds": 3600,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                },
+            },
+        }
+        path = f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token"
+        code, body = self.plane.api("POST", path, request)
+        if code == 404:
+            raise NotReady("CreateContainerConfigError", f'serviceaccount "{account}" not found')
+        if code != 201:
+            raise AssertionError(f"token of {meta['namespace']}/{account}: {code} {body}")
+        return str(body["status"]["token"])
 
     def _wait(self, pod: dict[str, Any], reason: str, message: str) -> None:
         """Keep the pod Pending and say why (once per reason)."""
@@ -363,18 +422,42 @@ class Kubelet:
             return
         self.waiting[uid] = message
         condition = {"type": "PodScheduled", "status": "False", "reason": reason}
-        self._write_status(
-            pod, {"phase": "Pending", "conditions": [{**condition, "message": message}]}
-        )
+        self._write_status(pod, {"conditions": [{**condition, "message": message}]})
 
     def _write_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        code, body = self.plane.api_patch(f"{self._pod_path(pod)}/status", {"status": status})
+        if code not in (200, 404):  # 404: deleted meanwhile, nothing to report to
+            raise AssertionError(f"pod status of {pod['metadata']['name']}: {code} {body}")
+
+    def _delete_now(self, pod: dict[str, Any]) -> None:
+        """The kubelet's last word on a deleted pod: it is gone here, remove it now."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        options["preconditions"] = {"uid": pod["metadata"]["uid"]}
+        code, body = self.plane.api("DELETE", self._pod_path(pod), options)
+        if code not in (200, 404, 409):  # 409: a pod of the same name, made since
+            raise AssertionError(f"deleting pod {pod['metadata']['name']}: {code} {body}")
+
+    def _pod_path(self, pod: dict[str, Any]) -> str:
         meta = pod["metadata"]
-        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
-        reply = self.k8s.api(
-            "PATCH", path, {"status": status}, content_type="application/merge-patch+json"
-        )
-        if reply.status not in (200, 404):  # 404: deleted meanwhile, nothing to report to
-            raise AssertionError(f"pod status of {meta['name']}: {reply.status} {reply.body!r}")
+        return f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+
+    def _get(self, path: str) -> dict[str, Any]:
+        code, body = self.plane.api("GET", path)
+        if code != 200:
+            raise AssertionError(f"GET {path}: {code} {body}")
+        return dict(body)
+
+    def _get_or_none(self, path: str) -> dict[str, Any] | None:
+        code, body = self.plane.api("GET", path)
+        return dict(body) if code == 200 else None
+
+
+def _deleting(pod: dict[str, Any]) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase", "Pending"))
 
 
 def _describe(pid: int) -> str:
@@ -388,39 +471,61 @@ def _describe(pid: int) -> str:
     return f"{pid} pgid {pgid} state {state}: {argv}"
 
 
-def _running(pod: dict[str, Any]) -> dict[str, Any]:
-    now = _now()
-    container = pod["spec"]["containers"][0]["name"]
+def _conditions(ready: bool) -> list[dict[str, str]]:
+    value = "True" if ready else "False"
+    return [
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Initialized", "status": "True"},
+        {"type": "ContainersReady", "status": value},
+        {"type": "Ready", "status": value},
+    ]
+
+
+def _running(pod: dict[str, Any], started: str) -> dict[str, Any]:
+    container = pod["spec"]["containers"][0]
     return {
         "phase": "Running",
-        "hostIP": "127.0.0.1",
-        "podIP": "127.0.0.1",
-        "startTime": now,
-        "conditions": [{"type": "PodScheduled", "status": "True"}],
+        "hostIP": LOCALHOST,
+        "podIP": LOCALHOST,
+        "podIPs": [{"ip": LOCALHOST}],
+        "startTime": started,
+        "conditions": _conditions(ready=True),
         "containerStatuses": [
             {
-                "name": container,
+                "name": container["name"],
+                "image": container.get("image", ""),
+                "imageID": "",
                 "ready": True,
                 "started": True,
                 "restartCount": 0,
-                "state": {"running": {"startedAt": now}},
+                "state": {"running": {"startedAt": started}},
             }
         ],
     }
 
 
-def _terminated(pod: dict[str, Any], code: int) -> dict[str, Any]:
-    """As harness.set_phase writes it, with the times a kubelet adds."""
-    container = pod["spec"]["containers"][0]["name"]
+def _terminated(pod: dict[str, Any], code: int, started: str) -> dict[str, Any]:
+    """The pod's end as a kubelet reports it: phase, exit code, reason and times."""
+    container = pod["spec"]["containers"][0]
     ended = {
         "exitCode": code,
         "reason": "Completed" if code == 0 else "Error",
+        "startedAt": started,
         "finishedAt": _now(),
     }
     return {
         "phase": "Succeeded" if code == 0 else "Failed",
+        "conditions": _conditions(ready=False),
         "containerStatuses": [
-            {"name": container, "ready": False, "started": False, "state": {"terminated": ended}}
+            {
+                "name": container["name"],
+                "image": container.get("image", ""),
+                "imageID": "",
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                "state": {"terminated": ended},
+            }
         ],
     }
 

@@ -89,6 +89,16 @@ class ProcessPlan:
 
 
 @dataclass(frozen=True)
+class Credentials:
+    """How a pod's process reaches the API server: its URL, the server's CA, and a token of the
+    pod's ServiceAccount (pod -> token)."""
+
+    url: str
+    ca: Path
+    token: Callable[[dict[str, Any]], str]
+
+
+@dataclass(frozen=True)
 class Cluster:
     """What a plan reads from the API (a snapshot) and where local things live."""
 
@@ -96,7 +106,7 @@ class Cluster:
     config_maps: Callable[[str, str], dict[str, Any] | None]  # (namespace, name) -> ConfigMap
     secrets: Callable[[str, str], dict[str, Any] | None]  # (namespace, name) -> Secret
     claim_dir: Callable[[str, str], Path | None]  # (namespace, claim) -> directory or None
-    api_url: str
+    credentials: Credentials
 
 
 def plan_pod(
@@ -129,7 +139,7 @@ def plan_pod(
     if spec.get("automountServiceAccountToken") is not False:
         # The service account's credentials, as a kubeconfig: in-cluster config needs HTTPS.
         kubeconfig = scratch / "kubeconfig"
-        files[kubeconfig] = kubeconfig_text(cluster.api_url, pod)
+        files[kubeconfig] = kubeconfig_text(cluster.credentials, pod)
         env["KUBECONFIG"] = str(kubeconfig)
     command = container.get("command")
     if not command:
@@ -176,6 +186,9 @@ def _volumes(
         elif "secret" in volume:
             files.update(_secret_files(namespace, volume["secret"], cluster, local))
             dirs.append(local)
+        elif "projected" in volume:
+            files.update(_projected_files(pod, volume["projected"], cluster, local))
+            dirs.append(local)
         elif "persistentVolumeClaim" in volume:
             claim = volume["persistentVolumeClaim"]["claimName"]
             found = cluster.claim_dir(namespace, claim)
@@ -184,7 +197,8 @@ def _volumes(
             local = found
         else:
             raise Unsupported(
-                f"pod {_name(pod)}: volume {name}: only emptyDir, configMap, secret, PVC"
+                f"pod {_name(pod)}: volume {name}: only emptyDir, configMap, secret, projected, "
+                "PVC"
             )
         out[name] = local
     return out, files, dirs
@@ -207,6 +221,33 @@ def _secret_files(
                 f'secret "{source["secretName"]}" has no key "{item["key"]}"',
             )
         files[local / item["path"]] = base64.b64decode(data[item["key"]]).decode()
+    return files
+
+
+def _projected_files(
+    pod: dict[str, Any], projected: dict[str, Any], cluster: Cluster, local: Path
+) -> dict[Path, str]:
+    """A projected volume, as the ServiceAccount admission plugin adds one to every pod that
+    mounts its token (`kube-api-access-*`): the token, the cluster's CA, the namespace."""
+    namespace = pod["metadata"]["namespace"]
+    files: dict[Path, str] = {}
+    for source in projected.get("sources") or []:
+        if "serviceAccountToken" in source:
+            files[local / source["serviceAccountToken"]["path"]] = cluster.credentials.token(pod)
+        elif "configMap" in source:
+            ref = source["configMap"]
+            found = cluster.config_maps(namespace, ref["name"])
+            if found is None:
+                raise NotReady("ContainerCreating", f'configmap "{ref["name"]}" not found')
+            data = found.get("data") or {}
+            for item in ref.get("items") or [{"key": k, "path": k} for k in data]:
+                files[local / item["path"]] = data[item["key"]]
+        elif "downwardAPI" in source:
+            for item in source["downwardAPI"].get("items") or []:
+                value = field_value(pod, item["fieldRef"]["fieldPath"])
+                files[local / item["path"]] = value
+        else:
+            raise Unsupported(f"pod {_name(pod)}: projected source {sorted(source)}")
     return files
 
 
@@ -373,18 +414,20 @@ def field_value(pod: dict[str, Any], path: str) -> str:
     return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
 
 
-def kubeconfig_text(url: str, pod: dict[str, Any]) -> str:
+def kubeconfig_text(credentials: Credentials, pod: dict[str, Any]) -> str:
     """What a pod's service account gives its process: the API, as that account, in its
-    namespace (the emulator authenticates nobody)."""
+    namespace. (A pod reads the same from /var/run/secrets/kubernetes.io/serviceaccount; a
+    process here cannot have that path of its own, and our client reads a kubeconfig the same.)"""
     namespace = pod["metadata"]["namespace"]
     account = pod["spec"].get("serviceAccountName", "default")
     user = f"system:serviceaccount:{namespace}:{account}"
+    cluster = {"server": credentials.url, "certificate-authority": str(credentials.ca)}
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "current-context": "pod",
-        "clusters": [{"name": "cluster", "cluster": {"server": url}}],
-        "users": [{"name": user, "user": {}}],
+        "clusters": [{"name": "cluster", "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": credentials.token(pod)}}],
         "contexts": [
             {"name": "pod", "context": {"cluster": "cluster", "user": user, "namespace": namespace}}
         ],

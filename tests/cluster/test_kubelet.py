@@ -1,8 +1,11 @@
-"""The test kubelet: its translation of the operator's pods (kubelet_plan.py) and its processes."""
+"""The test kubelet: its translation of the operator's pods (kubelet_plan.py), and its processes
+as the real API server sees them (bound, Running, ended with their exit codes, deleted gracefully).
+"""
 
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import signal
@@ -12,11 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import NS, job_pod, pods, run_manifest
+from controlplane import NODE, ControlPlane
 from kubelet import Kubelet
 from kubelet_plan import (
     SCALERL_PORTS,
     Cluster,
+    Credentials,
     Network,
     NotReady,
     contract_port_variables,
@@ -30,7 +34,57 @@ from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import parse_run
 
 WAIT = 30.0
-URL = "http://127.0.0.1:1"
+URL = "https://127.0.0.1:1"
+NS = "team-a"
+
+
+def run_manifest(**spec: Any) -> dict[str, Any]:
+    """A small valid run: one trainer, two generators."""
+    body: dict[str, Any] = {
+        "apiVersion": "scalerl.dev/v1alpha1",
+        "kind": "ScaleRLRun",
+        "metadata": {"name": "r1", "namespace": NS},
+        "spec": {
+            "model": {"path": "/models/base"},
+            "data": {"train": "/data/train.jsonl"},
+            "generators": {"replicas": 2, "gpus": 0},
+            "trainers": {"replicas": 1, "gpus": 0},
+            "checkpoint": {"claimName": "ckpt"},
+        },
+    }
+    for key, value in spec.items():
+        body["spec"][key] = {**body["spec"].get(key, {}), **value}
+    return body
+
+
+def job_pod(job: dict[str, Any], index: int) -> dict[str, Any]:
+    """The pod an Indexed Job's controller makes for `index` (what the real one is seen to make:
+    the index as label, annotation and JOB_COMPLETION_INDEX through the downward API)."""
+    template = copy.deepcopy(job["spec"]["template"])
+    meta = job["metadata"]
+    labels = {
+        **template["metadata"].get("labels", {}),
+        names.LABEL_JOB_INDEX: str(index),
+        "batch.kubernetes.io/job-name": meta["name"],
+    }
+    spec = template["spec"]
+    spec["hostname"] = f"{meta['name']}-{index}"
+    index_field = f"metadata.annotations['{names.LABEL_JOB_INDEX}']"
+    for container in spec["containers"]:
+        container.setdefault("env", []).append(
+            {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": index_field}}}
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{meta['name']}-{index}-abcde",
+            "namespace": NS,
+            "labels": labels,
+            "annotations": {names.LABEL_JOB_INDEX: str(index)},
+        },
+        "spec": spec,
+    }
 
 
 def served_secret(secret: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -43,7 +97,7 @@ def served_secret(secret: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def gang(tmp_path: Path, **spec: Any) -> tuple[dict[str, Any], Cluster]:
     """The pods of r1's gang as the Job controller makes them, and the cluster around them."""
-    body = run_manifest(**{"generators": {"gpus": 0}, "trainers": {"gpus": 0}, **spec})
+    body = run_manifest(**spec)
     run, owner = parse_run(body), Owner("r1", NS, "uid-1")
     objects = manifests.children(run, owner, 0, Images(), StreamKeys.generate())
     for obj in objects:
@@ -60,7 +114,7 @@ def gang(tmp_path: Path, **spec: Any) -> tuple[dict[str, Any], Cluster]:
         config_maps=lambda _ns, name: by_kind.get(("ConfigMap", name)),
         secrets=lambda _ns, name: served_secret(by_kind.get(("Secret", name))),
         claim_dir=lambda _ns, claim: tmp_path / "pv" / claim,
-        api_url=URL,
+        credentials=Credentials(URL, tmp_path / "ca.crt", lambda _pod: "a-token"),
     )
     return found, cluster
 
@@ -108,6 +162,7 @@ def test_downward_api_and_credentials(tmp_path: Path) -> None:
     assert "KUBECONFIG" not in generator.env  # automountServiceAccountToken: false
     config = yaml.safe_load(trainer.files[Path(trainer.env["KUBECONFIG"])])
     assert config["clusters"][0]["cluster"]["server"] == URL
+    assert config["users"][0]["user"]["token"] == "a-token"
     assert config["contexts"][0]["context"]["namespace"] == NS
 
 
@@ -136,93 +191,154 @@ def test_rewrite_paths(text: str, expected: str) -> None:
     assert rewrite_paths(text, mounts) == expected
 
 
-# --- processes -----------------------------------------------------------------------------------
+# --- processes, on the real API server -----------------------------------------------------------
+
+# What Pod Security `restricted` asks of every container.
+RESTRICTED = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 def pod(name: str, script: str, **spec: Any) -> dict[str, Any]:
     container = {
         "name": "main",
+        "image": "python:3.11",
         "command": ["python", "-c", script],
         "env": [
             {"name": "GREETING", "value": "hello"},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         ],
+        "securityContext": RESTRICTED,
         **spec.pop("container", {}),
     }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {names.LABEL_RUN: "t"}},
+        "metadata": {"name": name, "labels": {names.LABEL_RUN: "t"}},
         "spec": {"restartPolicy": "Never", "containers": [container], **spec},
     }
 
 
-def phase(k8s: Any, name: str) -> str | None:
-    found = k8s.get("pods", name)
-    return ((found or {}).get("status") or {}).get("phase")
+def create(plane: ControlPlane, ns: str, obj: dict[str, Any]) -> None:
+    plane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(obj))
 
 
-def test_a_pod_runs_with_its_environment_and_ends_with_its_exit_code(k8s: Any) -> None:
+def get_pod(plane: ControlPlane, ns: str, name: str) -> dict[str, Any] | None:
+    code, body = plane.api("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+    return dict(body) if code == 200 else None
+
+
+def phase(plane: ControlPlane, ns: str, name: str) -> str | None:
+    return ((get_pod(plane, ns, name) or {}).get("status") or {}).get("phase")
+
+
+def wait_for(what: Any, message: str, timeout_s: float = WAIT) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := what()):
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {message}"
+        time.sleep(0.1)
+    return value
+
+
+def test_a_pod_is_bound_runs_with_its_environment_and_ends_with_its_exit_code(
+    plane: ControlPlane, ns: str
+) -> None:
     script = "import os, sys; print(os.environ['GREETING'], os.environ['POD_NAME']); sys.exit(3)"
-    with Kubelet(k8s) as kubelet:
-        k8s.create(pod("p1", script))
-        k8s.wait_for(lambda: phase(k8s, "p1") == "Failed", WAIT, "p1 failed")
+    with Kubelet(plane, ns) as kubelet:
+        create(plane, ns, pod("p1", script))
+        wait_for(lambda: phase(plane, ns, "p1") == "Failed", "p1 failed")
         assert "hello p1" in kubelet.log("p1")
-    state = k8s.get("pods", "p1")["status"]["containerStatuses"][0]["state"]
+    found = get_pod(plane, ns, "p1")
+    assert found is not None and found["spec"]["nodeName"] == NODE
+    state = found["status"]["containerStatuses"][0]["state"]
     assert state["terminated"]["exitCode"] == 3 and state["terminated"]["reason"] == "Error"
 
 
-def test_a_killed_process_fails_its_pod_with_128_plus_the_signal(k8s: Any) -> None:
-    with Kubelet(k8s) as kubelet:
-        k8s.create(pod("p2", "import time; time.sleep(60)"))
-        k8s.wait_for(lambda: phase(k8s, "p2") == "Running", WAIT, "p2 running")
+def test_a_pods_process_calls_the_api_as_its_service_account(plane: ControlPlane, ns: str) -> None:
+    # The token is the TokenRequest API's, bound to the pod: the server knows whose it is.
+    script = (
+        "from scalerl.kube import Kube; import sys; "
+        f"Kube.connect().request('GET', '/api/v1/namespaces/{ns}/pods'); sys.exit(0)"
+    )
+    with Kubelet(plane, ns) as kubelet:
+        create(plane, ns, pod("p0", script))
+        wait_for(lambda: phase(plane, ns, "p0") in ("Succeeded", "Failed"), "p0 ended")
+        said = kubelet.log("p0")
+    # The namespace's default ServiceAccount may not list pods: the server's 403 names it.
+    assert f"system:serviceaccount:{ns}:default" in said and "forbidden" in said, said
+    assert phase(plane, ns, "p0") == "Failed"
+
+
+def test_a_killed_process_fails_its_pod_with_128_plus_the_signal(
+    plane: ControlPlane, ns: str
+) -> None:
+    with Kubelet(plane, ns) as kubelet:
+        create(plane, ns, pod("p2", "import time; time.sleep(60)"))
+        wait_for(lambda: phase(plane, ns, "p2") == "Running", "p2 running")
         os.kill(kubelet.pid("p2"), signal.SIGKILL)
-        k8s.wait_for(lambda: phase(k8s, "p2") == "Failed", WAIT, "p2 failed")
+        wait_for(lambda: phase(plane, ns, "p2") == "Failed", "p2 failed")
         assert kubelet.ended["p2"] == 137
 
 
-def test_deleting_a_pod_kills_its_whole_process_group(k8s: Any, tmp_path: Path) -> None:
-    # The pod's process starts a child that ignores SIGTERM: the grace period ends it.
+def test_a_deleted_pod_is_stopped_gracefully_then_removed(
+    plane: ControlPlane, ns: str, tmp_path: Path
+) -> None:
+    # The pod's process starts a child that ignores SIGTERM: the grace period ends it. The
+    # server keeps the pod (Terminating) until the kubelet says it is gone.
     child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
     script = (
         "import subprocess, sys, time, json; "
         f"p = subprocess.Popen([sys.executable, '-c', {child!r}]); "
         f"open({str(tmp_path / 'child')!r}, 'w').write(json.dumps(p.pid)); time.sleep(60)"
     )
-    with Kubelet(k8s, max_grace_s=1.0) as kubelet:
-        k8s.create(pod("p3", script))
-        k8s.wait_for(lambda: (tmp_path / "child").exists(), WAIT, "the child started")
+    with Kubelet(plane, ns, max_grace_s=1.0) as kubelet:
+        create(plane, ns, pod("p3", script))
+        wait_for(lambda: (tmp_path / "child").exists(), "the child started")
         assert len(kubelet.leftovers()) == 2
-        k8s.delete("pods", "p3")
-        k8s.wait_for(lambda: "p3" in kubelet.ended, WAIT, "p3's main process reaped")
+        plane.kubectl("delete", "pod", "p3", "-n", ns, "--wait=false")
+        wait_for(lambda: get_pod(plane, ns, "p3") is None, "p3 removed by the kubelet")
         assert kubelet.ended["p3"] == 128 + signal.SIGTERM
-        k8s.wait_for(lambda: not kubelet.leftovers(), WAIT, "p3's child gone after the grace")
+        wait_for(lambda: not kubelet.leftovers(), "p3's child gone after the grace")
 
 
-def test_a_pod_waits_for_its_claim_and_a_gpu_pod_never_starts(k8s: Any) -> None:
+def test_a_pod_waits_for_its_claim_and_a_gpu_pod_is_never_bound(
+    plane: ControlPlane, ns: str
+) -> None:
     volume = {"name": "v", "persistentVolumeClaim": {"claimName": "store"}}
     mount = {"volumeMounts": [{"name": "v", "mountPath": "/data"}]}
     script = "import os; print(sorted(os.listdir('/data')))"
     gpu = {"resources": {"limits": {"nvidia.com/gpu": 1}}}
-    with Kubelet(k8s) as kubelet:
-        (kubelet.claim_dir(NS, "store") / "x.txt").write_text("x")
-        k8s.create(pod("p4", script, volumes=[volume], container=mount))
-        k8s.create(pod("p5", "pass", container=gpu))
-        waiting = k8s.wait_for(lambda: k8s.get("pods", "p4")["status"].get("conditions"), WAIT)
-        assert waiting[0]["message"] == 'persistentvolumeclaim "store" not found'
-
-        k8s.create(
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "store"}}
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "store"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    with Kubelet(plane, ns) as kubelet:
+        (kubelet.claim_dir("store") / "x.txt").write_text("x")
+        create(plane, ns, pod("p4", script, volumes=[volume], container=mount))
+        create(plane, ns, pod("p5", "pass", container=gpu))
+        waiting = wait_for(
+            lambda: (get_pod(plane, ns, "p4") or {}).get("status", {}).get("conditions"),
+            "p4 says why it waits",
         )
-        k8s.wait_for(lambda: phase(k8s, "p4") == "Succeeded", WAIT, "p4 ran once its claim exists")
+        assert waiting[0]["message"] == 'persistentvolumeclaim "store" not found'
+        create(plane, ns, claim)
+        wait_for(lambda: phase(plane, ns, "p4") == "Succeeded", "p4 ran once its claim exists")
         assert "['x.txt']" in kubelet.log("p4")  # /data in args became the claim's directory
-        time.sleep(0.5)
-        assert phase(k8s, "p5") == "Pending"
-        assert "Insufficient nvidia.com/gpu" in json.dumps(k8s.get("pods", "p5")["status"])
-    assert len(pods(k8s, "t")) == 2
+        said = wait_for(lambda: json.dumps(get_pod(plane, ns, "p5")), "p5")
+        assert "Insufficient nvidia.com/gpu" in said
+    p5 = get_pod(plane, ns, "p5")
+    assert p5 is not None and "nodeName" not in p5["spec"] and p5["status"]["phase"] == "Pending"
 
 
-def test_at_exit_the_kubelet_stops_processes_with_sigterm_first(k8s: Any, tmp_path: Path) -> None:
+def test_at_exit_the_kubelet_stops_processes_with_sigterm_first(
+    plane: ControlPlane, ns: str, tmp_path: Path
+) -> None:
     done = tmp_path / "stopped"
     script = (
         "import signal, sys, time\n"
@@ -232,8 +348,8 @@ def test_at_exit_the_kubelet_stops_processes_with_sigterm_first(k8s: Any, tmp_pa
         "print('up', flush=True)\n"
         "time.sleep(60)\n"
     )
-    with Kubelet(k8s) as kubelet:
-        k8s.create(pod("p6", script))
-        k8s.wait_for(lambda: "up" in kubelet.log("p6"), WAIT, "p6 up")
+    with Kubelet(plane, ns) as kubelet:
+        create(plane, ns, pod("p6", script))
+        wait_for(lambda: "up" in kubelet.log("p6"), "p6 up")
     assert done.read_text() == "SIGTERM"
     assert not kubelet.leftovers()

@@ -5,10 +5,7 @@ what its Job controller and garbage collector do to a run's children."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
