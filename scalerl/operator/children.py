@@ -25,17 +25,18 @@ def ensure_static(
     run: ScaleRLRun,
     owner: Owner,
     network: NetworkSettings,
+    attempt: int,
     *,
     new: bool = False,
 ) -> list[str]:
     """Create the config, keys, policy, Service and RBAC where missing; keep the config current
-    (the budget and replicas may change). For a `new` run, create straight away (a conflict means
-    it is there already): half the round trips on the path a user waits on. Returns what was
-    created."""
+    (the budget and replicas may change) and the Service on gang `attempt`. For a `new` run,
+    create straight away (a conflict means it is there already): half the round trips on the
+    path a user waits on. Returns what was created."""
     created = []
     # Fresh keys on every call, but only a missing Secret is created: the run keeps its first.
     keys = StreamKeys.generate()
-    for obj in manifests.static_children(run, owner, keys, network):
+    for obj in manifests.static_children(run, owner, attempt, keys, network):
         meta = obj["metadata"]
         # The Secret is never read back: created, a conflict meaning it is there, so the
         # operator needs no permission to read Secrets.
@@ -49,7 +50,17 @@ def ensure_static(
                 created.append(f"{obj['kind']}/{meta['name']}")
         elif obj["kind"] == "ConfigMap" and current.get("data") != obj["data"]:
             kube.patch("v1", "ConfigMap", owner.namespace, meta["name"], {"data": obj["data"]})
+        elif obj["kind"] == "Service" and _selector(current) != _selector(obj):
+            select_attempt(kube, owner, attempt)
     return created
+
+
+def select_attempt(kube: Kube, owner: Owner, attempt: int) -> None:
+    """Point the trainer Service at trainer 0 of gang `attempt` (a merge patch: the selector only
+    ever gains or changes keys)."""
+    selector = manifests.service_selector(owner, attempt)
+    body = {"spec": {"selector": selector}}
+    kube.patch("v1", "Service", owner.namespace, names.service(owner.name), body)
 
 
 def workload_attempt(job: dict[str, Any]) -> int | None:
@@ -131,6 +142,10 @@ def fit_job_active(kube: Kube, owner: Owner, number: int) -> bool:
 
 def create_fit_job(kube: Kube, run: ScaleRLRun, owner: Owner, number: int, images: Images) -> bool:
     return kube.create(manifests.fit_job(run, owner, number, images)) is not None
+
+
+def _selector(service: dict[str, Any]) -> dict[str, str] | None:
+    return (service.get("spec") or {}).get("selector")
 
 
 def _role(obj: dict[str, Any]) -> str | None:

@@ -32,6 +32,8 @@ RUNS = ("scalerl.dev", "v1alpha1", "scalerlruns")
 FINALIZER = "scalerl.dev/cleanup"
 ANNOTATIONS = "scalerl.dev"  # kopf's bookkeeping annotations live under our own prefix
 CHECK_INTERVAL_S = 30.0  # the periodic level-triggered check that catches missed events
+# The children kopf watches (pods and Jobs): all of them carry the run's label.
+CHILD_RESOURCES = (("v1", "pods"), ("batch/v1", "jobs"))
 
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -120,6 +122,11 @@ def register(
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATIONS)
         settings.posting.level = logging.WARNING  # only our explicit Events, no log chatter
         settings.peering.standalone = True  # one replica (Recreate): no peering objects needed
+        # kopf applies a handler's `labels=` filter after the server sent the object; a watch
+        # selector is sent with the list and watch requests, so the server sends our children
+        # only, not every Pod and Job of the cluster.
+        for resource in CHILD_RESOURCES:
+            settings.watching.label_selectors[resource] = names.LABEL_RUN
         if getattr(memo, "kube", None) is None:
             memo.kube = Kube.connect(agent=names.MANAGED_BY)
         if getattr(memo, "images", None) is None:
@@ -141,7 +148,14 @@ def register(
         initial_delay=check_interval_s,
     )
     def reconcile(body: kopf.Body, memo: Any, **_: Any) -> None:
+        # A finished run is swept once (whatever of its gang the handler that ended it left
+        # behind, had its cleanup been cut off), then costs the periodic check no request. The
+        # memo is kopf's per-run one: an operator restart sweeps each finished run once again.
+        finished = (body.get("status") or {}).get("phase") in lifecycle.TERMINAL
+        if finished and getattr(memo, "swept", False):
+            return
         act(memo, body, lifecycle.reconcile)
+        memo.swept = finished
 
     @kopf.on.event(*RUNS, registry=registry, id="status")
     def status_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:

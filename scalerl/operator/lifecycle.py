@@ -166,7 +166,8 @@ def reconcile(ctx: Context, *, new: bool = False) -> None:
     if status_of(run_obj).get("phase") in TERMINAL:
         children.remove_workloads(ctx.kube, ctx.owner)
         return
-    children.ensure_static(ctx.kube, run, ctx.owner, ctx.network, new=new)
+    attempt = int(status_of(run_obj).get("restarts", 0))
+    children.ensure_static(ctx.kube, run, ctx.owner, ctx.network, attempt, new=new)
     if run.spec.suspend:
         suspend(ctx, run_obj, generation)
     else:
@@ -299,10 +300,15 @@ def on_workload_job(ctx: Context, job: dict[str, Any]) -> None:
 
 def pod_reported_failure(ctx: Context, job: dict[str, Any]) -> bool:
     """Whether a pod of `job` says it failed: then its own event restarts the gang, with its
-    exit code in the message (the Job's condition only says the backoff limit was reached)."""
+    exit code in the message (the Job's condition only says the backoff limit was reached). A
+    pod being deleted does not count: `on_pod` ignores it, so the Job must act for it."""
     labels = {"batch.kubernetes.io/job-name": job["metadata"]["name"]}
     pods = ctx.kube.list("v1", "Pod", job["metadata"]["namespace"], labels)
-    return any((p.get("status") or {}).get("phase") == FAILED for p in pods)
+    return any(
+        (p.get("status") or {}).get("phase") == FAILED
+        and not p["metadata"].get("deletionTimestamp")
+        for p in pods
+    )
 
 
 def job_failure(job: dict[str, Any]) -> str | None:
@@ -342,7 +348,9 @@ def gang_failed(
 
 def recreate_gang(ctx: Context, run: ScaleRLRun, attempt: int) -> None:
     """Delete the old gang and create the new; if the old Jobs linger, the periodic
-    reconcile finishes the job."""
+    reconcile finishes the job. The trainer Service leaves the old gang first: its terminating
+    trainer 0 is no host for the new gang to meet at."""
+    children.select_attempt(ctx.kube, ctx.owner, attempt)
     children.remove_workloads(ctx.kube, ctx.owner)
     deadline = time.monotonic() + RECREATE_WAIT_S
     while True:

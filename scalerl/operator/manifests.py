@@ -121,14 +121,22 @@ def children(
     network: NetworkSettings = NetworkSettings(),
 ) -> list[dict[str, Any]]:
     """Everything a running run has, in creation order (the workloads last)."""
-    return [*static_children(run, owner, keys, network), *workloads(run, owner, attempt, images)]
+    return [
+        *static_children(run, owner, attempt, keys, network),
+        *workloads(run, owner, attempt, images),
+    ]
 
 
 def static_children(
-    run: ScaleRLRun, owner: Owner, keys: StreamKeys, network: NetworkSettings = NetworkSettings()
+    run: ScaleRLRun,
+    owner: Owner,
+    attempt: int,
+    keys: StreamKeys,
+    network: NetworkSettings = NetworkSettings(),
 ) -> list[dict[str, Any]]:
     """Children that live as long as the run: config, stream keys, network policy, Service and
-    the status RBAC. The policy comes before any pod, so no pod is ever unprotected."""
+    the status RBAC (the Service selects gang `attempt`). The policy comes before any pod, so no
+    pod is ever unprotected."""
     policy = [network_policy(owner, network)] if network.enabled else []
     return [
         config_map(run, owner),
@@ -137,7 +145,7 @@ def static_children(
         service_account(owner),
         role(owner),
         role_binding(owner),
-        service(owner),
+        service(owner, attempt),
     ]
 
 
@@ -211,13 +219,23 @@ def network_policy(owner: Owner, network: NetworkSettings) -> dict[str, Any]:
     }
 
 
-def service(owner: Owner) -> dict[str, Any]:
-    """Headless: its DNS name resolves straight to trainer 0's pod, which binds the ports."""
-    selector = {
+def service_selector(owner: Owner, attempt: int) -> dict[str, str]:
+    """Trainer 0 of gang `attempt`. The attempt matters: with publishNotReadyAddresses a
+    terminating pod stays a ready endpoint, so without it the DNS name would still answer with
+    the old gang's trainer 0 while a restarted gang meets."""
+    return {
         names.LABEL_RUN: owner.name,
         names.LABEL_ROLE: names.ROLE_TRAINER,
         names.LABEL_JOB_INDEX: "0",
+        names.LABEL_ATTEMPT: str(attempt),
     }
+
+
+def service(owner: Owner, attempt: int) -> dict[str, Any]:
+    """Headless: its DNS name resolves straight to trainer 0's pod of the current gang attempt,
+    which binds the ports. One name for every attempt: the pods' SCALERL_TRAINER_HOST and
+    subdomain never change; the operator moves the selector when it starts a new attempt."""
+    selector = service_selector(owner, attempt)
     return {
         "apiVersion": "v1",
         "kind": "Service",

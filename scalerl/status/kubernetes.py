@@ -29,6 +29,15 @@ API_VERSION = "scalerl.dev/v1alpha1"
 KIND = "ScaleRLRun"
 EVALUATIONS_KEPT = 300
 _INTEGERS = frozenset({"step", "policyVersion", "maxSteps"})
+# An evaluation's numbers: history row key -> the status's name.
+_EVALUATION_NUMBERS = {
+    "compute": "computeHours",
+    "pass_rate": "passRate",
+    "pass_rate_se": "passRateSE",
+    "eval_truncation_rate": "truncationRate",
+}
+# The CRD requires them: a point's place on the curve.
+_PLACE = ("computeHours", "passRate")
 
 Change = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -61,13 +70,10 @@ def status_progress(progress: Progress) -> dict[str, Any]:
 
 def status_evaluation(entry: dict[str, Any]) -> dict[str, Any]:
     """One history row (`HistoryRow` as a dict) in the status's shape; nothing that is not a
-    finite number reaches the API server (which refuses NaN)."""
-    out = {
-        "step": int(entry["step"]),
-        "computeHours": round_value(float(entry["compute"])),
-        "passRate": round_value(float(entry["pass_rate"])),
-    }
-    for key, name in (("pass_rate_se", "passRateSE"), ("eval_truncation_rate", "truncationRate")):
+    finite number reaches the API server (JSON has no NaN: a real server answers 400), so such
+    a field is left out (`not_finite` names it)."""
+    out: dict[str, Any] = {"step": int(entry["step"])}
+    for key, name in _EVALUATION_NUMBERS.items():
         value = entry.get(key)
         if isinstance(value, int | float) and math.isfinite(value):
             out[name] = round_value(value)
@@ -75,6 +81,29 @@ def status_evaluation(entry: dict[str, Any]) -> dict[str, Any]:
     if isinstance(samples, int):
         out["samples"] = samples
     return out
+
+
+def not_finite(entry: dict[str, Any]) -> list[str]:
+    """The status's names of a history row's numbers that are NaN or infinite."""
+    return [
+        name
+        for key, name in _EVALUATION_NUMBERS.items()
+        if isinstance(entry.get(key), float) and not math.isfinite(entry[key])
+    ]
+
+
+def placed(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The evaluation as the status holds it, with a warning naming any field left out; None
+    when its compute or pass rate is not a number (no place on the curve: only history.jsonl
+    keeps it)."""
+    out = status_evaluation(entry)
+    missing = not_finite(entry)
+    kept = all(name in out for name in _PLACE)
+    if missing:
+        what = "sent without them" if kept else "left out of status.evaluations"
+        named = ", ".join(missing)
+        log.warning("status: evaluation at step %s: %s not finite, %s", entry["step"], named, what)
+    return out if kept else None
 
 
 def thin(entries: list[dict[str, Any]], keep: int = EVALUATIONS_KEPT) -> list[dict[str, Any]]:
@@ -192,7 +221,8 @@ class KubernetesStatus:
     def restore(self, evaluations: list[dict[str, Any]]) -> None:
         if self.local is not None:
             self.local.restore(evaluations)
-        self.evaluations = [status_evaluation(e) for e in evaluations]
+        points = (placed(e) for e in evaluations)
+        self.evaluations = [p for p in points if p is not None]
         self._write("restore", self._evaluation_fields())
 
     def progress(self, progress: Progress) -> None:
@@ -205,7 +235,10 @@ class KubernetesStatus:
     ) -> None:
         if self.local is not None:
             self.local.evaluation(row, scores, completions)
-        self.evaluations.append(status_evaluation(row.to_dict()))
+        point = placed(row.to_dict())
+        if point is None:
+            return
+        self.evaluations.append(point)
         fields = self._evaluation_fields()
         fields["progress"] = {"evalPassRate": self.evaluations[-1]["passRate"]}
         self._write("evaluation", fields)

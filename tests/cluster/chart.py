@@ -7,7 +7,8 @@ Two ways to run the operator:
   (restartable, killable);
 - `in_thread(plane, kubeconfig, namespaces=[ns])`: kopf in a thread of the test, with the same
   handlers registered in a registry of its own, watching only the test's namespace (so tests do
-  not act on each other's runs), and optionally a `RunMetrics` to read the exported gauges from.
+  not act on each other's runs), or every namespace (`[]`, as the chart's default values run it),
+  and optionally a `RunMetrics` to read the exported gauges from.
 """
 
 from __future__ import annotations
@@ -127,10 +128,12 @@ def in_thread(
     import kopf
 
     from scalerl.operator.handlers import register
+    from scalerl.operator.main import only_these_namespaces
     from scalerl.operator.manifests import Images
 
     registry = kopf.OperatorRegistry()
     register(registry, check_interval_s=check_interval_s)
+    only_these_namespaces(registry, namespaces)
     user = json.loads(kubeconfig.read_text())["users"][0]["user"]
 
     @kopf.on.login(registry=registry)
@@ -148,6 +151,7 @@ def in_thread(
                 kopf.operator(
                     registry=registry,
                     namespaces=namespaces,
+                    clusterwide=not namespaces,
                     standalone=True,
                     memo=memo,
                     stop_flag=handle.stop_flag,

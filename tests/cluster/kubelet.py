@@ -153,6 +153,11 @@ class Kubelet:
         assert found, f"pod {pod} has no running process"
         return found[0].process.pid
 
+    def running(self) -> list[str]:
+        """The pods whose process is still running."""
+        with self.lock:
+            return sorted(c.pod for c in self.containers.values() if not c.finished)
+
     def log(self, pod: str) -> str:
         assert self.logs_dir is not None
         path = self.logs_dir / f"{pod}.log"

@@ -197,8 +197,7 @@ def _volumes(
             local = found
         else:
             raise Unsupported(
-                f"pod {_name(pod)}: volume {name}: only emptyDir, configMap, secret, projected, "
-                "PVC"
+                f"pod {_name(pod)}: volume {name}: only emptyDir, configMap, secret, projected, PVC"
             )
         out[name] = local
     return out, files, dirs

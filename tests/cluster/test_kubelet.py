@@ -27,6 +27,7 @@ from kubelet_plan import (
     plan_pod,
     rewrite_paths,
 )
+from small_run import run_manifest
 
 from scalerl.operator import manifests, names
 from scalerl.operator.manifests import Images, Owner
@@ -36,25 +37,6 @@ from scalerl.spec import parse_run
 WAIT = 30.0
 URL = "https://127.0.0.1:1"
 NS = "team-a"
-
-
-def run_manifest(**spec: Any) -> dict[str, Any]:
-    """A small valid run: one trainer, two generators."""
-    body: dict[str, Any] = {
-        "apiVersion": "scalerl.dev/v1alpha1",
-        "kind": "ScaleRLRun",
-        "metadata": {"name": "r1", "namespace": NS},
-        "spec": {
-            "model": {"path": "/models/base"},
-            "data": {"train": "/data/train.jsonl"},
-            "generators": {"replicas": 2, "gpus": 0},
-            "trainers": {"replicas": 1, "gpus": 0},
-            "checkpoint": {"claimName": "ckpt"},
-        },
-    }
-    for key, value in spec.items():
-        body["spec"][key] = {**body["spec"].get(key, {}), **value}
-    return body
 
 
 def job_pod(job: dict[str, Any], index: int) -> dict[str, Any]:
@@ -97,7 +79,8 @@ def served_secret(secret: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def gang(tmp_path: Path, **spec: Any) -> tuple[dict[str, Any], Cluster]:
     """The pods of r1's gang as the Job controller makes them, and the cluster around them."""
-    body = run_manifest(**spec)
+    cpu = {"generators": {"gpus": 0}, "trainers": {"gpus": 0}}
+    body = run_manifest(NS, **{**cpu, **spec})
     run, owner = parse_run(body), Owner("r1", NS, "uid-1")
     objects = manifests.children(run, owner, 0, Images(), StreamKeys.generate())
     for obj in objects:

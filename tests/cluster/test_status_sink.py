@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,27 @@ def test_a_restore_drops_evaluations_after_the_checkpoint(
     status.restore([history_row(i, 0.1 * (i + 1)).to_dict() for i in range(3)])
     assert [e["step"] for e in stored(plane, ns)["evaluations"]] == [0, 1, 2]
     assert stored(plane, ns)["evaluationCount"] == 3
+
+
+def test_an_evaluation_with_a_number_json_cannot_carry_still_reaches_the_status(
+    plane: ControlPlane, ns: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JSON has no NaN or Infinity, and a real server answers 400 to a body that holds one: the
+    field is left out (an evaluation without its compute or pass rate has no place on the curve
+    and only history.jsonl keeps it), a warning names it, and later evaluations still arrive."""
+    status = sink(ns, tmp_path)
+    no_se = replace(history_row(5, 0.5), pass_rate_se=math.nan)
+    no_compute = replace(history_row(6, 0.6), compute=math.inf)
+    with caplog.at_level(logging.WARNING, logger="scalerl.status.kubernetes"):
+        for row in (no_se, no_compute, history_row(7, 0.7)):
+            status.evaluation(row, scores(0.3), [])
+    got = stored(plane, ns)
+    assert [e["step"] for e in got["evaluations"]] == [5, 7]
+    assert "passRateSE" not in got["evaluations"][0]
+    assert got["evaluationCount"] == 2
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "passRateSE" in said and "computeHours" in said and "not written" not in said
+    assert len((tmp_path / "history.jsonl").read_text().splitlines()) == 3
 
 
 def test_conditions_are_set_without_losing_the_others(

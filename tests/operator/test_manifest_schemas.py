@@ -10,7 +10,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from harness import run_manifest
+from small_run import run_manifest
 
 from scalerl.operator import manifests
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
@@ -22,9 +22,10 @@ KUBE_VERSION = "1.30.0"  # the chart's kubeVersion floor
 
 RUNS = {
     "example": lambda: load_run(ROOT / "examples" / "run.yaml"),
-    "harness": lambda: parse_run(run_manifest("r1")),
+    "small": lambda: parse_run(run_manifest("research", "r1")),
     "cpu-own-images": lambda: parse_run(
         run_manifest(
+            "research",
             "cpu-run",
             generators={"replicas": 1, "gpus": 0, "image": "registry.example/gen:1"},
             trainers={
@@ -37,10 +38,11 @@ RUNS = {
         )
     ),
     "colocated-gpu": lambda: parse_run(
-        run_manifest("one-gpu", placement="colocated", generators={"replicas": 1})
+        run_manifest("research", "one-gpu", placement="colocated", generators={"replicas": 1})
     ),
     "colocated-cpu": lambda: parse_run(
         run_manifest(
+            "research",
             "one-cpu",
             placement="colocated",
             generators={"replicas": 1, "gpus": 0},

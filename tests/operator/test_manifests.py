@@ -89,9 +89,31 @@ def test_the_headless_service_selects_trainer_zero_on_every_port() -> None:
         names.LABEL_RUN: "math-8b",
         names.LABEL_ROLE: "trainer",
         names.LABEL_JOB_INDEX: "0",
+        names.LABEL_ATTEMPT: "0",
     }
     ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
     assert ports == {"channel": 5555, "sync": 29500, "ranks": 29400, "metrics": 9400}
+
+
+def trainer_zero(attempt: int) -> dict[str, str]:
+    """The labels of trainer 0's pod of gang `attempt` (the Job controller adds the index)."""
+    job = manifests.workload(RUN, OWNER, names.ROLE_TRAINER, attempt, IMAGES)
+    return {**job["spec"]["template"]["metadata"]["labels"], names.LABEL_JOB_INDEX: "0"}
+
+
+def test_the_service_selects_trainer_zero_of_its_gang_attempt_only() -> None:
+    selector = manifests.service(OWNER, 2)["spec"]["selector"]
+    assert selector.items() <= trainer_zero(2).items()
+    assert not selector.items() <= trainer_zero(1).items()  # the gang being replaced
+    # One Service name for every attempt: what each attempt's pods connect to never changes.
+    hosts = {
+        env["value"]
+        for attempt in (1, 2)
+        for job in manifests.workloads(RUN, OWNER, attempt, IMAGES)
+        for env in job["spec"]["template"]["spec"]["containers"][0]["env"]
+        if env["name"] == "SCALERL_TRAINER_HOST"
+    }
+    assert hosts == {f"{manifests.service(OWNER, 2)['metadata']['name']}.research.svc"}
 
 
 def test_workloads_are_indexed_jobs_that_never_retry_a_pod() -> None:

@@ -1,14 +1,15 @@
-"""The cluster end of the status sink: its pure pieces (tests/operator/test_status_sink.py runs
-it against the API emulator)."""
+"""The cluster end of the status sink: its pure pieces (tests/cluster/test_status_sink.py runs
+it against the real API server)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
 from scalerl.status import FileStatus, open_status
 from scalerl.status.history import Progress, TrainSummary
-from scalerl.status.kubernetes import status_evaluation, status_progress, thin
+from scalerl.status.kubernetes import placed, status_evaluation, status_progress, thin
 
 # --- pure --------------------------------------------------------------------------------------
 
@@ -74,6 +75,17 @@ def test_an_evaluation_in_the_status_is_the_held_out_one(history_row) -> None:
 def test_a_nan_never_reaches_the_api_server(history_row) -> None:
     row = history_row(1, 0.1).to_dict() | {"pass_rate_se": float("nan")}
     assert "passRateSE" not in status_evaluation(row)
+
+
+def test_a_field_that_is_not_a_finite_number_is_named_in_a_warning(history_row, caplog) -> None:
+    row = history_row(1, 0.1).to_dict()
+    with caplog.at_level(logging.WARNING, logger="scalerl.status.kubernetes"):
+        sent = placed(row | {"eval_truncation_rate": float("inf")})
+        lost = placed(row | {"pass_rate": float("nan")})
+    assert sent is not None and "truncationRate" not in sent and sent["passRate"] == 0.3
+    assert lost is None  # no place on the curve: the CRD requires passRate and computeHours
+    warned = [r.getMessage() for r in caplog.records]
+    assert "truncationRate" in warned[0] and "passRate" in warned[1], warned
 
 
 def test_open_status_picks_the_end_from_the_target(tmp_path: Path) -> None:

@@ -1,0 +1,234 @@
+"""End to end on the real control plane, as a user would watch it: `helm install`, then
+`kubectl apply -f examples/tiny-cluster.yaml` in a namespace that enforces `restricted` Pod
+Security. The operator (as the chart's ServiceAccount) makes the run's children; the real Job
+controller makes the pods; the test kubelet runs the real `scalerl trainer` and `scalerl generator`
+(vLLM on CPU) processes; the trainer reports evaluations into the run's status; fit Jobs run
+`scalerl fit --run` the same way; `kubectl get srl` shows A and C_mid.
+
+On the way: a pod's process is killed, and then a pod is deleted with `kubectl delete pod`; each
+time the gang restarts from its checkpoint. The run is suspended and resumed; it ends `Succeeded`
+at its budget with a complete, non-repeating history; `kubectl delete srl` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from chart import Operator
+from controlplane import ControlPlane
+from kubelet import Kubelet, printing_logs_on_failure
+
+from scalerl.demo.assets import default_cache_dir, prepare_demo
+from scalerl.status.history import read_history
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "tiny-cluster.yaml"
+# The claim the example names; the kubelet's directory behind it holds models/, data/, runs/.
+PVC = """
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: scalerl-store}
+spec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 1Gi}}}
+"""
+FIRST_EVALUATION_S = 180.0  # vLLM's import and engine start on 2 loaded cores, then step 0
+RUN_S = 300.0
+CHILD_KINDS = (
+    "configmaps,services,serviceaccounts,secrets,jobs,pods,roles,rolebindings,networkpolicies"
+)
+
+
+def stage_demo(store: Path) -> None:
+    """What a user copies onto the volume: the demo model at /models/demo, its data in /data."""
+    assets = prepare_demo(default_cache_dir())
+    shutil.copytree(assets.model_path, store / "models" / "demo")
+    (store / "data").mkdir()
+    shutil.copy(assets.train_path, store / "data" / "train.jsonl")
+    shutil.copy(assets.validation_path, store / "data" / "val.jsonl")
+
+
+def columns(table: str) -> dict[str, str]:
+    """`kubectl get srl NAME`'s output as {column: cell}."""
+    header, row = table.splitlines()
+    return dict(zip(header.split(), row.split(), strict=True))
+
+
+class Watch:
+    """The run as `kubectl` shows it, and seconds since `kubectl apply` per milestone."""
+
+    def __init__(self, plane: ControlPlane, ns: str, name: str) -> None:
+        self.plane, self.ns, self.name = plane, ns, name
+        self.start = time.monotonic()
+        self.marks: dict[str, float] = {}
+
+    def mark(self, what: str) -> None:
+        self.marks[what] = time.monotonic() - self.start
+
+    def status(self) -> dict[str, Any]:
+        code, run = self.plane.api(
+            "GET", f"/apis/scalerl.dev/v1alpha1/namespaces/{self.ns}/scalerlruns/{self.name}"
+        )
+        return dict(run.get("status") or {}) if code == 200 else {}
+
+    def step(self) -> int:
+        return int((self.status().get("progress") or {}).get("step", -1))
+
+    def pods(self, role: str) -> list[str]:
+        """Names of the live pods of `role` of the current gang."""
+        selector = f"scalerl.dev/run={self.name},scalerl.dev/role={role}"
+        code, found = self.plane.api(
+            "GET", f"/api/v1/namespaces/{self.ns}/pods?labelSelector={selector}"
+        )
+        assert code == 200, found
+        return [
+            p["metadata"]["name"]
+            for p in found["items"]
+            if not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") == "Running"
+        ]
+
+    def until(self, what: Callable[[], T | None], timeout_s: float, message: str) -> T:
+        deadline = time.monotonic() + timeout_s
+        while not (value := what()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not within {timeout_s:.0f} s: {message}; {self.status()}")
+            time.sleep(0.5)
+        self.mark(message)
+        return value
+
+    def restarted(self, restarts: int, at_step: int) -> None:
+        """The gang restarts, resumes from a checkpoint and trains past `at_step`."""
+        self.until(lambda: self.status().get("restarts") == restarts, 90, f"restart {restarts}")
+        self.until(lambda: self.step() > at_step, RUN_S, f"training after restart {restarts}")
+
+    def events(self, reason: str) -> list[str]:
+        """The messages of the run's Events of `reason`, oldest first."""
+        code, found = self.plane.api("GET", f"/api/v1/namespaces/{self.ns}/events")
+        assert code == 200, found
+        events = sorted(found["items"], key=lambda e: int(e["metadata"]["resourceVersion"]))
+        return [e["message"] for e in events if e["reason"] == reason]
+
+
+@pytest.mark.slow
+def test_helm_install_then_kubectl_apply_to_a_prediction(
+    plane: ControlPlane, ns: str, operator_kubeconfig: Path, tmp_path: Path
+) -> None:
+    run = yaml.safe_load(EXAMPLE.read_text())
+    name, spec = run["metadata"]["name"], run["spec"]
+    every_eval, max_steps = spec["evaluation"]["everySteps"], spec["budget"]["maxSteps"]
+    every_checkpoint = spec["checkpoint"]["everySteps"]
+    operator = Operator(operator_kubeconfig, tmp_path / "operator.log", "--namespace", ns)
+    operator.start()
+    try:
+        with (
+            Kubelet(plane, ns, logs_dir=tmp_path / "logs") as kubelet,
+            printing_logs_on_failure(kubelet),
+        ):
+            stage_demo(kubelet.claim_dir(spec["checkpoint"]["claimName"]))
+            plane.kubectl("apply", "-n", ns, "-f", "-", input=PVC)
+            watch = Watch(plane, ns, name)
+            plane.kubectl("apply", "-n", ns, "-f", str(EXAMPLE))
+            watch.until(lambda: watch.status().get("phase") == "Running", 90, "Running")
+            watch.until(lambda: watch.status().get("evaluations"), FIRST_EVALUATION_S, "eval")
+
+            # Past the first checkpoint, kill a pod's process: the gang restarts from it.
+            watch.until(lambda: watch.step() > every_checkpoint + 1, RUN_S, "past a checkpoint")
+            killed_at = watch.step()
+            generator = watch.pods("generator")[0]
+            os.kill(kubelet.pid(generator), signal.SIGKILL)
+            watch.restarted(1, killed_at)
+
+            # `kubectl delete pod` (a drain, a preemption): the Job fails, the gang restarts.
+            deleted_at = watch.step()
+            trainer = watch.until(lambda: watch.pods("trainer"), 60, "the trainer running")[0]
+            plane.kubectl("delete", "pod", trainer, "-n", ns, "--wait=false")
+            watch.restarted(2, deleted_at)
+
+            # Suspend: the pods go, the run keeps its place; resume: it trains on from there.
+            plane.kubectl("patch", "srl", name, "-n", ns, "--type=merge", "-p", SUSPEND)
+            watch.until(lambda: watch.status().get("phase") == "Suspended", 60, "Suspended")
+            watch.until(lambda: not kubelet.running(), 60, "every process stopped")
+            suspended_at = watch.step()
+            plane.kubectl("patch", "srl", name, "-n", ns, "--type=merge", "-p", RESUME)
+            watch.until(lambda: watch.step() > suspended_at, RUN_S, "training after resume")
+
+            watch.until(lambda: watch.status().get("phase") == "Succeeded", RUN_S, "Succeeded")
+            final = watch.until(lambda: fitted_all(watch.status()), 90, "the last fit")
+            table = plane.kubectl("get", "srl", name, "-n", ns)
+            store = kubelet.claim_dir(spec["checkpoint"]["claimName"])
+            history = read_history(store / "runs" / name / "history.jsonl")
+            trainer_log = "".join(kubelet.log(p) for p in kubelet.ended if "-trainer-" in p)
+            ended = dict(kubelet.ended)
+            plane.kubectl("delete", "srl", name, "-n", ns, "--timeout=90s")
+            watch.until(lambda: not children(plane, ns, name), 60, "every child collected")
+            watch.until(lambda: not kubelet.running(), 60, "no process left")
+    finally:
+        operator.stop()
+    assert not operator.refused()
+
+    for what, seconds in watch.marks.items():
+        print(f"kubectl apply -> {what}: {seconds:.1f} s")
+    print(f"generator killed at step {killed_at}, trainer pod deleted at step {deleted_at}")
+    print(f"$ kubectl get srl {name}\n{table}")
+    row = columns(table)
+    expected = list(range(0, max_steps + 1, every_eval))
+    # What `kubectl get srl` shows: the phase, the last step and the prediction.
+    assert row["PHASE"] == "Succeeded" and int(row["STEP"]) == max_steps
+    assert float(row["A"]) == pytest.approx(final["prediction"]["A"])
+    assert float(row["C_MID"]) == pytest.approx(final["prediction"]["C_mid"])
+    # PASSRATE is the last held-out evaluation (history.jsonl's pass_rate, to 6 digits).
+    assert float(row["PASSRATE"]) == float(f"{history[-1]['pass_rate']:.6g}")
+    # The evaluations: every one once, in order, although steps after a checkpoint ran again,
+    # each the held-out pass rate and training compute the trainer recorded (0 at step 0).
+    assert [e["step"] for e in final["evaluations"]] == expected
+    assert [e["step"] for e in history] == expected
+    assert [e["passRate"] for e in final["evaluations"]] == [
+        float(f"{e['pass_rate']:.6g}") for e in history
+    ]
+    assert [e["samples"] for e in final["evaluations"]] == [e["eval_samples"] for e in history]
+    computes = [e["computeHours"] for e in final["evaluations"]]
+    assert computes == sorted(computes) and computes[0] == 0.0
+    prediction = final["prediction"]
+    assert prediction["points"] == len(expected)
+    assert 0.0 <= prediction["A"] <= 1.0 and prediction["C_mid"] > 0
+    assert final["restarts"] == 2
+    restarts = watch.events("GangRestart")
+    assert len(restarts) == 2, restarts
+    assert f"pod {generator} failed: exit code 137" in restarts[0]
+    assert trainer in restarts[1] or "trainer" in restarts[1], restarts[1]
+    # Each start after the first resumed from a checkpoint at or before the step it stopped at.
+    resumed = [int(s) for s in re.findall(r"resumed from \S+ \(step (\d+)\)", trainer_log)]
+    assert len(resumed) == 3, resumed  # two restarts and a resume
+    assert all(step % every_checkpoint == 0 for step in resumed)
+    assert resumed[0] < killed_at and resumed[1] <= deleted_at and resumed[2] <= suspended_at
+    # Pods as the kubelet ended them: the killed generator (SIGKILL: 137), the deleted trainer
+    # (SIGTERM: 143, or 0 if it stopped cleanly on it), every fit Job's pod.
+    assert ended[generator] == 137
+    assert ended[trainer] in (0, 143), ended[trainer]
+    fits = {pod: code for pod, code in ended.items() if f"{name}-fit-" in pod}
+    assert fits and set(fits.values()) == {0}, fits
+
+
+SUSPEND = json.dumps({"spec": {"suspend": True}})
+RESUME = json.dumps({"spec": {"suspend": False}})
+
+
+def children(plane: ControlPlane, ns: str, name: str) -> list[str]:
+    out = plane.kubectl("get", CHILD_KINDS, "-n", ns, "-l", f"scalerl.dev/run={name}", "-o", "name")
+    return out.split()
+
+
+def fitted_all(current: dict[str, Any]) -> dict[str, Any] | None:
+    """The status once the last fit Job covered every evaluation."""
+    prediction, count = current.get("prediction") or {}, current.get("evaluationCount")
+    return current if count and prediction.get("points") == count else None

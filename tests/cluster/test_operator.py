@@ -1,0 +1,467 @@
+"""The operator's behaviours on the real control plane: kopf with the operator's handlers, as the
+chart's ServiceAccount, watching the test's namespace; the real Job controller making the pods and
+the garbage collector removing what the operator leaves. There is no kubelet: the tests report the
+pods' phases (runs.set_phase), as a kubelet would."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chart import OPERATOR_USER, in_thread
+from controlplane import ControlPlane
+from runs import (
+    RUNS,
+    bare_pod,
+    condition,
+    create_pod,
+    create_run,
+    delete_run,
+    ensure_crd,
+    event_reasons,
+    events,
+    gang_up,
+    get_run,
+    in_namespace,
+    listed,
+    of_role,
+    owned,
+    patch_run,
+    patch_run_status,
+    phase_is,
+    pods,
+    requests,
+    set_phase,
+    status,
+    wait_for,
+)
+from small_run import run_manifest
+
+from scalerl.metrics import RUN_GAUGES, RunMetrics
+from scalerl.spec import parse_run
+
+CHILDREN = {
+    "configmaps": ["r1-config"],
+    "jobs": ["r1-generator", "r1-trainer"],
+    "networkpolicies": ["r1-network"],
+    "rolebindings": ["r1-status"],
+    "roles": ["r1-status"],
+    "serviceaccounts": ["r1-status"],
+    "secrets": ["r1-stream-keys"],
+    "services": ["r1-trainer"],
+}
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(plane: ControlPlane, operator_kubeconfig: Path) -> Path:
+    """The chart installed and the CRD served: the operator's kubeconfig."""
+    ensure_crd(plane)
+    return operator_kubeconfig
+
+
+@pytest.fixture
+def operator(plane: ControlPlane, kubeconfig: Path, ns: str) -> Any:
+    """`with operator():` the operator watching the test's namespace (a metrics registry, or
+    more namespaces, as keywords)."""
+
+    def start(**options: Any) -> Any:
+        namespaces = options.pop("namespaces", [ns])
+        return in_thread(plane, kubeconfig, namespaces, **options)
+
+    return start
+
+
+def test_a_run_gets_every_child_owned_by_it(plane: ControlPlane, ns: str, operator: Any) -> None:
+    with operator():
+        run = create_run(plane, ns, run_manifest(ns))
+        started = time.monotonic()
+        wait_for(
+            lambda: {k: v for k, v in owned(plane, ns).items() if k != "pods"} == CHILDREN,
+            "every child",
+        )
+        elapsed = time.monotonic() - started
+        wait_for(lambda: phase_is(plane, ns, "Pending"), "Pending")
+        event_reasons(plane, ns, "Created")
+    uid = run["metadata"]["uid"]
+    for resource in CHILDREN:
+        for child in listed(plane, ns, resource):
+            refs = child["metadata"]["ownerReferences"]
+            owners = [(r["kind"], r["uid"], r["controller"], r["blockOwnerDeletion"]) for r in refs]
+            assert owners == [("ScaleRLRun", uid, True, True)]
+    assert condition(plane, ns, "Ready")["status"] == "True"  # type: ignore[index]
+    assert status(plane, ns)["observedGeneration"] == run["metadata"]["generation"]
+    # The real Job controller made the gang's pods: one per index, owned by their Jobs.
+    gang = gang_up(plane, ns, 0)
+    indexes = [p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in gang]
+    assert sorted(indexes) == ["0", "0", "1"]
+    print(f"create -> every child present: {elapsed:.2f} s")
+
+
+# --- a spec only the operator sees is bad --------------------------------------------------------
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/scalerlruns.scalerl.dev"
+
+
+@contextlib.contextmanager
+def crd_without_rules(plane: ControlPlane, ns: str, probe: dict[str, Any]) -> Iterator[None]:
+    """The CRD with no schema for `spec` for the length of the block, as a CRD older than the
+    operator leaves a spec unchecked (helm never upgrades a chart's crds/); the server's own
+    validation would refuse `probe` before the operator ever saw it. The CRD is whole again
+    after the block, and refuses `probe` again."""
+    code, crd = plane.api("GET", CRD_PATH)
+    assert code == 200, crd
+    version = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    rules = copy.deepcopy(version["spec"])
+    loose = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    _set_spec_schema(plane, loose)
+    probe = {**probe, "metadata": {**probe["metadata"], "name": "probe"}}
+    admits = lambda: plane.api("POST", f"{RUNS}/{ns}/scalerlruns?dryRun=All", probe)[0] == 201  # noqa: E731
+    try:
+        wait_for(admits, "the server serving the CRD without rules")
+        yield
+    finally:
+        _set_spec_schema(plane, rules)
+    wait_for(lambda: not admits(), "the server serving the whole CRD again")
+
+
+def _set_spec_schema(plane: ControlPlane, schema: dict[str, Any]) -> None:
+    code, crd = plane.api("GET", CRD_PATH)
+    assert code == 200, crd
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] = schema
+    code, body = plane.api("PUT", CRD_PATH, crd)
+    assert code == 200, body
+
+
+def test_a_bad_spec_is_reported_field_by_field_and_nothing_is_created(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    bad = run_manifest(ns, recipe={"loss": {"type": "ppo"}, "batch": {"prompts": 0}})
+    with crd_without_rules(plane, ns, bad):
+        create_run(plane, ns, bad)
+    with operator():
+        ready = wait_for(lambda: condition(plane, ns, "Ready"), "Ready")
+        wait_for(lambda: events(plane, ns, "InvalidSpec"), "the InvalidSpec event")
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
+    lines = ready["message"].splitlines()
+    assert any(line.startswith("spec.recipe.loss.type:") for line in lines)
+    assert any(line.startswith("spec.recipe.batch.prompts:") for line in lines)
+    assert len(lines) == 2
+    assert owned(plane, ns) == {}
+
+
+def test_a_fixed_spec_starts_the_run(plane: ControlPlane, ns: str, operator: Any) -> None:
+    # The recipe is immutable on the server: the fix is to a field a user may change.
+    bad = run_manifest(ns, fit={"everyEvaluations": 0})
+    with crd_without_rules(plane, ns, bad):
+        create_run(plane, ns, bad)
+    with operator():
+        wait_for(lambda: (condition(plane, ns, "Ready") or {}).get("status") == "False", "bad")
+        assert owned(plane, ns) == {}
+        patch_run(plane, ns, {"fit": {"everyEvaluations": 3}})
+        wait_for(lambda: (condition(plane, ns, "Ready") or {}).get("status") == "True", "fixed")
+        wait_for(lambda: "jobs" in owned(plane, ns), "the gang's Jobs")
+
+
+# --- the gang ------------------------------------------------------------------------------------
+
+
+def test_a_failed_pod_restarts_the_gang_until_the_bound_then_fails(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns, failurePolicy={"maxRestarts": 2}))
+        gang = gang_up(plane, ns, 0)
+        set_phase(plane, ns, of_role(gang, "trainer"), "Running")
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        for attempt in (1, 2):
+            set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)
+            gang = gang_up(plane, ns, attempt)
+            assert status(plane, ns)["restarts"] == attempt
+            set_phase(plane, ns, of_role(gang, "trainer"), "Running")
+            wait_for(lambda: phase_is(plane, ns, "Running"), "Running again")
+        set_phase(plane, ns, of_role(gang, "trainer"), "Failed", exit_code=137)
+        wait_for(lambda: phase_is(plane, ns, "Failed"), "Failed")
+        wait_for(lambda: not pods(plane, ns) and "jobs" not in owned(plane, ns), "no gang")
+        event_reasons(
+            plane, ns, "Created", "Running", "GangRestart", "Running", "GangRestart", "Running",
+            "RestartLimitExceeded",
+        )  # fmt: skip
+    final = status(plane, ns)
+    assert final["restarts"] == 2
+    assert "exit code 137" in final["message"] and "maxRestarts" in final["message"]
+    assert condition(plane, ns, "Ready")["reason"] == "RestartLimitExceeded"  # type: ignore[index]
+
+
+def test_a_colocated_run_is_one_pod_restarted_and_removed_alone(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    colocated = run_manifest(ns, placement="colocated", generators={"replicas": 1})
+    with operator():
+        create_run(plane, ns, colocated)
+        (pod,) = gang_up(plane, ns, 0, size=1)
+        assert owned(plane, ns)["jobs"] == ["r1-trainer"]
+        assert pod["spec"]["containers"][0]["command"] == ["scalerl", "colocated"]
+        set_phase(plane, ns, pod, "Running")
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        set_phase(plane, ns, pod, "Failed", exit_code=1)
+        (pod,) = gang_up(plane, ns, 1, size=1)
+        assert status(plane, ns)["restarts"] == 1
+        assert owned(plane, ns)["jobs"] == ["r1-trainer"]
+        set_phase(plane, ns, pod, "Running")
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running again")
+        event_reasons(plane, ns, "Created", "Running", "GangRestart", "Running")
+        delete_run(plane, ns)
+        wait_for(lambda: owned(plane, ns) == {}, "no children")
+
+
+def test_a_pod_of_an_old_gang_failing_restarts_nothing(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        old = gang_up(plane, ns, 0)
+        set_phase(plane, ns, old[0], "Failed", exit_code=1)
+        gang = gang_up(plane, ns, 1)
+        # A pod of gang 0 that outlived it (its node came back, say), failing now.
+        stale = create_pod(plane, ns, bare_pod(ns, "stale", like=old[1]))
+        set_phase(plane, ns, stale, "Failed", exit_code=1)
+        time.sleep(1.0)  # nothing may happen: give the operator the time to do it wrongly
+        assert status(plane, ns)["restarts"] == 1
+        now = [p for p in pods(plane, ns) if p["metadata"]["name"] != "stale"]
+        assert sorted(p["metadata"]["uid"] for p in now) == sorted(
+            p["metadata"]["uid"] for p in gang
+        )
+
+
+def test_suspend_removes_the_pods_and_resume_starts_them_again(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        gang_up(plane, ns, 0)
+        patch_run(plane, ns, {"suspend": True})
+        wait_for(lambda: phase_is(plane, ns, "Suspended"), "Suspended")
+        wait_for(lambda: not pods(plane, ns) and "jobs" not in owned(plane, ns), "no gang")
+        assert condition(plane, ns, "Suspended")["status"] == "True"  # type: ignore[index]
+        assert "configmaps" in owned(plane, ns)  # the run's config (and checkpoints) stay
+        patch_run(plane, ns, {"suspend": False})
+        gang_up(plane, ns, 0)
+        wait_for(lambda: phase_is(plane, ns, "Pending"), "Pending")
+        event_reasons(plane, ns, "Created", "Suspended", "Resumed")
+    assert condition(plane, ns, "Suspended")["status"] == "False"  # type: ignore[index]
+    assert status(plane, ns)["restarts"] == 0
+
+
+def test_the_trainer_finishing_ends_the_run_succeeded(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        gang = gang_up(plane, ns, 0)
+        set_phase(plane, ns, of_role(gang, "trainer"), "Running")
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        set_phase(plane, ns, of_role(gang, "trainer"), "Succeeded", exit_code=0)
+        wait_for(lambda: phase_is(plane, ns, "Succeeded"), "Succeeded")
+        wait_for(lambda: not pods(plane, ns) and "jobs" not in owned(plane, ns), "no gang")
+        event_reasons(plane, ns, "Created", "Running", "BudgetReached")
+
+
+def test_an_operator_restart_creates_no_duplicates(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        gang_up(plane, ns, 0)
+        event_reasons(plane, ns, "Created")
+    before = owned(plane, ns)
+    restarted = time.time()
+
+    def creates() -> list[tuple[str, int]]:
+        return [
+            (e["objectRef"]["resource"], e["responseStatus"]["code"])
+            for e in requests(plane, restarted)
+            if e["user"]["username"] == OPERATOR_USER
+            and e["verb"] == "create"
+            and in_namespace(e, ns)
+        ]
+
+    with operator():
+        # The resume handler runs at start; its first create is the keys Secret's.
+        wait_for(creates, "the resume handler")
+        time.sleep(1.0)  # let it (not) create anything else
+        assert owned(plane, ns) == before
+    # The keys Secret is never read, only created: the server answers 409, nothing is made.
+    assert creates() == [("secrets", 409)]
+
+
+# --- fits and the prediction ---------------------------------------------------------------------
+
+
+def evaluations(count: int) -> dict[str, Any]:
+    points = [
+        {"step": 10 * i, "computeHours": 1.0 + i, "passRate": 0.2 + 0.01 * i} for i in range(count)
+    ]
+    return {"evaluations": points, "evaluationCount": count}
+
+
+def fit_jobs(plane: ControlPlane, ns: str) -> list[str]:
+    return [j for j in owned(plane, ns).get("jobs", []) if "-fit-" in j]
+
+
+def test_every_n_evaluations_start_one_fit_job_at_a_time(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns, fit={"everyEvaluations": 3}))
+        gang_up(plane, ns, 0)
+        for count in (1, 2):
+            patch_run_status(plane, ns, evaluations(count))
+        time.sleep(0.5)
+        assert fit_jobs(plane, ns) == []
+        patch_run_status(plane, ns, evaluations(3))
+        wait_for(lambda: fit_jobs(plane, ns) == ["r1-fit-1"], "fit Job 1")
+        for count in range(4, 8):  # the first fit still runs: no second one yet
+            patch_run_status(plane, ns, evaluations(count))
+        time.sleep(0.5)
+        assert fit_jobs(plane, ns) == ["r1-fit-1"]
+        (fit_pod,) = wait_for(lambda: pods(plane, ns, role="fit"), "the fit Job's pod")
+        set_phase(plane, ns, fit_pod, "Succeeded", exit_code=0)  # the Job controller completes it
+        wait_for(lambda: fit_jobs(plane, ns) == ["r1-fit-1", "r1-fit-2"], "fit Job 2")
+    (job,) = [j for j in listed(plane, ns, "jobs") if j["metadata"]["name"] == "r1-fit-1"]
+    assert {c["type"] for c in job["status"]["conditions"]} >= {"Complete"}
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["scalerl", "fit", "--run", "r1", "--namespace", ns]
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+    assert status(plane, ns)["fit"] == {"jobs": 2, "evaluations": 7}
+
+
+def test_a_hopeless_prediction_stops_the_run(plane: ControlPlane, ns: str, operator: Any) -> None:
+    stop = {"budget": {"stopWhen": {"predictedABelow": 0.5, "minPoints": 8}}}
+    hopeless = {
+        "A": 0.3,
+        "B": 1.5,
+        "C_mid": 100.0,
+        "R0": 0.1,
+        "A_interval": [0.28, 0.33],
+        "predictedAtBudget": 0.3,
+        "budget": 1000.0,
+        "points": 8,
+        "fittedAt": "2026-11-23T00:00:00Z",
+    }
+    with operator():
+        create_run(plane, ns, run_manifest(ns, **stop))
+        gang_up(plane, ns, 0)
+        patch_run_status(plane, ns, {"prediction": {**hopeless, "points": 7}})
+        time.sleep(0.5)
+        assert phase_is(plane, ns, "Pending")  # too few points to be sure
+        patch_run_status(plane, ns, {"prediction": hopeless})
+        wait_for(lambda: phase_is(plane, ns, "Failed"), "stopped")
+        wait_for(lambda: not pods(plane, ns) and "jobs" not in owned(plane, ns), "no gang")
+    stopped = condition(plane, ns, "Stopped")
+    assert stopped is not None
+    assert stopped["status"] == "True" and stopped["reason"] == "PredictedBelowTarget"
+    assert "0.330" in stopped["message"]
+
+
+# --- deletion, kubectl, metrics ------------------------------------------------------------------
+
+
+def test_deleting_the_run_removes_every_child(plane: ControlPlane, ns: str, operator: Any) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        gang_up(plane, ns, 0)
+        delete_run(plane, ns)
+        wait_for(lambda: owned(plane, ns) == {}, "no children")
+    assert get_run(plane, ns) is None
+
+
+def test_kubectl_get_srl_shows_the_prediction_columns(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        wait_for(lambda: phase_is(plane, ns, "Pending"), "Pending")
+        patch_run_status(
+            plane,
+            ns,
+            {
+                "progress": {"step": 420, "evalPassRate": 0.52, "truncationRate": 0.031},
+                "prediction": {"A": 0.61, "C_mid": 2542.0},
+            },
+        )
+        out = plane.kubectl("get", "srl", "-n", ns).splitlines()
+    assert out[0].split() == ["NAME", "PHASE", "STEP", "PASSRATE", "A", "C_MID", "TRUNC", "AGE"]
+    assert out[1].split()[:7] == ["r1", "Pending", "420", "0.52", "0.61", "2542", "0.031"]
+
+
+def test_the_operator_exports_each_runs_prediction_target_and_restarts(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    metrics = RunMetrics()
+
+    def sample(name: str) -> float | None:
+        return metrics.registry.get_sample_value(f"scalerl_{name}", {"namespace": ns, "run": "r1"})
+
+    stop = {"budget": {"stopWhen": {"predictedABelow": 0.5, "minPoints": 8}}}
+    with operator(metrics=metrics):
+        create_run(plane, ns, run_manifest(ns, **stop))
+        wait_for(lambda: sample("gang_restarts") == 0, "the restarts gauge")
+        assert sample("target_asymptote") == 0.5
+        assert sample("predicted_asymptote") is None  # no fit yet: no series, not a zero
+        fit = {"A": 0.61, "B": 1.4, "C_mid": 2542.0, "R0": 0.05, "points": 5}
+        patch_run_status(plane, ns, {"prediction": fit})
+        wait_for(lambda: sample("predicted_asymptote") == 0.61, "the prediction")
+        assert (sample("predicted_cmid"), sample("predicted_slope")) == (2542.0, 1.4)
+        delete_run(plane, ns)
+        wait_for(lambda: sample("gang_restarts") is None, "the run's series gone")
+
+
+def test_same_named_runs_in_two_namespaces_keep_their_own_series(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    # r1 in `ns` and r1 in `other`: two runs, two sets of series; deleting one keeps the
+    # other's (DESIGN.md, "Metrics": labels `namespace` and `run`).
+    metrics = RunMetrics()
+    other = plane.namespace(f"{ns}-b")
+
+    def sample(name: str, namespace: str) -> float | None:
+        labels = {"namespace": namespace, "run": "r1"}
+        return metrics.registry.get_sample_value(f"scalerl_{name}", labels)
+
+    with operator(metrics=metrics, namespaces=[ns, other]):
+        create_run(plane, ns, run_manifest(ns, budget={"stopWhen": {"predictedABelow": 0.5}}))
+        create_run(plane, other, run_manifest(other, budget={"stopWhen": {"predictedABelow": 0.7}}))
+        wait_for(
+            lambda: sample("gang_restarts", ns) == 0 == sample("gang_restarts", other),
+            "both runs' restarts gauges",
+        )
+        assert (sample("target_asymptote", ns), sample("target_asymptote", other)) == (0.5, 0.7)
+        delete_run(plane, other)
+        wait_for(lambda: sample("gang_restarts", other) is None, f"{other}'s series gone")
+        assert {name: sample(name, other) for name in RUN_GAUGES} == dict.fromkeys(RUN_GAUGES)
+        assert (sample("gang_restarts", ns), sample("target_asymptote", ns)) == (0, 0.5)
+    refused = [
+        e
+        for e in requests(plane, 0.0)
+        if e["user"]["username"] == OPERATOR_USER
+        and in_namespace(e, other)
+        and e["responseStatus"]["code"] == 403
+    ]
+    assert not refused, f"the chart's ClusterRole refused the operator in {other}: {refused}"
+
+
+def test_the_pods_read_their_runs_namespace_from_the_config_map(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    # The processes label their series with the namespace of the spec the ConfigMap holds.
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        (config,) = wait_for(lambda: listed(plane, ns, "configmaps"), "the ConfigMap")
+    (text,) = config["data"].values()
+    assert parse_run(yaml.safe_load(text)).namespace == ns

@@ -1,0 +1,127 @@
+"""The chart grants the operator exactly what it uses, judged by the real API server.
+
+Every operator test already fails when the server refused one of the operator's requests (the
+`ns` fixture reads the audit log); this one also finds permissions the operator never uses. The
+operator runs as the chart's default values run it (every namespace) through a run's whole life,
+and every request the server received from the chart's ServiceAccount is a permission used.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from chart import OPERATOR_ACCOUNT, OPERATOR_USER, in_thread
+from controlplane import ControlPlane
+from runs import (
+    bare_pod,
+    create_pod,
+    create_run,
+    delete_run,
+    ensure_crd,
+    gang_up,
+    of_role,
+    owned,
+    patch_run,
+    patch_run_status,
+    phase_is,
+    pods,
+    requests,
+    set_phase,
+    wait_for,
+)
+from small_run import run_manifest
+
+Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb), as RBAC checks it
+
+# Checked by an admission plugin on requests that name other resources, never requested itself:
+# OwnerReferencesPermissionEnforcement lets a child carry blockOwnerDeletion only for a client
+# that may update its owner's finalizers.
+ADMISSION_ONLY = {("scalerl.dev", "scalerlruns/finalizers", "update")}
+
+
+def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
+    """Create, run, fail and restart, fit, suspend and resume, stop on the prediction, delete."""
+    stop = {"predictedABelow": 0.5, "minPoints": 4}
+    create_run(plane, ns, run_manifest(ns, fit={"everyEvaluations": 2}, budget={"stopWhen": stop}))
+    gang = gang_up(plane, ns, 0)
+    set_phase(plane, ns, of_role(gang, "trainer"), "Running")
+    wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+    set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)
+    gang = gang_up(plane, ns, 1)
+    points = [{"step": i, "computeHours": 1.0 + i, "passRate": 0.2} for i in range(2)]
+    patch_run_status(plane, ns, {"evaluations": points, "evaluationCount": 2})
+    (fit,) = wait_for(lambda: pods(plane, ns, role="fit"), "the fit Job's pod")
+    set_phase(plane, ns, fit, "Succeeded", exit_code=0)
+    patch_run(plane, ns, {"suspend": True})
+    wait_for(lambda: phase_is(plane, ns, "Suspended"), "Suspended")
+    patch_run(plane, ns, {"suspend": False})
+    gang = gang_up(plane, ns, 1)
+    hopeless = {"A": 0.3, "B": 1.5, "C_mid": 10.0, "R0": 0.1, "A_interval": [0.28, 0.33]}
+    patch_run_status(plane, ns, {"prediction": {**hopeless, "points": 4}})
+    wait_for(lambda: phase_is(plane, ns, "Failed"), "stopped by its prediction")
+    # A pod of the run that no Job owns (a leftover): the operator deletes it itself.
+    create_pod(plane, ns, bare_pod(ns, "r1-generator-0-stray", like=gang[0]))
+    delete_run(plane, ns)
+    wait_for(lambda: owned(plane, ns) == {}, "no children")
+
+
+def used(events: list[dict[str, Any]]) -> set[Permission]:
+    """What RBAC had to grant for the chart's ServiceAccount's resource requests (discovery and
+    other non-resource URLs need nothing: every authenticated user may read them)."""
+    out = set()
+    for event in events:
+        ref = event.get("objectRef")
+        if event["user"]["username"] != OPERATOR_USER or not ref or "resource" not in ref:
+            continue
+        resource = "/".join(filter(None, (ref["resource"], ref.get("subresource"))))
+        out.add((ref.get("apiGroup", ""), resource, event["verb"]))
+    return out
+
+
+def granted(plane: ControlPlane) -> set[Permission]:
+    """The rules of the ClusterRole `helm install` made for the operator."""
+    code, role = plane.api(
+        "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{OPERATOR_ACCOUNT}"
+    )
+    assert code == 200, role
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_cluster_role_is_exactly_what_the_operator_uses(
+    plane: ControlPlane, operator_kubeconfig: Path, ns: str
+) -> None:
+    ensure_crd(plane)
+    since = time.time()
+    with in_thread(plane, operator_kubeconfig, namespaces=[]):
+        a_runs_whole_life(plane, ns)
+    events = requests(plane, since)
+    refused = [
+        f"{e['verb']} {e['requestURI']}"
+        for e in events
+        if e["user"]["username"] == OPERATOR_USER and e["responseStatus"]["code"] == 403
+    ]
+    assert refused == [], "requests the chart's ClusterRole refuses"
+    allowed = granted(plane)
+    assert used(events) - allowed == set(), "requests the chart's ClusterRole refuses"
+    assert allowed - used(events) == ADMISSION_ONLY, "permissions the operator never used"
+
+
+def test_the_cluster_role_has_no_wildcards_or_names(
+    plane: ControlPlane, operator_kubeconfig: Path
+) -> None:
+    code, role = plane.api(
+        "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{OPERATOR_ACCOUNT}"
+    )
+    assert code == 200, role
+    for rule in role["rules"]:
+        for field in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[field], rule
+        assert "resourceNames" not in rule  # runs and their children are named by users
