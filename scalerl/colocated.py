@@ -8,10 +8,11 @@ this process (`scalerl.generator.inproc`). What changes is only how they meet:
 - the rollout stream is a pair of queues (`scalerl.rollout.pipe`): rollout groups reach the
   trainer as the objects the generator built;
 - new weights are the policy's own tensors, loaded by the engine in memory: no broadcast, no
-  buckets, no checksums;
-- on a GPU the engine steps only while the trainer does not (`Turnstile`), and sleeps (its
-  weights and KV cache released) while the trainer steps; on a CPU the engine samples on one
-  core while the trainer steps on the others. Weight loads always come between engine steps.
+  buckets, no checksums (`InMemoryPublisher`, the trainer's `WeightPublisher` here);
+- on a GPU the engine steps only while the trainer does not (`scalerl.generator.colocation`),
+  and sleeps (its weights and KV cache released) while the trainer steps; on a CPU the engine
+  samples on one core while the trainer steps on the others. Weight loads always come between
+  engine steps.
 
 The recipe is unchanged. PipelineRL-k: the engine samples the next batch while (CPU) or between
 (GPU) steps, sequences in flight at a weight load continue on the new weights, and groups more
@@ -27,18 +28,25 @@ import logging
 import os
 import threading
 import traceback
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from scalerl.environment import ProcessEnv
-from scalerl.errors import ScaleRLError
-from scalerl.generator.inproc import Colocation
+from scalerl.errors import ScaleRLError, WeightSyncError
+from scalerl.generator.colocation import Colocation
 from scalerl.metrics import GeneratorMetrics
-from scalerl.rollout.pipe import GENERATOR, GeneratorEnd, pipe
-from scalerl.rollout.records import Failure, Stop
+from scalerl.rollout.pipe import GENERATOR, GeneratorEnd, TrainerEnd, pipe
+from scalerl.rollout.records import Failure, MoreRollouts
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.trainer.main import build_trainer
 from scalerl.trainer.shard import Ranks
+
+if TYPE_CHECKING:
+    from scalerl.rollout.stream import TrainerChannel
+    from scalerl.trainer.policy import Policy
 
 log = logging.getLogger("scalerl.colocated")
 # After the trainer stops, how long the engine thread has to shut its engine down.
@@ -56,7 +64,8 @@ def run_colocated(run: ScaleRLRun, env: ProcessEnv) -> None:
     """Train to the end of the run with the engine on a second thread; raises what failed."""
     colocation = colocation_here()
     trainer_end, generator_end = pipe()
-    trainer = build_trainer(run, env, Ranks(), channel=trainer_end, colocation=colocation)
+    publisher = InMemoryPublisher(colocation, env.peer_timeout_s)
+    trainer = build_trainer(run, env, Ranks(), channel=trainer_end, publisher=publisher)
     # One /metrics for the process: the generator's series join the trainer's registry.
     metrics = GeneratorMetrics(run.namespace, run.name, alongside=trainer.metrics)
     engine = threading.Thread(
@@ -67,15 +76,37 @@ def run_colocated(run: ScaleRLRun, env: ProcessEnv) -> None:
     )
     engine.start()
     try:
-        trainer.run_to_end()
-    except ScaleRLError as err:
-        trainer.channel.broadcast(Stop(reason=f"trainer failed: {err}"))
-        raise
-    except BaseException:
-        trainer.channel.broadcast(Stop(reason="trainer failed"))
-        raise
+        trainer.run_to_end()  # a failure tells the engine thread to stop, then propagates
     finally:
         engine.join(ENGINE_STOP_S)
+
+
+@dataclass
+class InMemoryPublisher:
+    """The trainer's `WeightPublisher` here: each version's tensors loaded into the engine by
+    reference, between two of its steps (no copy on our side, no checksums: nothing crosses a
+    wire), then the generator told to sample on. A training step takes the device from the
+    engine as `colocation` says."""
+
+    colocation: Colocation
+    timeout_s: float  # a resumed run's first load may wait this long for the engine to start
+    channel: TrainerChannel | TrainerEnd | None = None
+
+    def start(self, channel: TrainerChannel | TrainerEnd, generators: int) -> None:
+        self.channel = channel
+
+    def publish(self, policy: Policy, version: int) -> float:
+        if self.channel is None:
+            raise WeightSyncError(f"version {version} published before the engine said hello")
+        seconds = self.colocation.load(policy.named_weights(), version, self.timeout_s)
+        self.channel.broadcast(MoreRollouts(version=version))
+        return seconds
+
+    def device(self) -> AbstractContextManager[None]:
+        return self.colocation.train()
+
+    def close(self) -> None:
+        pass  # the engine goes with its thread
 
 
 def colocation_here() -> Colocation:

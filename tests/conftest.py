@@ -24,6 +24,14 @@ CHAT_TEMPLATE = (
 )
 
 UserModel = Callable[..., Path]
+CLUSTER_TESTS = Path(__file__).parent / "cluster"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/cluster/ needs the real control plane: marked `cluster`."""
+    for item in items:
+        if item.path.is_relative_to(CLUSTER_TESTS):
+            item.add_marker(pytest.mark.cluster)
 
 
 def build_user_model(

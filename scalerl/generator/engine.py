@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from scalerl.errors import DataError, InputError, PeerError, ScaleRLError, WeightSyncError
-from scalerl.generator.inproc import Colocation, InprocLLM
+from scalerl.generator.colocation import Colocation
+from scalerl.generator.inproc import InprocLLM
 from scalerl.generator.length import LengthControl, Segment
 from scalerl.generator.tokens import eos_ids, think_end_id
 from scalerl.recipe.interruption import InterruptionPlan
@@ -128,8 +129,8 @@ class GenerationEngine:
 
     With `colocation` (the colocated mode) the engine runs in this process instead
     (`scalerl.generator.inproc`): it shares the device with the trainer through the colocation's
-    turnstile, and the trainer loads new weights into it in memory (`load_in_memory`) instead of
-    broadcasting them over the sync group.
+    turnstile (`scalerl.generator.colocation`), and the trainer loads new weights into it in
+    memory (`load_in_memory`) instead of broadcasting them over the sync group.
     """
 
     def __init__(
@@ -159,7 +160,8 @@ class GenerationEngine:
         if self.colocation is None:
             self._llm = AsyncLLM.from_engine_args(self._engine_args())
         else:
-            self._llm = self.colocation.start_engine(self._engine_args())
+            turnstile = self.colocation.turnstile
+            self._llm = InprocLLM.from_engine_args(self._engine_args(), turnstile)
         try:
             await self._control(self._llm.update_weight_version(str(self.version)), "labelling")
             self._length = self._length_control(self._llm.get_tokenizer())

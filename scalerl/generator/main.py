@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 from scalerl.environment import ProcessEnv
 from scalerl.errors import DataError, PeerError, ScaleRLError, WeightSyncError
+from scalerl.generator.colocation import Colocation
 from scalerl.generator.engine import EngineConfig, GenerationEngine, prepare_vllm_environment
-from scalerl.generator.inproc import Colocation
 from scalerl.generator.prompts import (
     Example,
     PromptEncoder,

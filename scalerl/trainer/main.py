@@ -1,6 +1,7 @@
 """The trainer process (`scalerl trainer`, rank 0): takes rollout groups from the generators, builds
-batches with the recipe, steps, bumps the policy version, broadcasts the new weights, evaluates,
-checkpoints, and records progress — resuming from the newest checkpoint when there is one.
+batches with the recipe, steps, bumps the policy version, publishes the new weights
+(`scalerl.trainer.publish`), evaluates, checkpoints, and records progress — resuming from the
+newest checkpoint when there is one.
 
 With `trainers.replicas` > 1 the policy is sharded over that many trainer ranks
 (scalerl.trainer.shard); rank 0 keeps every role above and announces each collective (a step on
@@ -16,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,6 @@ import torch
 
 from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError, report
-from scalerl.generator.inproc import Colocation
 from scalerl.metrics import TrainerMetrics
 from scalerl.recipe import NoPositiveResampling
 from scalerl.rollout.keys import TRAINER_FILES, StreamKeys
@@ -40,14 +39,11 @@ from scalerl.rollout.records import (
     RolloutGroup,
     Start,
     Stop,
-    UpdateWeights,
 )
 from scalerl.rollout.stream import TrainerChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 from scalerl.status import StatusSink, open_status
 from scalerl.status.history import HeldOut, HistoryRow, Progress, TrainSummary
-from scalerl.sync.group import SyncGroup, connect
-from scalerl.sync.weights import WeightSender
 from scalerl.trainer.batch import BatchStats, build_batch
 from scalerl.trainer.checkpoint import (
     latest_checkpoint,
@@ -59,8 +55,8 @@ from scalerl.trainer.history import ComputeClock, TrainerState
 from scalerl.trainer.optim import build_optimizer
 from scalerl.trainer.policy import Policy, load_policy
 from scalerl.trainer.profile import Phases
+from scalerl.trainer.publish import BroadcastPublisher, WeightPublisher
 from scalerl.trainer.shard import (
-    GatheredWeights,
     Ranks,
     checkpoint_layers,
     end_rank_process,
@@ -86,11 +82,8 @@ class Trainer:
     metrics: TrainerMetrics
     channel: TrainerChannel | TrainerEnd
     clock: ComputeClock
+    publisher: WeightPublisher  # where new policy versions go, and how a step gets the device
     ranks: Ranks = field(default_factory=Ranks)
-    # Colocated: the engine shares this process and device; weights are handed over in memory.
-    colocation: Colocation | None = None
-    sender: WeightSender | None = None
-    group: SyncGroup | None = None
     backlog: list[RolloutGroup] = field(default_factory=list)
     results: list[EvalResult] = field(default_factory=list)
     curricula: dict[int, NoPositiveResampling] = field(default_factory=dict)
@@ -110,7 +103,7 @@ class Trainer:
     # --- talking to generators -----------------------------------------------------------------
 
     def start_generators(self) -> None:
-        """Wait for every generator, tell each where the run stands, form the weight-sync group."""
+        """Wait for every generator, tell each where the run stands, start the publisher."""
         count = self.spec.generators.replicas
         self.channel.wait_for_generators(count, self.env.peer_timeout_s)
         threshold = self.spec.recipe.no_positive_resampling.pass_rate_threshold
@@ -126,15 +119,7 @@ class Trainer:
                     curriculum=curriculum.state_dict(),
                 ),
             )
-        if self.colocation is None:
-            self.group = connect(
-                self.env.bind_host,
-                self.env.sync_port,
-                count + 1,
-                0,
-                timeout_s=self.env.peer_timeout_s,
-            )
-            self.sender = WeightSender(self.group)
+        self.publisher.start(self.channel, count)
         if self.state.version > 0:  # resumed: generators start from the base weights
             self.broadcast_weights()
         self.broadcast_version = self.state.version
@@ -185,23 +170,9 @@ class Trainer:
             self.channel.broadcast(MoreRollouts(version=version))
             return
         with self.phases.timing("broadcast"):
-            if self.colocation is not None:
-                self.hand_over(version)
-            else:
-                assert self.sender is not None
-                self.channel.broadcast(UpdateWeights(version=version))
-                stats = self.sender.send(GatheredWeights(self.policy, self.ranks), version)
-                self.metrics.weight_sync_seconds.observe(stats.seconds)
+            seconds = self.publisher.publish(self.policy, version)
+            self.metrics.weight_sync_seconds.observe(seconds)
         self.broadcast_version = version
-
-    def hand_over(self, version: int) -> None:
-        """Colocated: load the policy's own tensors into the engine, between two of its steps
-        (no copy on our side, no checksums: nothing crosses a wire), then let it sample on."""
-        assert self.colocation is not None
-        weights = self.policy.named_weights()
-        seconds = self.colocation.load(weights, version, self.env.peer_timeout_s)
-        self.metrics.weight_sync_seconds.observe(seconds)
-        self.channel.broadcast(MoreRollouts(version=version))
 
     # --- training --------------------------------------------------------------------------------
 
@@ -224,7 +195,7 @@ class Trainer:
             self.train = summarize(stats, None)
             return None
         self.ranks.announce("step", batch)
-        with self.device():
+        with self.publisher.device():
             result = train_step(
                 self.policy, self.optimizer, self.scheduler, batch, **step_settings(self.spec)
             )
@@ -245,11 +216,6 @@ class Trainer:
         self.metrics.importance_ratio_max.set(result.stats.get("ratio_max", 0.0))
         self.metrics.clip_fraction.set(result.stats.get("clip_fraction", 0.0))
         return result
-
-    def device(self) -> AbstractContextManager[None]:
-        """The device for a step: colocated, the engine stops stepping (and sleeps, on a GPU)
-        until the step is done."""
-        return self.colocation.train() if self.colocation is not None else nullcontext()
 
     def record_signal(self, stats: BatchStats) -> None:
         """Say at once when a step has nothing to learn from; fail the run when that lasts."""
@@ -407,6 +373,22 @@ class Trainer:
         return self.state.step >= budget.max_steps or self.clock.hours() >= budget.max_compute_hours
 
     def run_to_end(self) -> None:
+        """Train to the end of the run. A failure tells the generators to stop (so none waits
+        out its peer timeout for a trainer that is gone) and propagates; the channel and the
+        publisher are closed either way."""
+        try:
+            self._run_to_end()
+        except ScaleRLError as err:
+            self.channel.broadcast(Stop(reason=f"trainer failed: {err}"))
+            raise
+        except BaseException:
+            self.channel.broadcast(Stop(reason="trainer failed"))
+            raise
+        finally:
+            self.channel.close()
+            self.publisher.close()
+
+    def _run_to_end(self) -> None:
         with self.phases.timing("start"):
             self.start_generators()
         if not self.state.evaluations:
@@ -513,10 +495,11 @@ def build_trainer(
     ranks: Ranks,
     *,
     channel: TrainerEnd | None = None,
-    colocation: Colocation | None = None,
+    publisher: WeightPublisher | None = None,
 ) -> Trainer:
     """Rank 0: the learner plus the run's roles (rollout stream, status, metrics, compute).
-    Colocated: the stream is the in-process `channel` and weights go through `colocation`."""
+    By default new weights are broadcast to the generators over the sync group; the colocated
+    process passes its in-process `channel` and a `publisher` that loads them in memory."""
     learner = build_learner(run, env, ranks)
     state = learner.state
     status = open_status(env.status, env.run_dir)
@@ -525,6 +508,8 @@ def build_trainer(
     metrics.max_off_policy_steps.set(run.spec.recipe.max_off_policy_steps)
     metrics.serve(env.metrics_port, env.bind_host)
     clock = ComputeClock(env.compute_units, state.compute_hours)
+    if publisher is None:
+        publisher = BroadcastPublisher(env.bind_host, env.sync_port, env.peer_timeout_s, ranks)
     return Trainer(
         run,
         env,
@@ -536,8 +521,8 @@ def build_trainer(
         metrics,
         channel if channel is not None else open_channel(env),
         clock,
+        publisher,
         ranks,
-        colocation,
         phases=Phases(state.trainer_seconds),
         generation_spent=dict(state.generation),
     )
@@ -607,14 +592,5 @@ def main() -> None:
 
 
 def lead(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> None:
-    """Rank 0: the trainer proper, until the run ends; a failure tells the generators to stop."""
-    trainer = build_trainer(run, env, ranks)
-    try:
-        trainer.run_to_end()
-    except ScaleRLError as err:
-        trainer.channel.broadcast(Stop(reason=f"trainer failed: {err}"))
-        raise
-    finally:
-        trainer.channel.close()
-        if trainer.group is not None:
-            trainer.group.close()
+    """Rank 0: the trainer proper, until the run ends."""
+    build_trainer(run, env, ranks).run_to_end()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from scalerl.errors import WeightSyncError
-from scalerl.generator.inproc import Colocation, Turnstile
+from scalerl.generator.colocation import Colocation, Turnstile
 
 
 def test_a_hold_waits_for_the_step_under_way() -> None:

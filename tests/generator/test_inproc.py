@@ -17,8 +17,8 @@ from transformers import PreTrainedModel
 
 from scalerl.demo.model import build_random_model
 from scalerl.demo.tokenizer import build_tokenizer
+from scalerl.generator.colocation import Colocation
 from scalerl.generator.engine import GenerationEngine
-from scalerl.generator.inproc import Colocation
 from scalerl.recipe.interruption import InterruptionPlan
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -235,6 +235,7 @@ def steps_agree(weights: dict[str, torch.Tensor], reference: dict, model_dir: Pa
         assert off.mean() <= 0.1 * moved, name
 
 
+@pytest.mark.gpu
 @needs_gpus(1)
 def test_on_a_gpu_a_step_computes_in_bf16_from_float32_masters(
     bf16_model_dir: Path, make_group: Any, tmp_path: Path
@@ -247,6 +248,7 @@ def test_on_a_gpu_a_step_computes_in_bf16_from_float32_masters(
     steps_agree(on_gpu["weights"], reference, bf16_model_dir)
 
 
+@pytest.mark.gpu
 @needs_gpus(2)
 def test_two_nccl_ranks_step_as_one_gpu_does(
     bf16_model_dir: Path, make_group: Any, tmp_path: Path

@@ -35,7 +35,9 @@ def trainer(tmp_path: Path, no_signal_steps: int) -> Trainer:
         }
     )
     env = ProcessEnv(tmp_path / "run.yaml", tmp_path, "127.0.0.1", 1, 2, 0, 1)
-    parts = dict(policy=None, optimizer=None, scheduler=None, channel=None, clock=None)
+    parts = dict(
+        policy=None, optimizer=None, scheduler=None, channel=None, clock=None, publisher=None
+    )
     return Trainer(
         run,
         env,
@@ -93,10 +95,13 @@ class Recorder:
 
 def test_an_unchanged_policy_is_not_broadcast(tmp_path: Path) -> None:
     from scalerl.rollout.records import MoreRollouts, UpdateWeights
+    from scalerl.trainer.publish import BroadcastPublisher
 
     t = trainer(tmp_path, no_signal_steps=3)
     wire = Recorder()
-    t.channel, t.sender = wire, wire  # type: ignore[assignment]
+    publisher = BroadcastPublisher("127.0.0.1", 0, 1.0)
+    t.channel = publisher.channel = publisher.sender = wire  # type: ignore[assignment]
+    t.publisher = publisher
     t.policy = type("P", (), {"named_weights": lambda self: []})()  # type: ignore[assignment]
     t.broadcast_version = 0
     t.broadcast_weights()  # a step that learnt nothing: same version 0

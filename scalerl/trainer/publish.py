@@ -1,0 +1,81 @@
+"""How the trainer hands each new policy version to the generators: `WeightPublisher`, chosen by
+whoever builds the trainer, so the training loop never asks which transport it is on.
+
+`BroadcastPublisher` (the trainer's own process): every version crosses torch.distributed to the
+generators' engines (`scalerl.sync`). The colocated process builds its own publisher, which loads
+the policy into the engine in memory (`scalerl.colocated`). A publisher that sends less than the
+whole policy (a LoRA adapter) is a third implementation of the same four methods.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from scalerl.errors import WeightSyncError
+from scalerl.rollout.records import UpdateWeights
+from scalerl.sync.group import SyncGroup, connect
+from scalerl.sync.weights import WeightSender
+from scalerl.trainer.shard import GatheredWeights, Ranks
+
+if TYPE_CHECKING:
+    from scalerl.rollout.pipe import TrainerEnd
+    from scalerl.rollout.stream import TrainerChannel
+    from scalerl.trainer.policy import Policy
+
+    Channel = TrainerChannel | TrainerEnd
+
+
+class WeightPublisher(Protocol):
+    """Where the trainer's new policy versions go, and on what terms it has the device."""
+
+    def start(self, channel: Channel, generators: int) -> None:
+        """Once every generator has said hello on `channel`: get ready to publish."""
+        ...
+
+    def publish(self, policy: Policy, version: int) -> float:
+        """Hand `policy` to the generators as `version`, telling them on the channel; returns
+        the seconds the weights took (the `weight_sync_seconds` metric)."""
+        ...
+
+    def device(self) -> AbstractContextManager[None]:
+        """The device for one training step (colocated: taken from the engine)."""
+        ...
+
+    def close(self) -> None:
+        """Release what `start` formed; safe before `start` and twice."""
+        ...
+
+
+@dataclass
+class BroadcastPublisher:
+    """Each version broadcast to every generator over the weight-sync group, which trainer rank 0
+    forms with them at `host:port`. The generators hear `UpdateWeights` first: their engines
+    must be receiving before the broadcast can go through."""
+
+    host: str
+    port: int
+    timeout_s: float
+    ranks: Ranks = field(default_factory=Ranks)  # a sharded policy is gathered from every rank
+    channel: Channel | None = None
+    group: SyncGroup | None = None
+    sender: WeightSender | None = None
+
+    def start(self, channel: Channel, generators: int) -> None:
+        self.channel = channel
+        self.group = connect(self.host, self.port, generators + 1, 0, timeout_s=self.timeout_s)
+        self.sender = WeightSender(self.group)
+
+    def publish(self, policy: Policy, version: int) -> float:
+        if self.channel is None or self.sender is None:
+            raise WeightSyncError(f"version {version} published before the sync group formed")
+        self.channel.broadcast(UpdateWeights(version=version))
+        return self.sender.send(GatheredWeights(policy, self.ranks), version).seconds
+
+    def device(self) -> AbstractContextManager[None]:
+        return nullcontext()  # the generators have devices of their own
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
