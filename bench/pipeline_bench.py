@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import yaml
+from scalerl.runfile import run_command, write_variant
+from scalerl.spec import load_run
 
-ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "local.yaml"
 MODES = {
     "PipelineRL-8": {"algorithm": "pipelinerl", "maxOffPolicySteps": 8},
     "PPO-off-policy-1": {"algorithm": "ppo-off-policy", "maxOffPolicySteps": 1},
@@ -27,24 +27,18 @@ MODES = {
 
 
 def run_mode(name: str, recipe: dict[str, object], steps: int, work: Path) -> dict[str, float]:
-    run = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
-    spec = run["spec"]
-    spec["recipe"].update(recipe)
-    spec["budget"]["maxSteps"] = steps
-    spec["evaluation"]["everySteps"] = steps
-    spec["checkpoint"]["everySteps"] = steps
-    path = work / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(run))
+    fixed = {
+        "budget": {"maxSteps": steps},
+        "evaluation": {"everySteps": steps},
+        "checkpoint": {"everySteps": steps},
+    }
+    path = write_variant(EXAMPLE, work / f"{name}.yaml", {"recipe": recipe}, fixed)
     out = work / name
     started = time.monotonic()
-    subprocess.run(
-        [sys.executable, "-m", "scalerl.cli", "run", str(path), "--out", str(out), "--no-progress"],
-        check=True,
-        capture_output=True,
-    )
+    subprocess.run(run_command(path, out), check=True, capture_output=True)
     total = time.monotonic() - started
     last = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()][-1]
-    units = spec["generators"]["replicas"] + 1
+    units = load_run(path).spec.generators.replicas + 1
     train_wall = last["compute"] * 3600 / units  # training only: no start-up, no evaluations
     generation = last["generation"]
     uptime = generation["generation_seconds"]

@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from scalerl.runfile import run_command, write_variant
 from scalerl.trainer.profile import PHASES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,17 +32,15 @@ EXAMPLES = {"disaggregated": "local.yaml", "colocated": "colocated.yaml"}
 
 
 def profile(steps: int, algorithm: str, placement: str, work: Path) -> dict[str, Any]:
-    run = yaml.safe_load((ROOT / "examples" / EXAMPLES[placement]).read_text())
-    spec = run["spec"]
-    spec["recipe"]["algorithm"] = algorithm
-    spec["budget"]["maxSteps"] = steps
-    spec["evaluation"]["everySteps"] = steps  # at the start and at the end only
-    spec["checkpoint"]["everySteps"] = steps
-    path = work / "run.yaml"
-    path.write_text(yaml.safe_dump(run))
+    changes = {
+        "recipe": {"algorithm": algorithm},
+        "budget": {"maxSteps": steps},
+        "evaluation": {"everySteps": steps},  # at the start and at the end only
+        "checkpoint": {"everySteps": steps},
+    }
+    path = write_variant(ROOT / "examples" / EXAMPLES[placement], work / "run.yaml", changes)
     out = work / "run"
-    command = [sys.executable, "-m", "scalerl.cli", "run", str(path), "--out", str(out)]
-    subprocess.run([*command, "--no-progress"], check=True, capture_output=True)
+    subprocess.run(run_command(path, out), check=True, capture_output=True)
     history = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
     return history[-1]
 

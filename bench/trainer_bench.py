@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from scalerl.demo.model import TinyModelShape, build_random_model
 from scalerl.rollout.records import RolloutGroup, Sample
-from scalerl.trainer import build_batch, build_optimizer, load_policy, train_step
+from scalerl.trainer import StepSettings, build_batch, build_optimizer, load_policy, train_step
 from scalerl.trainer.shard import end_rank_process, init_ranks, leave_ranks, shard_policy
 
 STEP = {"loss": "cispo", "aggregation": "prompt", "epsilon_max": 4.0, "max_grad_norm": 1.0}
@@ -110,20 +110,20 @@ def rank_main(
         master_weights=gpu,
     )
     batch = batch_for(policy, groups=8, size=4, longest=192)
-    memory = {"micro_batch_tokens": 1024, "packed": packed}
+    settings = StepSettings(**STEP, micro_batch_tokens=1024, packed=packed)
     if dist.is_initialized():
         shard_policy(policy)
     optimizer, scheduler = build_optimizer(
         policy.parameters(), lr=1e-5, weight_decay=0.01, eps=1e-15, warmup_steps=0
     )
-    train_step(policy, optimizer, scheduler, batch, **memory, **STEP)  # warm-up
+    train_step(policy, optimizer, scheduler, batch, settings)  # warm-up
     if gpu:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     tokens = 0
     for _ in range(steps):
-        tokens += train_step(policy, optimizer, scheduler, batch, **memory, **STEP).tokens
+        tokens += train_step(policy, optimizer, scheduler, batch, settings).tokens
     if gpu:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started

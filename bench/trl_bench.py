@@ -110,6 +110,7 @@ from typing import Any
 
 import yaml
 
+from scalerl.runfile import write_variant
 from scalerl.spec import RunSpec, load_run, parse_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -232,9 +233,7 @@ def bench_spec(
         value = section.get(key)
         if isinstance(value, str) and not value.startswith("builtin:"):
             section[key] = str(Path(value).expanduser().resolve())
-    copy = out_dir / f"bench-{placement}.yaml"
-    copy.write_text(yaml.safe_dump(data, sort_keys=False))
-    return copy
+    return write_variant(data, out_dir / f"bench-{placement}.yaml")
 
 
 # --- TRL (runs in its own process) -------------------------------------------------------------

@@ -1,12 +1,12 @@
 """Held-out pass rate of a saved checkpoint, measured with Hugging Face `generate` in torch.
 
-Why it exists: a number checked only by the code that produced it can be wrong for a long time.
-The held-out pass rate in `history.jsonl` was the last training batch's from the first trainer
-loop on (issue 23), and nothing noticed. This module measures the same quantity by another
-path, so the run's figure (and `bench/trl_bench.py`'s, for TRL and for us alike) can be checked
-against it. It shares with the generators only what defines the question: the validation
-prompts as `scalerl.generator.prompts` selects and encodes them, the reward of
-`scalerl.generator.rewards`, the answer as `ModelTokens` cuts it, the EOS ids the model names.
+Why it exists: a number checked only by the code that produced it can be wrong unnoticed, and
+the held-out pass rate in `history.jsonl` is easily confused with the training batch's. This
+module measures the same quantity by another path, so the run's figure (and
+`bench/trl_bench.py`'s, for TRL and for us alike) can be checked against it. It shares with the
+generators only what defines the question: the validation prompts as `scalerl.generator.prompts`
+selects and encodes them, the reward of `scalerl.generator.rewards`, the answer as `ModelTokens`
+cuts it, the EOS ids the model names.
 The sampling (HF `generate`, batched, left padding; not vLLM, not `scalerl.generator.length`)
 and the counting are its own.
 
@@ -393,7 +393,7 @@ def load_model(
         raise DataError(f"{path}: cannot load the model ({err})") from None
     if fp32_lm_head and dtype != "float32":
         _head_in_fp32(model)
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers wraps `to`
 
 
 def _model_folder(checkpoint: str | Path) -> Path:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +180,8 @@ class LocalRun:
         if not keys.exists():  # one set per run, kept across gang restarts
             StreamKeys.generate().write(keys)
         trainers = spec.trainers.replicas
-        base = dict(
+        # Every process's environment but its own /metrics port and index.
+        base = ProcessEnv(
             spec=self.spec_path.resolve(),
             stream_keys=keys.resolve(),
             run_dir=self.out.resolve(),
@@ -188,6 +189,7 @@ class LocalRun:
             channel_port=free_port(),
             sync_port=free_port(),
             compute_units=spec.processes,  # process-hours, locally
+            metrics_port=0,
             trainer_ranks=trainers,
             ranks_port=free_port(),
         )
@@ -195,11 +197,11 @@ class LocalRun:
         logs = self.out / "logs"
         ports = {role: free_port() for role in roles(spec)}
         for r in range(trainers):  # colocated: one, which holds the engine too
-            env = ProcessEnv(**base, metrics_port=ports[f"trainer-{r}"], trainer_rank=r)
+            env = replace(base, metrics_port=ports[f"trainer-{r}"], trainer_rank=r)
             command = "colocated" if spec.colocated else "trainer"
             gang.start(f"trainer-{r}", command, env, logs / f"trainer-{r}.log")
         for g in range(0 if spec.colocated else count):
-            env = ProcessEnv(**base, metrics_port=ports[f"generator-{g}"], generator_index=g)
+            env = replace(base, metrics_port=ports[f"generator-{g}"], generator_index=g)
             gang.start(f"generator-{g}", "generator", env, logs / f"generator-{g}.log")
         processes = {
             role: {"pid": proc.pid, "metrics": f"http://127.0.0.1:{ports[role]}/metrics"}

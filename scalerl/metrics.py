@@ -126,7 +126,9 @@ class _Metrics:
     ) -> None:
         # `alongside`: share another set's registry (one process serving both roles' series);
         # a histogram both sets have is the other's, observed by both.
-        self.registry = alongside.registry if alongside is not None else CollectorRegistry()
+        self.registry: CollectorRegistry = (
+            alongside.registry if alongside is not None else CollectorRegistry()
+        )
         self._labels = {"namespace": namespace, "run": run}
         self._series: dict[str, Any] = {}
         for name, doc in counters.items():

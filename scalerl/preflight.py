@@ -4,8 +4,9 @@ Everything a run needs from the user's model folder and data is checked here, on
 per problem naming the field to change: the model loads (config and tokenizer), it has an EOS,
 `thinkEnd` is one token when set, a chat template exists when asked for, the data files have the
 fields and enough rows, the reward resolves, and the longest tokenized prompt plus the budgets
-fits the model's context. The generators compute their engine's `max_model_len` with the same
-function (`model_len_needed`), so what was checked is what runs.
+fits the model's context. The generators make the model and context checks with the same
+functions (`model_dir_problem`, `context_problem`) and compute their engine's `max_model_len` with
+`model_len_needed`, so what was checked is what runs.
 """
 
 from __future__ import annotations
@@ -63,13 +64,33 @@ def model_len_needed(spec: RunSpec, tokenizer: Any, longest_prompt: int) -> int:
     return longest_prompt + spec.max_completion_tokens + phrase
 
 
+def model_dir_problem(model_path: str | Path) -> str | None:
+    """Why `spec.model.path` is not a Hugging Face model directory, or None when it is one."""
+    path = Path(model_path)
+    if (path / "config.json").is_file():
+        return None
+    what = "does not exist" if not path.exists() else "has no config.json"
+    return f"spec.model.path: {path} {what}; it must be a Hugging Face model directory"
+
+
+def context_problem(spec: RunSpec, tokenizer: Any, longest_prompt: int) -> str | None:
+    """Why the longest prompt and the budgets do not fit the model's context, or None."""
+    needed = model_len_needed(spec, tokenizer, longest_prompt)
+    limit = model_limit(spec.model.path)
+    if limit is None or needed <= limit:
+        return None
+    return (
+        f"spec.recipe.length: the longest prompt ({longest_prompt} tokens) plus the completion "
+        f"budget ({_budget(spec)}) needs {needed} tokens, over the model's "
+        f"max_position_embeddings {limit}; lower the budgets"
+    )
+
+
 def _tokenizer(spec: RunSpec, problems: list[str]) -> Any:
     path = Path(spec.model.path)
-    if not (path / "config.json").is_file():
-        what = "does not exist" if not path.exists() else "has no config.json"
-        problems.append(
-            f"spec.model.path: {path} {what}; it must be a Hugging Face model directory"
-        )
+    problem = model_dir_problem(path)
+    if problem is not None:
+        problems.append(problem)
         return None
     from transformers import AutoConfig, AutoTokenizer
 
@@ -152,14 +173,9 @@ def _lengths(spec: RunSpec, tokenizer: Any, examples: list[Any], problems: list[
             f"spec.recipe.length.maxPromptTokens: {over} of {len(sizes)} prompts are longer than "
             f"{length.max_prompt_tokens} tokens (longest {longest}); raise it or shorten them"
         )
-    needed = model_len_needed(spec, tokenizer, longest)
-    limit = model_limit(spec.model.path)
-    if limit is not None and needed > limit:
-        problems.append(
-            f"spec.recipe.length: the longest prompt ({longest} tokens) plus the completion "
-            f"budget ({_budget(spec)}) needs {needed} tokens, over the model's "
-            f"max_position_embeddings {limit}; lower the budgets"
-        )
+    problem = context_problem(spec, tokenizer, longest)
+    if problem is not None:
+        problems.append(problem)
 
 
 def _budget(spec: RunSpec) -> str:

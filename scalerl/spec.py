@@ -127,20 +127,27 @@ class DataSpec(_Model):
 
 # --- recipe --------------------------------------------------------------------------------------
 
+# The default ratio cap and clips; scalerl.recipe and the trainer take theirs from here.
+EPSILON_MAX = 4.0  # CISPO's cap on the token ratio
+EPSILON_LOW = 0.2  # DAPO's lower clip
+EPSILON_HIGH = 0.28  # DAPO's upper clip
+
 
 class CispoLoss(_Model):
     """Truncated importance sampling with a plain policy gradient (ScaleRL's loss)."""
 
     type: Literal["cispo"] = "cispo"
     epsilon_max: Float = Field(
-        4.0, gt=0, le=1000, description="Upper cap on the token ratio; 4, 5, 8 alike."
+        EPSILON_MAX, gt=0, le=1000, description="Upper cap on the token ratio; 4, 5, 8 alike."
     )
 
 
 class DapoLoss(_Model):
     type: Literal["dapo"]
-    epsilon_low: Float = Field(0.2, ge=0, lt=1, description="Lower clip; DAPO paper 0.2.")
-    epsilon_high: Float = Field(0.28, gt=0, le=10, description="Upper clip; DAPO paper 0.28.")
+    epsilon_low: Float = Field(EPSILON_LOW, ge=0, lt=1, description="Lower clip; DAPO paper 0.2.")
+    epsilon_high: Float = Field(
+        EPSILON_HIGH, gt=0, le=10, description="Upper clip; DAPO paper 0.28."
+    )
 
 
 class GrpoLoss(_Model):

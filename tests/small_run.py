@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scalerl.runfile import merge
+
 
 def run_manifest(namespace: str, name: str = "r1", **spec: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
@@ -23,14 +25,5 @@ def run_manifest(namespace: str, name: str = "r1", **spec: Any) -> dict[str, Any
             "checkpoint": {"claimName": "ckpt"},
         },
     }
-    _merge(body["spec"], spec)
+    merge(body["spec"], spec)
     return body
-
-
-def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
-    """`extra` into `into`, mappings merged key by key, anything else replaced."""
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value

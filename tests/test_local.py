@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import yaml
 
+from scalerl.runfile import run_command, write_variant
 from scalerl.status.history import read_history
 from scalerl.trainer.profile import PHASES
 
@@ -35,25 +34,14 @@ SMALL = {
 }
 
 
-def merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = merge(base.get(key, {}), value) if isinstance(value, dict) else value
-    return out
-
-
 def write_spec(tmp_path: Path, example: str = "local.yaml", **overrides: dict) -> Path:
-    run = yaml.safe_load((EXAMPLES / example).read_text())
-    run["spec"] = merge(run["spec"], merge(SMALL, overrides))
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(run))
-    return path
+    return write_variant(EXAMPLES / example, tmp_path / "run.yaml", SMALL, overrides)
 
 
 def start_run(spec: Path, out: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "SCALERL_PEER_TIMEOUT": "120"}
     return subprocess.Popen(
-        [sys.executable, "-m", "scalerl.cli", "run", str(spec), "--out", str(out), "--no-progress"],
+        run_command(spec, out),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -194,11 +182,7 @@ def alive(processes: dict[str, dict[str, object]]) -> list[str]:
 
 def test_missing_model_path_is_reported_before_anything_starts(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, model={"path": str(tmp_path / "no-model")})
-    result = subprocess.run(
-        [sys.executable, "-m", "scalerl.cli", "run", str(spec), "--out", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-    )
+    result = subprocess.run(run_command(spec, tmp_path / "o"), capture_output=True, text=True)
     assert result.returncode == 2
     assert f"spec.model.path: {tmp_path / 'no-model'} does not exist" in result.stderr
     assert "Traceback" not in result.stderr
@@ -235,21 +219,7 @@ def test_two_trainer_ranks_learn_survive_a_dead_rank_and_resume_on_one(tmp_path:
     alone = write_spec(
         tmp_path, **{**ranks, "trainers": {"replicas": 1}, "budget": {"maxSteps": 32}}
     )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scalerl.cli",
-            "run",
-            str(alone),
-            "--out",
-            str(out),
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = subprocess.run(run_command(alone, out), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     log = (out / "logs" / "trainer-0.log").read_text()
     assert "resumed from" in log and "step-000030" in log

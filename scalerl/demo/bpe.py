@@ -81,7 +81,9 @@ def build_tokenizer(texts: Iterable[str], merges: int = 64) -> PreTrainedTokeniz
 
 def end_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
     """Every id that ends an assistant completion: the turn end first, then the tokenizer's EOS."""
-    return [tokenizer.convert_tokens_to_ids(END), int(tokenizer.eos_token_id)]
+    end = tokenizer.convert_tokens_to_ids(END)  # one token in, one id out
+    assert isinstance(end, int), end
+    return [end, int(tokenizer.eos_token_id)]
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, path: Path) -> None:

@@ -70,6 +70,6 @@ def build_random_model(
     config = _config(shape, tokenizer, ends, dtype)
     torch.manual_seed(seed)
     # Its generation config is derived from `config`, EOS list included.
-    model = LlamaForCausalLM(config).to(dtype)
+    model = LlamaForCausalLM(config).to(dtype)  # type: ignore[arg-type]  # transformers wraps `to`
     model.save_pretrained(str(path), safe_serialization=True)
     return path

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from scalerl.datafile import read_records
 from scalerl.errors import DataError, InputError
 
 TRAIN_FILE = "train.jsonl"
@@ -39,7 +40,8 @@ class ReverseTask:
         return range(self.min_length, self.max_length + 1)
 
     def words_of_length(self, length: int) -> int:
-        return len(self.alphabet) ** length
+        # int(): `int ** int` is typed Any (a negative power would be a float).
+        return int(len(self.alphabet) ** length)
 
     def example(self, word: str, example_id: str) -> dict[str, str]:
         return {"id": example_id, "prompt": self.prompt(word), "answer": self.answer(word)}
@@ -119,20 +121,8 @@ def write_jsonl(path: Path, rows: list[dict[str, str]]) -> None:
 def read_jsonl(path: Path) -> list[dict[str, str]]:
     """Read a task file; every line must be an object with string `prompt` and `answer`."""
     rows: list[dict[str, str]] = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise DataError(f"cannot read task file {path}: {err}") from err
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{path}:{number}: not JSON ({err.msg})") from err
-        if not isinstance(row, dict) or not all(
-            isinstance(row.get(k), str) for k in ("prompt", "answer")
-        ):
+    for number, row in read_records(Path(path)):
+        if not all(isinstance(row.get(k), str) for k in ("prompt", "answer")):
             raise DataError(
                 f"{path}:{number}: expected an object with string 'prompt' and 'answer'"
             )

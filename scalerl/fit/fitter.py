@@ -281,7 +281,8 @@ def _coarse_b(
     sse = total - 2.0 * a * s1[None] + a * a * s2[None]  # (nA, nB, nC)
     # A non-finite SSE (an inf from a C_mid grid overflow) must not win argmin: rank it last.
     sse = np.where(np.isfinite(sse), sse, np.inf)
-    return COARSE_B[np.argmin(sse, axis=1)]  # (nA, nC)
+    best: FloatArray = COARSE_B[np.argmin(sse, axis=1)]  # (nA, nC)
+    return best
 
 
 def _refine(

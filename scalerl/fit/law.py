@@ -26,13 +26,15 @@ FloatArray = NDArray[np.float64]
 def log_compute(compute: ArrayLike) -> FloatArray:
     """ln C, with ln 0 = -inf (no warning): the law's natural coordinate."""
     with np.errstate(divide="ignore"):
-        return np.log(np.asarray(compute, dtype=float))
+        logs: FloatArray = np.log(np.asarray(compute, dtype=float))
+    return logs
 
 
 def progress(compute: ArrayLike, B: ArrayLike, C_mid: ArrayLike) -> FloatArray:
     """Fraction of the gain A - R0 reached at `compute`: 0 at C = 0, 1/2 at C_mid, 1 at C = inf."""
     z = np.asarray(B, dtype=float) * (log_compute(compute) - np.log(np.asarray(C_mid, dtype=float)))
-    return expit(z)
+    reached: FloatArray = expit(z)
+    return reached
 
 
 def sigmoid(
@@ -40,7 +42,8 @@ def sigmoid(
 ) -> FloatArray:
     """R(C): the pass rate the law predicts after `compute` units of RL compute."""
     A_, R0_ = np.asarray(A, dtype=float), np.asarray(R0, dtype=float)
-    return R0_ + (A_ - R0_) * progress(compute, B, C_mid)
+    rate: FloatArray = R0_ + (A_ - R0_) * progress(compute, B, C_mid)
+    return rate
 
 
 def compute_to_reach(

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from scalerl.datafile import jsonl_records, read_text
 from scalerl.errors import DataError
 
 REQUIRED = ("compute", "pass_rate")
@@ -106,7 +107,7 @@ def load_curve(path: str | Path) -> Curve:
     JSONL.
     """
     path = Path(path)
-    text = _read_text(path)
+    text = read_text(path)
     if not text.strip():
         raise DataError(f"{path}: file is empty")
     rows = _jsonl_rows(path, text) if _is_jsonl(path, text) else _csv_rows(path, text)
@@ -125,20 +126,6 @@ def load_curve(path: str | Path) -> Curve:
     compute, pass_rate = check_points(columns[:, 0], columns[:, 1], where)
     step = columns[:, 2] if not np.isnan(columns[:, 2]).all() else None
     return Curve(compute=compute, pass_rate=pass_rate, step=step, source=str(path))
-
-
-def _read_text(path: Path) -> str:
-    try:
-        # utf-8-sig: spreadsheets often save CSV with a byte-order mark before the header.
-        return path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: is a directory, not a curve file") from None
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not a UTF-8 text file ({err.reason})") from None
-    except OSError as err:
-        raise DataError(f"{path}: cannot read ({err.strerror})") from None
 
 
 def _is_jsonl(path: Path, text: str) -> bool:
@@ -170,17 +157,7 @@ def _csv_rows(path: Path, text: str) -> Iterator[Row]:
 
 
 def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
-    for line, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{path}:{line}: not valid JSON ({err.msg})") from None
-        except (ValueError, RecursionError) as err:  # an integer of > 4300 digits, deep nesting
-            raise DataError(f"{path}:{line}: not usable JSON ({err})") from None
-        if not isinstance(obj, dict):
-            raise DataError(f"{path}:{line}: expected a JSON object, got {type(obj).__name__}")
+    for line, obj in jsonl_records(path, text):
         missing = [name for name in REQUIRED if name not in obj]
         if missing:
             raise DataError(f"{path}:{line}: missing column {', '.join(repr(m) for m in missing)}")

@@ -115,7 +115,9 @@ def _iterate(
     better = (t_sse < sse[active]) & _finite(trial, t_resid, t_jac)
     moved = np.abs(trial - theta[active]).max(axis=1)
     scale = np.abs(theta[active]).max(axis=1) + xtol
-    done = (better & (sse[active] - t_sse <= ftol * sse[active] + 1e-300)) | (moved <= xtol * scale)
+    done: BoolArray = (better & (sse[active] - t_sse <= ftol * sse[active] + 1e-300)) | (
+        moved <= xtol * scale
+    )
     done |= damping[active] > MAX_DAMPING
     keep = active[better]
     theta[keep], resid[keep], jac[keep], sse[keep] = (
@@ -154,7 +156,7 @@ def _bounded_step(
 
 
 def _finite(theta: FloatArray, resid: FloatArray, jac: FloatArray) -> BoolArray:
-    return (
+    return np.asarray(
         np.isfinite(theta).all(axis=1)
         & np.isfinite(resid).all(axis=1)
         & np.isfinite(jac).all(axis=(1, 2))
@@ -186,4 +188,5 @@ def _lm_step(resid: FloatArray, jac: FloatArray, damping: FloatArray) -> FloatAr
         # Unreachable with the damping floor as far as we know; the pseudo-inverse keeps the
         # promise of never raising if rounding ever proves us wrong.
         step = np.einsum("kpq,kq->kp", np.linalg.pinv(damped, hermitian=True), rhs[..., 0])
-    return -step / d
+    delta: FloatArray = -step / d
+    return delta

@@ -209,7 +209,7 @@ class GenerationEngine:
         llm, self._llm = self._llm, None
         if llm is None:
             return
-        if self.colocation is None:
+        if not isinstance(llm, InprocLLM):  # only a broadcast receiver joined a sync group
             try:
                 rpc = llm.collective_rpc("close_weight_sync")
                 await self._control(rpc, "closing the sync group", SHUTDOWN_TIMEOUT_S)
@@ -298,7 +298,7 @@ class GenerationEngine:
         self, host: str, port: int, world_size: int, rank: int, timeout_s: float
     ) -> None:
         """Join the trainer's weight-sync group as receiver `rank` (call again to rejoin)."""
-        llm = self._ready()[0]
+        llm = self._receiver()
         where = f"the weight-sync group at {host}:{port} as rank {rank} of {world_size}"
         async with self._update_lock:
             args = (host, port, world_size, rank, timeout_s)
@@ -318,9 +318,7 @@ class GenerationEngine:
         if the swap succeeded. On failure generation resumes on the old weights and this raises
         WeightSyncError (the sync group may then need `init_weight_sync` again).
         """
-        llm = self._ready()[0]
-        if isinstance(llm, InprocLLM):
-            raise WeightSyncError("a colocated engine takes weights in memory: load_in_memory")
+        llm = self._receiver()
         async with self._update_lock:
             started = time.monotonic()
             try:
@@ -375,6 +373,13 @@ class GenerationEngine:
             raise PeerError("the generation engine is not running: call start() first")
         return self._llm, self._length
 
+    def _receiver(self) -> AsyncLLM:
+        """The engine as a receiver of broadcast weights (a colocated one is not)."""
+        llm = self._ready()[0]
+        if isinstance(llm, InprocLLM):
+            raise WeightSyncError("a colocated engine takes weights in memory: load_in_memory")
+        return llm
+
     async def _control(
         self, call: Awaitable[T], what: str, timeout_s: float = CONTROL_TIMEOUT_S
     ) -> T:
@@ -392,8 +397,8 @@ async def _pause(llm: AsyncLLM) -> None:
     """Freeze in-flight requests with their KV cache: `AsyncLLM.pause_generation(mode="keep",
     clear_cache=False)` without its closing 20 ms sleep, which vLLM keeps only so that outputs
     already on their way arrive before it returns, "not required for correctness". Ours do not
-    depend on that order: the engine labels each token's version (module doc). 20 ms was 40 %
-    of an idle engine's whole update (bench/update_bench.py)."""
+    depend on that order: the engine labels each token's version (module doc). 20 ms is about
+    40 % of an idle engine's whole update (bench/update_bench.py)."""
     await llm.engine_core.pause_scheduler_async(mode="keep", clear_cache=False)
 
 

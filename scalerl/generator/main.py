@@ -34,7 +34,7 @@ from scalerl.generator.prompts import (
 from scalerl.generator.rewards import RewardFn, load_reward
 from scalerl.generator.tokens import ModelTokens
 from scalerl.metrics import GeneratorMetrics
-from scalerl.preflight import model_len_needed, model_limit
+from scalerl.preflight import context_problem, model_dir_problem, model_len_needed
 from scalerl.recipe import InterruptionPlan, NoPositiveResampling
 from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.rollout.pipe import GeneratorEnd
@@ -432,8 +432,9 @@ def build_generator(
     """A generator for this process's shard of the prompts, its engine not started yet."""
     spec = run.spec
     model = Path(spec.model.path)
-    if not (model / "config.json").is_file():
-        raise DataError(f"spec.model.path: {model} is not a Hugging Face model directory")
+    problem = model_dir_problem(model)
+    if problem is not None:
+        raise DataError(problem)
     from transformers import AutoTokenizer
 
     train, validation = train_and_validation(spec.data, spec.seed)
@@ -441,14 +442,11 @@ def build_generator(
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     prompts = PromptEncoder.for_data(tokenizer, spec.data, spec.recipe.length.max_prompt_tokens)
     # Every generator measures all prompts, so all engines get the same max_model_len.
-    needed = model_len_needed(spec, tokenizer, prompts.longest(train + validation))
-    limit = model_limit(model)
-    if limit is not None and needed > limit:
-        raise DataError(
-            f"spec.recipe.length: prompts and budgets need {needed} tokens, over the model's "
-            f"max_position_embeddings {limit}"
-        )
-    config = engine_config(spec, env, needed)
+    longest = prompts.longest(train + validation)
+    problem = context_problem(spec, tokenizer, longest)
+    if problem is not None:
+        raise DataError(problem)
+    config = engine_config(spec, env, model_len_needed(spec, tokenizer, longest))
     prepare_vllm_environment(config)
     return Generator(
         run=run,
@@ -479,7 +477,11 @@ async def run_generator(generator: Generator) -> None:
 
 
 def _cancel(task: asyncio.Task[None] | None) -> Callable[[], None]:
-    return (lambda: task.cancel()) if task is not None else (lambda: None)
+    def cancel() -> None:
+        if task is not None:
+            task.cancel()
+
+    return cancel
 
 
 def main() -> None:

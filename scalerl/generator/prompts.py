@@ -6,18 +6,16 @@ curriculum removed.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scalerl.datafile import read_records
 from scalerl.errors import DataError
 from scalerl.recipe import NoPositiveResampling
 from scalerl.spec import DataSpec
-
-PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 @dataclass(frozen=True)
@@ -32,12 +30,11 @@ def load_examples(
 ) -> list[Example]:
     """Read a JSONL or Parquet file of prompts; a bad row is a DataError naming file and row."""
     path = Path(path)
-    rows = _parquet_rows(path) if path.suffix in PARQUET_SUFFIXES else _jsonl_rows(path)
     examples = []
-    for number, row in rows:
-        missing = [f for f in (prompt_field, answer_field) if not _has(row, f)]
+    for number, row in read_records(path):
+        missing = [f for f in (prompt_field, answer_field) if row.get(f) is None]
         if missing:
-            have = ", ".join(sorted(map(str, row))) if isinstance(row, dict) else type(row).__name__
+            have = ", ".join(sorted(row))
             raise DataError(
                 f"{path}:{number}: no field {missing[0]!r} (the row has: {have}); set "
                 f"spec.data.{'promptField' if missing[0] == prompt_field else 'answerField'}"
@@ -47,34 +44,6 @@ def load_examples(
     if not examples:
         raise DataError(f"{path}: no prompts in file")
     return examples
-
-
-def _has(row: Any, name: str) -> bool:
-    return isinstance(row, dict) and row.get(name) is not None
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: cannot read prompts ({err})") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{path}:{number}: not a JSON object ({err})") from None
-
-
-def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
-        raise DataError(f"{path}: cannot read Parquet ({err})") from None
-    yield from enumerate(table.to_pylist(), start=1)
 
 
 def train_and_validation(data: DataSpec, seed: int) -> tuple[list[Example], list[Example]]:

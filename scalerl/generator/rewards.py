@@ -115,4 +115,4 @@ def load_reward(name: str) -> RewardFn:
         target = getattr(target, part)
     if not callable(target):
         raise InputError(f"reward {name!r}: {attribute!r} is not callable")
-    return target  # type: ignore[return-value]
+    return target

@@ -63,8 +63,9 @@ def select_attempt(kube: Kube, owner: Owner, attempt: int) -> None:
     kube.patch("v1", "Service", owner.namespace, names.service(owner.name), body)
 
 
-def workload_attempt(job: dict[str, Any]) -> int | None:
-    value = (job.get("metadata", {}).get("labels") or {}).get(names.LABEL_ATTEMPT)
+def attempt_of(obj: dict[str, Any]) -> int | None:
+    """The gang attempt a workload Job or its pod belongs to (its label); None for no gang's."""
+    value = (obj.get("metadata", {}).get("labels") or {}).get(names.LABEL_ATTEMPT)
     return int(value) if value is not None and value.isdigit() else None
 
 
@@ -77,9 +78,9 @@ def ensure_workloads(
     for job in manifests.workloads(run, owner, attempt, images):
         name = job["metadata"]["name"]
         current = None if new else kube.find("batch/v1", "Job", owner.namespace, name)
-        if current is not None and workload_attempt(current) != attempt:
+        if current is not None and attempt_of(current) != attempt:
             remove_workloads(kube, owner)
-            raise StaleWorkload(f"{name} belongs to attempt {workload_attempt(current)}")
+            raise StaleWorkload(f"{name} belongs to attempt {attempt_of(current)}")
         if current is None and kube.create(job) is not None:
             created.append(f"Job/{name}")
     return created

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -90,7 +90,9 @@ def export_metrics(metrics: RunMetrics, run: dict[str, Any], deleted: bool) -> N
 
 
 def post_event(run: dict[str, Any], type_: str, reason: str, message: str) -> None:
-    kopf.event(run, type=type_, reason=reason, message=message[:1024])
+    kopf.event(
+        kopf.Body(cast(kopf.RawBody, run)), type=type_, reason=reason, message=message[:1024]
+    )
 
 
 def act(memo: Any, run: Any, what: Callable[[lifecycle.Context], object]) -> None:

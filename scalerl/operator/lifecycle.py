@@ -222,12 +222,6 @@ def start(
 # --- pods ----------------------------------------------------------------------------------------
 
 
-def pod_attempt(obj: dict[str, Any]) -> int | None:
-    """The gang attempt a workload pod or Job belongs to (its label)."""
-    value = (obj["metadata"].get("labels") or {}).get(names.LABEL_ATTEMPT)
-    return int(value) if value is not None and value.isdigit() else None
-
-
 def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
     """React to one pod of the gang reaching Running, Succeeded or Failed."""
     meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
@@ -240,9 +234,9 @@ def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
         return
     ctx = ctx.bound(run_obj)
     status = status_of(run_obj)
-    attempt = pod_attempt(pod)
-    if status.get("phase") in (*TERMINAL, SUSPENDED) or attempt != status.get("restarts", 0):
-        return  # a pod of an earlier gang, or of a run that no longer runs
+    attempt = children.attempt_of(pod)
+    if attempt is None or not current_gang(status, attempt):
+        return  # a pod of no gang or an earlier one, or of a run that no longer runs
     run, _ = parse(run_obj)
     if run is None:
         return
@@ -259,6 +253,12 @@ def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
             message="trainer 0 is running",
         ):
             ctx.emit(run_obj, NORMAL, "Running", f"gang attempt {attempt} is running")
+
+
+def current_gang(status: dict[str, Any], attempt: int) -> bool:
+    """Whether gang `attempt` is the one the run is running (or waiting for) now."""
+    running = status.get("phase") not in (*TERMINAL, SUSPENDED)
+    return running and attempt == status.get("restarts", 0)
 
 
 def pod_failure(pod: dict[str, Any]) -> str:
@@ -290,9 +290,9 @@ def on_workload_job(ctx: Context, job: dict[str, Any]) -> None:
     if run_obj is None:
         return
     ctx = ctx.bound(run_obj)
-    status, attempt = status_of(run_obj), pod_attempt(job)
-    if status.get("phase") in (*TERMINAL, SUSPENDED) or attempt != status.get("restarts", 0):
-        return  # an earlier gang's Job, or a run that no longer runs
+    status, attempt = status_of(run_obj), children.attempt_of(job)
+    if attempt is None or not current_gang(status, attempt):
+        return  # no gang's Job or an earlier one's, or a run that no longer runs
     run, _ = parse(run_obj)
     if run is not None and not pod_reported_failure(ctx, job):
         gang_failed(ctx, run, run_obj, failed, attempt)

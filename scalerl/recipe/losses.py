@@ -32,6 +32,7 @@ from torch import Tensor
 
 from scalerl.errors import InputError
 from scalerl.recipe.aggregation import AggregationMode, aggregate, masked_mean
+from scalerl.spec import EPSILON_HIGH, EPSILON_LOW, EPSILON_MAX
 
 LossName = Literal["cispo", "dapo", "grpo", "gspo"]
 STAT_NAMES = ("clip_fraction", "ratio_mean", "ratio_max", "ratio_min", "tokens")
@@ -41,9 +42,9 @@ STAT_NAMES = ("clip_fraction", "ratio_mean", "ratio_max", "ratio_min", "tokens")
 class ClipRange:
     """Ratio limits: CISPO's cap ``epsilon_max``; the clipped surrogates' ``1 ± epsilon``."""
 
-    epsilon_max: float = 4.0
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.28
+    epsilon_max: float = EPSILON_MAX
+    epsilon_low: float = EPSILON_LOW
+    epsilon_high: float = EPSILON_HIGH
 
     def __post_init__(self) -> None:
         if not self.epsilon_max > 0:
@@ -172,9 +173,9 @@ def compute_policy_loss(
     *,
     loss: LossName = "cispo",
     aggregation: AggregationMode = "prompt",
-    epsilon_max: float = 4.0,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.28,
+    epsilon_max: float = EPSILON_MAX,
+    epsilon_low: float = EPSILON_LOW,
+    epsilon_high: float = EPSILON_HIGH,
 ) -> tuple[Tensor, dict[str, float]]:
     """The scalar loss to minimise and its statistics.
 

@@ -16,6 +16,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zmq
 import zmq.auth.thread
@@ -88,14 +89,14 @@ class StreamKeys:
 class ServerAuth:
     """The trainer's side: makes a socket a CURVE server that admits only the client key."""
 
-    def __init__(self, context: zmq.Context, keys: StreamKeys) -> None:
+    def __init__(self, context: zmq.Context[Any], keys: StreamKeys) -> None:
         self._client_public = keys[CLIENT_PUBLIC]
         self._keys = keys
         self._authenticator = zmq.auth.thread.ThreadAuthenticator(context, log=log)
         self._authenticator.start()
         self._authenticator.configure_curve_callback(_ZAP_DOMAIN, credentials_provider=self)
 
-    def apply(self, sock: zmq.Socket) -> None:
+    def apply(self, sock: zmq.Socket[Any]) -> None:
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.CURVE_PUBLICKEY, self._keys[SERVER_PUBLIC])
         sock.setsockopt(zmq.CURVE_SECRETKEY, self._keys[SERVER_SECRET])
@@ -114,7 +115,7 @@ class ServerAuth:
         self._authenticator.stop()
 
 
-def apply_client(sock: zmq.Socket, keys: StreamKeys) -> None:
+def apply_client(sock: zmq.Socket[Any], keys: StreamKeys) -> None:
     """A generator's side: a CURVE client that holds the run's client pair."""
     sock.setsockopt(zmq.CURVE_SERVERKEY, keys[SERVER_PUBLIC])
     sock.setsockopt(zmq.CURVE_PUBLICKEY, keys[CLIENT_PUBLIC])

@@ -373,7 +373,8 @@ def encode(msg: Message) -> bytes:
     """The bytes of one message on the wire."""
     if type(msg) not in MESSAGE_TYPES.values():
         raise InputError(f"cannot encode {type(msg).__name__}: not a message type")
-    return msgpack.packb(msg.to_msg(), use_bin_type=True)
+    data: bytes = msgpack.packb(msg.to_msg(), use_bin_type=True)
+    return data
 
 
 def decode(data: bytes) -> Message:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from typing import Any
 
 import zmq
 
@@ -27,7 +28,9 @@ def _ms(timeout_s: float | None) -> int | None:
     return None if timeout_s is None else max(int(timeout_s * 1000), 0)
 
 
-def _socket(kind: int, max_in_flight: int, linger_s: float) -> tuple[zmq.Context, zmq.Socket]:
+def _socket(
+    kind: int, max_in_flight: int, linger_s: float
+) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
     if max_in_flight < 1:
         raise InputError(f"max_in_flight must be at least 1, got {max_in_flight}")
     context = zmq.Context()

@@ -173,7 +173,9 @@ class HistoryRow:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
-            raise DataError(f"history row has unknown fields {unknown} (of an older scalerl?)")
+            raise DataError(
+                f"history row has unknown fields {unknown}: not a row this scalerl writes"
+            )
         try:
             return cls(**data)
         except TypeError as err:

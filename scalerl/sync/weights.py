@@ -181,44 +181,19 @@ class WeightSender:
         return SendStats(version, layout.total, layout.buckets, time.perf_counter() - started)
 
     def _send_buckets(self, named: Iterable[tuple[str, Tensor]], layout: _Layout) -> None:
-        """The second pass: every bucket in order, each tensor copied into the bucket(s) it
-        falls in, or sent as it is where a bucket is one slice of it already on the device."""
-        packing: int | None = None  # the bucket being packed in the scratch buffer
-        filled = 0  # bytes of it written so far (the gaps between tensors are zeroed)
-        scratch = self._scratch
-        sent = count = 0
-
-        def flush() -> None:
-            nonlocal packing, sent
-            if packing is not None:
-                low, high = layout.bucket_range(packing)
-                scratch[filled : high - low].zero_()
-                self._broadcast_bucket(packing, scratch[: high - low])
-                packing, sent = None, sent + 1
-
+        """The second pass: every bucket in order (see `_BucketWriter`)."""
+        buckets = _BucketWriter(self, layout)
+        count = 0
         for count, (name, tensor) in enumerate(named, start=1):
             slot = _same_slot(layout, count - 1, name, tensor)
             data = _as_bytes(tensor)
             for index, first, last in _bucket_spans(slot, layout.bucket_bytes):
-                low, high = layout.bucket_range(index)
-                piece = data[first - slot.offset : last - slot.offset]
-                if packing != index:
-                    flush()
-                if (first, last) == (low, high) and piece.device == self.group.device:
-                    self._broadcast_bucket(index, piece)
-                    sent += 1
-                    continue
-                if packing is None:
-                    scratch = self._scratch_for(min(self.bucket_bytes, layout.total))
-                    packing, filled = index, 0
-                scratch[filled : first - low].zero_()
-                scratch[first - low : last - low].copy_(piece)
-                filled = last - low
-        flush()
-        if count != len(layout.slots) or sent != layout.buckets:
+                buckets.put(index, first, last, data[first - slot.offset : last - slot.offset])
+        buckets.flush()
+        if count != len(layout.slots) or buckets.sent != layout.buckets:
             raise InputError(
                 f"the weights changed between the sender's two passes: {count} tensors in "
-                f"{sent} buckets, the layout has {len(layout.slots)} in {layout.buckets}"
+                f"{buckets.sent} buckets, the layout has {len(layout.slots)} in {layout.buckets}"
             )
 
     def _scratch_for(self, nbytes: int) -> Tensor:
@@ -233,6 +208,48 @@ class WeightSender:
         """Send bucket `index`. Tests override this to damage or interrupt a transfer; `data`
         may be a view of the caller's tensor, so an override must not write into it."""
         self.group.broadcast(data)
+
+
+class _BucketWriter:
+    """The sender's buckets, in order, from the pieces of its tensors: each piece is copied into
+    the bucket it falls in (packed in the sender's scratch buffer, sent once the next bucket
+    begins), or sent as it is where it is a whole bucket already on the device."""
+
+    def __init__(self, sender: WeightSender, layout: _Layout) -> None:
+        self.sender = sender
+        self.layout = layout
+        self.scratch = sender._scratch
+        self.packing: int | None = None  # the bucket being packed in the scratch buffer
+        self.filled = 0  # bytes of it written so far (the gaps between tensors are zeroed)
+        self.sent = 0  # buckets broadcast
+
+    def put(self, index: int, first: int, last: int, piece: Tensor) -> None:
+        """`piece`: payload bytes [first, last), which lie in bucket `index`."""
+        low, high = self.layout.bucket_range(index)
+        if self.packing != index:
+            self.flush()
+        if (first, last) == (low, high) and piece.device == self.sender.group.device:
+            self.sender._broadcast_bucket(index, piece)
+            self.sent += 1
+            return
+        if self.packing is None:
+            self.scratch = self.sender._scratch_for(
+                min(self.sender.bucket_bytes, self.layout.total)
+            )
+            self.packing, self.filled = index, 0
+        self.scratch[self.filled : first - low].zero_()
+        self.scratch[first - low : last - low].copy_(piece)
+        self.filled = last - low
+
+    def flush(self) -> None:
+        """Send the bucket being packed, if any, its bytes after the last piece zeroed."""
+        if self.packing is None:
+            return
+        low, high = self.layout.bucket_range(self.packing)
+        self.scratch[self.filled : high - low].zero_()
+        self.sender._broadcast_bucket(self.packing, self.scratch[: high - low])
+        self.packing = None
+        self.sent += 1
 
 
 class WeightReceiver:

@@ -11,7 +11,7 @@ from scalerl.trainer.checkpoint import (
 )
 from scalerl.trainer.optim import LinearWarmup, build_optimizer
 from scalerl.trainer.policy import Policy, load_policy
-from scalerl.trainer.step import StepResult, train_step
+from scalerl.trainer.step import StepResult, StepSettings, train_step
 
 __all__ = [
     "Batch",
@@ -19,6 +19,7 @@ __all__ = [
     "LinearWarmup",
     "Policy",
     "StepResult",
+    "StepSettings",
     "build_batch",
     "build_optimizer",
     "latest_checkpoint",

@@ -44,8 +44,6 @@ from scalerl.trainer.shard import Ranks, full_weights, is_sharded
 CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
 TEMP_PREFIX = ".tmp-step-"
 OPTIMIZER_DIR = "optimizer"
-# Before sharded checkpoints, one trainer's `optimizer.state_dict()`; still read on one rank.
-LEGACY_OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
 STATE_FILE = "state.json"
 
@@ -112,9 +110,6 @@ def write_shared(directory: Path, policy: Policy, optimizer: Optimizer) -> None:
 
 def load_optimizer(path: Path, policy: Policy, optimizer: Optimizer) -> None:
     """The optimizer's state from checkpoint ``path``, resharded for this policy's ranks."""
-    if not (path / OPTIMIZER_DIR).is_dir() and (path / LEGACY_OPTIMIZER_FILE).is_file():
-        _load_legacy_optimizer(path, policy, optimizer)
-        return
     state = {"optimizer": get_optimizer_state_dict(policy.scorer, optimizer)}
     try:
         with _one_process_is_fine():
@@ -122,24 +117,6 @@ def load_optimizer(path: Path, policy: Policy, optimizer: Optimizer) -> None:
     except (OSError, RuntimeError, ValueError, CheckpointException) as err:
         raise DataError(f"cannot read the optimizer state in checkpoint {path}: {err}") from err
     set_optimizer_state_dict(policy.scorer, optimizer, optim_state_dict=state["optimizer"])
-
-
-def _load_legacy_optimizer(path: Path, policy: Policy, optimizer: Optimizer) -> None:
-    """A checkpoint written before sharded checkpoints: one trainer's whole optimizer state,
-    which only an unsharded trainer can take as it is. Its next checkpoint has the new format."""
-    if is_sharded(policy):
-        raise DataError(
-            f"checkpoint {path} holds one trainer's optimizer state ({LEGACY_OPTIMIZER_FILE}, "
-            "written by an older scalerl): resume it with one trainer rank first; the checkpoints "
-            "written after that resume on any number of ranks"
-        )
-    try:
-        state = torch.load(
-            path / LEGACY_OPTIMIZER_FILE, map_location=policy.device, weights_only=True
-        )
-        optimizer.load_state_dict(state)
-    except (OSError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as err:
-        raise DataError(f"cannot read the optimizer state in checkpoint {path}: {err}") from err
 
 
 @contextlib.contextmanager

@@ -41,7 +41,7 @@ from scalerl.rollout.records import (
     Stop,
 )
 from scalerl.rollout.stream import TrainerChannel
-from scalerl.spec import RunSpec, ScaleRLRun, load_run
+from scalerl.spec import EPSILON_HIGH, EPSILON_LOW, EPSILON_MAX, RunSpec, ScaleRLRun, load_run
 from scalerl.status import StatusSink, open_status
 from scalerl.status.history import HeldOut, HistoryRow, Progress, TrainSummary
 from scalerl.trainer.batch import BatchStats, build_batch
@@ -65,7 +65,7 @@ from scalerl.trainer.shard import (
     leave_ranks,
     shard_policy,
 )
-from scalerl.trainer.step import StepResult, train_step
+from scalerl.trainer.step import StepResult, StepSettings, train_step
 
 log = logging.getLogger("scalerl.trainer")
 
@@ -197,7 +197,7 @@ class Trainer:
         self.ranks.announce("step", batch)
         with self.publisher.device():
             result = train_step(
-                self.policy, self.optimizer, self.scheduler, batch, **step_settings(self.spec)
+                self.policy, self.optimizer, self.scheduler, batch, step_settings(self.spec)
             )
         self.phases.add("forward_backward", result.seconds - result.optimizer_seconds)
         self.phases.add("optimizer", result.optimizer_seconds)
@@ -427,19 +427,20 @@ def summarize(stats: BatchStats, result: StepResult | None) -> TrainSummary:
     )
 
 
-def step_settings(spec: RunSpec) -> dict[str, Any]:
-    """`train_step`'s settings from the recipe (every rank steps with the same)."""
+def step_settings(spec: RunSpec) -> StepSettings:
+    """`train_step`'s settings from the recipe (every rank steps with the same); a loss without
+    a cap or clip of its own gets the default, which it does not use."""
     recipe = spec.recipe
-    return {
-        "loss": recipe.loss.type,
-        "aggregation": recipe.aggregation,
-        "epsilon_max": getattr(recipe.loss, "epsilon_max", 4.0),
-        "epsilon_low": getattr(recipe.loss, "epsilon_low", 0.2),
-        "epsilon_high": getattr(recipe.loss, "epsilon_high", 0.28),
-        "max_grad_norm": recipe.optimizer.max_grad_norm,
-        "micro_batch_tokens": spec.trainers.micro_batch_tokens,
-        "packed": spec.trainers.pack_sequences,
-    }
+    return StepSettings(
+        loss=recipe.loss.type,
+        aggregation=recipe.aggregation,
+        epsilon_max=getattr(recipe.loss, "epsilon_max", EPSILON_MAX),
+        epsilon_low=getattr(recipe.loss, "epsilon_low", EPSILON_LOW),
+        epsilon_high=getattr(recipe.loss, "epsilon_high", EPSILON_HIGH),
+        max_grad_norm=recipe.optimizer.max_grad_norm,
+        micro_batch_tokens=spec.trainers.micro_batch_tokens,
+        packed=spec.trainers.pack_sequences,
+    )
 
 
 @dataclass
@@ -543,7 +544,7 @@ def follow(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> None:
         kind, payload = ranks.next()
         if kind == "step":
             result = train_step(
-                learner.policy, learner.optimizer, learner.scheduler, payload, **settings
+                learner.policy, learner.optimizer, learner.scheduler, payload, settings
             )
             if not result.skipped:
                 metrics.step_seconds.observe(result.seconds)

@@ -99,9 +99,10 @@ class Policy:
         """
         batch = batch.to(self.device)
         targets = batch.input_ids.gather(1, batch.completion_positions)
-        return self.scorer(
+        scored: tuple[Tensor, Tensor] = self.scorer(
             batch.input_ids, batch.attention_mask, batch.completion_positions, targets, packed
         )
+        return scored
 
     def named_weights(self, cast: bool = True) -> Iterator[tuple[str, Tensor]]:
         """HF-format ``(name, tensor)`` pairs to broadcast, detached, in the checkpoint's dtype.
@@ -237,7 +238,7 @@ class Scorer(nn.Module):
                 steps[r, offset:] = torch.arange(width - offset, device=input_ids.device)
                 row_of[i], start_of[i] = r, offset
                 offset += lengths[i]
-        hidden = self.model.base_model(
+        hidden: Tensor = self.model.base_model(
             input_ids=ids, position_ids=steps, use_cache=False
         ).last_hidden_state
         device = input_ids.device
@@ -284,7 +285,7 @@ def load_policy(
         raise InputError(f"sampling temperature must be > 0; got {temperature}")
     root = check_model_dir(path)
     model, tokenizer = _load_pretrained(root, torch.float32 if master_weights else torch_dtype)
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # transformers wraps `to`
     model.eval()  # dropout off: trainer and generator must compute the same function
     policy = Policy(
         model,
@@ -359,7 +360,7 @@ def _upcast_head(policy: Policy) -> None:
         embeddings.register_forward_hook(lambda _m, _i, out: out.to(body_dtype))
 
 
-def head_parameter_name(model: nn.Module) -> str:
+def head_parameter_name(model: PreTrainedModel) -> str:
     """The state-dict name of the LM head weight as saved (the embedding's name when tied)."""
     head = model.get_output_embeddings()
     for name, param in model.named_parameters():  # deduplicated: the first (saved) name wins

@@ -123,9 +123,9 @@ def end_rank_process(code: int) -> NoReturn:
 
     FSDP2's device meshes keep the gloo group, and its native threads, alive past
     `destroy_process_group` (cached sharding specs hold the mesh, the mesh holds the group).
-    Tearing those down while the interpreter finalizes aborted a rank now and then in CI
-    ("terminate called without an active exception", SIGABRT), after every collective had
-    finished. Nothing is left to do at that point but flush what was written."""
+    Tearing those down while the interpreter finalizes can abort a rank ("terminate called
+    without an active exception", SIGABRT) after every collective has finished. Nothing is left
+    to do at that point but flush what was written."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -58,18 +58,22 @@ class StepResult:
 
 
 @dataclass(frozen=True)
-class LossSettings:
-    """The recipe choices `compute_policy_loss` takes, gathered once per step."""
+class StepSettings:
+    """The recipe's choices for one optimizer step (every trainer rank steps with the same).
+
+    Micro-batches hold at most ``micro_batch_samples`` samples or ``micro_batch_tokens`` tokens
+    (prompt + completion); ``packed`` runs each as one row without padding.
+    """
 
     loss: LossName
     aggregation: AggregationMode
     epsilon_max: float
     epsilon_low: float
     epsilon_high: float
+    max_grad_norm: float | None = None
+    micro_batch_samples: int | None = None
+    micro_batch_tokens: int | None = None
     packed: bool = False
-    # Trainer ranks: FSDP averages gradients over them, and the micro-batch weights already sum
-    # to the whole batch's loss, so each backward is scaled back up by their number.
-    ranks: int = 1
 
 
 def train_step(
@@ -77,38 +81,27 @@ def train_step(
     optimizer: Optimizer,
     scheduler: LRScheduler,
     batch: Batch,
-    *,
-    loss: LossName,
-    aggregation: AggregationMode,
-    epsilon_max: float,
-    epsilon_low: float,
-    epsilon_high: float,
-    max_grad_norm: float | None = None,
-    micro_batch_samples: int | None = None,
-    micro_batch_tokens: int | None = None,
-    packed: bool = False,
+    settings: StepSettings,
 ) -> StepResult:
-    """Take one optimizer step on ``batch`` (or skip it, see the NaN guard). Micro-batches hold
-    at most ``micro_batch_samples`` samples or ``micro_batch_tokens`` tokens (prompt +
-    completion); ``packed`` runs each as one row without padding."""
+    """Take one optimizer step on ``batch`` (or skip it, see the NaN guard)."""
     started = time.perf_counter()
     rank, ranks = _world()
-    settings = LossSettings(
-        loss, aggregation, epsilon_max, epsilon_low, epsilon_high, packed, ranks
-    )
     lr = float(optimizer.param_groups[0]["lr"])
     optimizer.zero_grad(set_to_none=True)
     batch = batch.to(policy.device)
     if batch.tokens == 0:  # AdamW would still decay the weights: nothing to learn, no step
         return _skip(optimizer, batch, lr, started, "no trained tokens in the batch", _Totals())
-    parts = plan_micro_batches(batch, micro_batch_samples, aggregation, micro_batch_tokens)
+    aggregation = settings.aggregation
+    parts = plan_micro_batches(
+        batch, settings.micro_batch_samples, aggregation, settings.micro_batch_tokens
+    )
     weights = micro_batch_weights(batch, parts, aggregation)
     totals = _Totals()
     finite = True
     for rows, weight in my_share(parts, weights, rank, ranks):
         # Every part is run even after a non-finite loss: sharded ranks must pair up in each
         # forward and backward. The step is skipped below if any rank saw one.
-        part_loss = _backward(policy, batch.select(rows), settings, weight, totals)
+        part_loss = _backward(policy, batch.select(rows), settings, weight, ranks, totals)
         finite = finite and math.isfinite(part_loss)
     totals.reduce()
     if not _everywhere(finite):
@@ -121,8 +114,8 @@ def train_step(
             optimizer, batch, lr, started, f"non-finite gradient norm ({grad_norm})", totals
         )
     updating = time.perf_counter()
-    if max_grad_norm is not None and grads:
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    if settings.max_grad_norm is not None and grads:
+        torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -153,7 +146,8 @@ def my_share(
     """This rank's micro-batches: every world-th one. Each rank gets as many, padded with a
     weightless stand-in (None), because sharded ranks gather and reduce in every forward and
     backward."""
-    mine: list[tuple[Tensor, float | None]] = list(zip(parts, weights, strict=True))[rank::world]
+    pairs: list[tuple[Tensor, float | None]] = [*zip(parts, weights, strict=True)]
+    mine = pairs[rank::world]
     rounds = -(-len(parts) // world)
     return mine + [(parts[0][:1], None)] * (rounds - len(mine))
 
@@ -178,10 +172,18 @@ def _total_norm(grads: list[Tensor]) -> float:
 
 
 def _backward(
-    policy: Policy, part: Batch, settings: LossSettings, weight: float | None, totals: _Totals
+    policy: Policy,
+    part: Batch,
+    settings: StepSettings,
+    weight: float | None,
+    ranks: int,
+    totals: _Totals,
 ) -> float:
     """Forward and backward one micro-batch; returns its (unweighted) loss. A weightless
-    stand-in (None) only keeps this rank in step with the others: zero gradient, no totals."""
+    stand-in (None) only keeps this rank in step with the others: zero gradient, no totals.
+
+    FSDP averages gradients over the trainer ranks, and the micro-batch weights already sum to
+    the whole batch's loss, so each backward is scaled back up by their number."""
     logprobs, entropy = policy.completion_logprobs(part, packed=settings.packed)
     part_loss, stats = compute_policy_loss(
         logprobs,
@@ -196,7 +198,7 @@ def _backward(
         epsilon_high=settings.epsilon_high,
     )
     value = float(part_loss.detach())
-    scale = 0.0 if weight is None else weight * settings.ranks
+    scale = 0.0 if weight is None else weight * ranks
     (part_loss * scale).backward()  # a non-finite step is discarded after all parts
     if weight is not None:
         totals.add(value * weight, entropy, part.loss_mask, stats)

@@ -209,7 +209,7 @@ def test_a_four_point_curve_that_hit_a_singular_matrix_fits() -> None:
 
 
 def test_a_curve_whose_c_mid_ran_off_to_overflow_fits() -> None:
-    # A falling, noisy curve with R0 fitted: ln C_mid used to run past 709 and math.exp overflowed.
+    # A falling, noisy curve with R0 fitted: ln C_mid can run past 709, where math.exp overflows.
     compute = [0.05, 0.0534, 0.0668, 0.0768, 0.0863, 0.1083]
     pass_rate = [0.3203125, 0.234375, 0.2578125, 0.3203125, 0.3203125, 0.2734375]
     result = fit_curve(compute, pass_rate, min_compute=0.0, r0="fit")

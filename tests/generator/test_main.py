@@ -73,5 +73,6 @@ def test_generator_reports_an_unreachable_trainer(tmp_path: Path) -> None:
 def test_generator_reports_a_missing_model_directory(tmp_path: Path) -> None:
     result, _ = run_generator(tmp_path, tmp_path / "nowhere")
     assert result.returncode == 2
-    assert f"spec.model.path: {tmp_path / 'nowhere'} is not a Hugging Face model" in result.stderr
+    missing = f"spec.model.path: {tmp_path / 'nowhere'} does not exist"
+    assert f"{missing}; it must be a Hugging Face model directory" in result.stderr
     assert "Traceback" not in result.stderr

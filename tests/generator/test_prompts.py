@@ -43,7 +43,7 @@ def test_a_missing_field_names_the_row_what_it_has_and_the_setting(tmp_path: Pat
 def test_a_broken_jsonl_line_is_named(tmp_path: Path) -> None:
     path = tmp_path / "train.jsonl"
     path.write_text('{"prompt": "a", "answer": "b"}\n{not json\n')
-    with pytest.raises(DataError, match=r"train.jsonl:2: not a JSON object"):
+    with pytest.raises(DataError, match=r"train.jsonl:2: not valid JSON"):
         load_examples(path)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from scalerl.errors import DataError, InputError
 from scalerl.rollout.records import RolloutGroup
 from scalerl.trainer import (
     Policy,
+    StepSettings,
     build_batch,
     build_optimizer,
     latest_checkpoint,
@@ -25,7 +25,7 @@ from scalerl.trainer import (
     save_checkpoint,
     train_step,
 )
-from scalerl.trainer.checkpoint import LEGACY_OPTIMIZER_FILE, OPTIMIZER_DIR
+from scalerl.trainer.checkpoint import OPTIMIZER_DIR
 
 Trained = tuple[Policy, Optimizer, LRScheduler]
 
@@ -46,17 +46,10 @@ def trained(
     batch, _ = build_batch(groups, current_version=0, max_off_policy=None, pad_id=policy.pad_id)
     assert batch is not None
     for _ in range(2):
-        result = train_step(
-            policy,
-            optimizer,
-            scheduler,
-            batch,
-            loss="cispo",
-            aggregation="prompt",
-            epsilon_max=4.0,
-            epsilon_low=0.2,
-            epsilon_high=0.28,
+        settings = StepSettings(
+            "cispo", "prompt", epsilon_max=4.0, epsilon_low=0.2, epsilon_high=0.28
         )
+        result = train_step(policy, optimizer, scheduler, batch, settings)
         assert not result.skipped
     return policy, optimizer, scheduler
 
@@ -166,20 +159,6 @@ def test_loading_an_incomplete_checkpoint_raises_data_error(
 def test_keep_must_be_positive(model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="keep"):
         save(tmp_path, 1, fresh(model_dir), keep=0)
-
-
-def test_a_checkpoint_of_an_older_scalerl_resumes_on_one_rank(
-    model_dir: Path, make_group: Callable[..., RolloutGroup], tmp_path: Path
-) -> None:
-    # Before sharded checkpoints the optimizer was one trainer's `state_dict()` in optimizer.pt.
-    run = trained(model_dir, make_group)
-    saved = save(tmp_path, 2, run)
-    shutil.rmtree(saved / OPTIMIZER_DIR)
-    torch.save(run[1].state_dict(), saved / LEGACY_OPTIMIZER_FILE)
-
-    policy, optimizer, scheduler = fresh(model_dir)
-    load_checkpoint(saved, policy=policy, optimizer=optimizer, scheduler=scheduler)
-    assert_same_optimizer_state(run[1], optimizer)
 
 
 def test_a_damaged_optimizer_state_is_a_data_error_naming_the_checkpoint(

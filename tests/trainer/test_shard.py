@@ -19,7 +19,14 @@ import torch.distributed as dist
 
 from scalerl.ports import free_port
 from scalerl.rollout.records import RolloutGroup
-from scalerl.trainer import Batch, build_batch, build_optimizer, load_policy, train_step
+from scalerl.trainer import (
+    Batch,
+    StepSettings,
+    build_batch,
+    build_optimizer,
+    load_policy,
+    train_step,
+)
 from scalerl.trainer.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -45,6 +52,7 @@ STEP = {
     "epsilon_high": 0.28,
     "max_grad_norm": 1.0,
 }
+BY_FOURS = StepSettings(**STEP, micro_batch_samples=4)
 TIMEOUT_S = 120
 
 
@@ -85,7 +93,7 @@ def step_on(
     memory = dict(memory)
     checkpointing = memory.pop("checkpointing", False)
     trio = learner(model_dir, sharded=dist.is_initialized(), checkpointing=checkpointing)
-    result = train_step(*trio, batch, **memory, **STEP)
+    result = train_step(*trio, batch, StepSettings(**STEP, **memory))
     return {name: t.clone() for name, t in full_weights(trio[0])}, result
 
 
@@ -159,7 +167,7 @@ def test_a_sharded_step_equals_the_one_rank_step(
 def step_and_checkpoint(rank: int, world: int, model_dir: Path, batch: Batch, root: Path) -> None:
     """Step once and checkpoint: rank 0 saves, the others follow its announcement."""
     policy, optimizer, scheduler = learner(model_dir, sharded=True)
-    train_step(policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP)
+    train_step(policy, optimizer, scheduler, batch, BY_FOURS)
     ranks = Ranks(rank, world)
     if ranks.leader:
         save_checkpoint(
@@ -184,14 +192,14 @@ def test_a_two_rank_checkpoint_resumes_on_one_rank_exactly(
     # One rank, resumed from what two wrote, against one rank that never stopped: a second
     # step must agree, which needs the weights and AdamW's moments back exactly.
     reference = learner(model_dir, sharded=False)
-    train_step(*reference, batch, micro_batch_samples=4, **STEP)
+    train_step(*reference, batch, BY_FOURS)
     resumed = learner(saved, sharded=False)
     state = load_checkpoint(
         saved, policy=resumed[0], optimizer=resumed[1], scheduler=resumed[2], weights=False
     )
     assert state["step"] == 1
     for policy, optimizer, scheduler in (reference, resumed):
-        train_step(policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP)
+        train_step(policy, optimizer, scheduler, batch, BY_FOURS)
     expected = dict(reference[0].named_weights(cast=False))
     for name, tensor in resumed[0].named_weights(cast=False):
         torch.testing.assert_close(tensor, expected[name], rtol=1e-5, atol=1e-6)
@@ -215,7 +223,7 @@ def gpu_step(rank: int, world: int, model_dir: Path, batch: Batch, out: Path) ->
     optimizer, scheduler = build_optimizer(
         policy.parameters(), lr=1e-3, weight_decay=0.01, eps=1e-15, warmup_steps=0
     )
-    result = train_step(policy, optimizer, scheduler, batch, micro_batch_samples=4, **STEP)
+    result = train_step(policy, optimizer, scheduler, batch, BY_FOURS)
     moments = {v.dtype for s in optimizer.state.values() for v in s.values() if v.dim()}
     weights = {name: t.float().cpu() for name, t in full_weights(policy, cast=False)}
     if rank == 0:

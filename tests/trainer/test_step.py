@@ -14,12 +14,21 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from scalerl.rollout.records import RolloutGroup
-from scalerl.trainer import Batch, Policy, build_batch, build_optimizer, load_policy, train_step
+from scalerl.trainer import (
+    Batch,
+    Policy,
+    StepSettings,
+    build_batch,
+    build_optimizer,
+    load_policy,
+    train_step,
+)
 from scalerl.trainer.shard import checkpoint_layers
 from scalerl.trainer.step import _pack_groups, plan_micro_batches
 
 Factory = Callable[..., RolloutGroup]
 CLIPS = {"epsilon_max": 4.0, "epsilon_low": 0.2, "epsilon_high": 0.28}
+CISPO = StepSettings("cispo", "prompt", **CLIPS)
 
 
 def mixed_batch(make_group: Factory, policy: Policy, groups: int = 4, size: int = 4) -> Batch:
@@ -56,9 +65,7 @@ def test_the_reported_entropy_is_the_batchs_mean_token_entropy(
     optimizer, scheduler = build_optimizer(
         policy.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-15, warmup_steps=0
     )
-    result = train_step(
-        policy, optimizer, scheduler, batch, loss="cispo", aggregation="prompt", **CLIPS
-    )
+    result = train_step(policy, optimizer, scheduler, batch, CISPO)
     assert result.entropy == pytest.approx(sum(values) / len(values), rel=1e-5)
 
 
@@ -74,9 +81,7 @@ def test_step_raises_logprobs_of_positive_advantage_samples(
     optimizer, scheduler = build_optimizer(
         policy.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-15, warmup_steps=0
     )
-    result = train_step(
-        policy, optimizer, scheduler, batch, loss="cispo", aggregation="prompt", **CLIPS
-    )
+    result = train_step(policy, optimizer, scheduler, batch, CISPO)
     assert not result.skipped and math.isfinite(result.loss) and result.grad_norm > 0
     assert result.tokens == batch.tokens and result.samples == batch.samples
     assert result.entropy > 0 and result.lr == pytest.approx(1e-4)
@@ -97,20 +102,12 @@ def test_nan_guard_skips_and_changes_nothing(
     optimizer, scheduler = build_optimizer(
         policy.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-15, warmup_steps=10
     )
-    train_step(policy, optimizer, scheduler, batch, loss="cispo", aggregation="prompt", **CLIPS)
+    train_step(policy, optimizer, scheduler, batch, CISPO)
     params, state = snapshot(policy), copy.deepcopy(optimizer.state_dict())
     schedule = scheduler.state_dict()
     poisoned = getattr(batch, poison).clone()
     poisoned.view(-1)[0] = math.nan
-    result = train_step(
-        policy,
-        optimizer,
-        scheduler,
-        replace(batch, **{poison: poisoned}),
-        loss="cispo",
-        aggregation="prompt",
-        **CLIPS,
-    )
+    result = train_step(policy, optimizer, scheduler, replace(batch, **{poison: poisoned}), CISPO)
     assert result.skipped and "non-finite" in result.reason
     assert all(torch.equal(p, params[name]) for name, p in policy.model.named_parameters())
     assert all(p.grad is None for p in policy.parameters())
@@ -129,9 +126,8 @@ def test_nan_gradient_norm_is_skipped(model_dir: Path, make_group: Factory) -> N
     )
     params = snapshot(policy)
     hook = policy.head.weight.register_hook(lambda grad: grad * math.inf)
-    result = train_step(
-        policy, optimizer, scheduler, batch, loss="cispo", aggregation="token", **CLIPS
-    )
+    token = replace(CISPO, aggregation="token")
+    result = train_step(policy, optimizer, scheduler, batch, token)
     hook.remove()
     assert result.skipped and "gradient norm" in result.reason
     assert all(torch.equal(p, params[name]) for name, p in policy.model.named_parameters())
@@ -154,17 +150,8 @@ def sgd_step(
     optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)
     scheduler = LambdaLR(optimizer, lambda _: 1.0)
     clips = {**CLIPS, "epsilon_low": 0.003, "epsilon_high": 0.004} if loss == "gspo" else CLIPS
-    result = train_step(
-        policy,
-        optimizer,
-        scheduler,
-        batch,
-        loss=loss,
-        aggregation=aggregation,
-        micro_batch_samples=micro,
-        **clips,
-        **memory,
-    )
+    settings = StepSettings(loss, aggregation, **clips, micro_batch_samples=micro, **memory)
+    result = train_step(policy, optimizer, scheduler, batch, settings)
     return policy, result.loss
 
 
@@ -252,16 +239,8 @@ def test_grad_clipping_bounds_the_update(model_dir: Path, make_group: Factory) -
     batch = mixed_batch(make_group, policy)
     before = snapshot(policy)
     optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)
-    result = train_step(
-        policy,
-        optimizer,
-        LambdaLR(optimizer, lambda _: 1.0),
-        batch,
-        loss="cispo",
-        aggregation="prompt",
-        max_grad_norm=1e-3,
-        **CLIPS,
-    )
+    clipped = replace(CISPO, max_grad_norm=1e-3)
+    result = train_step(policy, optimizer, LambdaLR(optimizer, lambda _: 1.0), batch, clipped)
     assert result.grad_norm > 1e-3  # reported before clipping
     moved = torch.cat(
         [(p.detach() - before[n]).flatten() for n, p in policy.model.named_parameters()]
@@ -297,8 +276,6 @@ def test_batch_without_trained_tokens_is_skipped(model_dir: Path, make_group: Fa
     )
     params = snapshot(policy)
     empty = replace(batch, loss_mask=torch.zeros_like(batch.loss_mask))
-    result = train_step(
-        policy, optimizer, scheduler, empty, loss="cispo", aggregation="prompt", **CLIPS
-    )
+    result = train_step(policy, optimizer, scheduler, empty, CISPO)
     assert result.skipped and "no trained tokens" in result.reason
     assert all(torch.equal(p, params[name]) for name, p in policy.model.named_parameters())
