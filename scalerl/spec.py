@@ -116,6 +116,11 @@ class DataSpec(_Model):
     reward: str = Field(
         "math", description="math (math-verify) | exact | module:function returning +1/-1."
     )
+    log_consumed: Bool = Field(
+        False,
+        description="Write which prompts each training step took (id, epoch, generator) to "
+        "consumed.jsonl beside history.jsonl: a line per step, so off for large runs.",
+    )
 
     @field_validator("reward")
     @classmethod

@@ -142,6 +142,8 @@ class Generator:
     validation: list[Example]
     metrics: GeneratorMetrics
     curriculum: NoPositiveResampling = field(default_factory=NoPositiveResampling)
+    # The run's data position at Start: prompt id -> the epochs a training step consumed it in.
+    consumed: dict[str, list[int]] = field(default_factory=dict)
     tally: Tally = field(init=False)
 
     def __post_init__(self) -> None:
@@ -171,7 +173,7 @@ class Generator:
         return samples
 
     async def produce(
-        self, prompts: Iterator[Example], outbox: asyncio.Queue[RolloutGroup]
+        self, prompts: Iterator[tuple[Example, int]], outbox: asyncio.Queue[RolloutGroup]
     ) -> None:
         """One producer: pull the next prompt, sample its group, queue it (blocks when full).
 
@@ -180,13 +182,14 @@ class Generator:
         n = self.spec.recipe.batch.generations_per_prompt
         while not self.stopped.is_set():
             await self.wait_for_quota()
-            example = next(prompts)
+            example, epoch = next(prompts)
             self.tally.begin()
             try:
                 samples = await self.sample_group(example, n)
             finally:
                 self.tally.end()
-            group = RolloutGroup(example.id, self.prompts.encode(example), samples, self.index)
+            ids = self.prompts.encode(example)
+            group = RolloutGroup(example.id, ids, samples, self.index, epoch)
             self.count(group)
             await outbox.put(group)
 
@@ -360,6 +363,7 @@ class Generator:
         self.channel.hello(timeout_s=self.env.peer_timeout_s)
         start = await self.wait_for(Start, self.env.peer_timeout_s)
         self.curriculum.load_state_dict(start.curriculum)
+        self.consumed = start.consumed
         await self.engine.start()
         colocated = self.engine.colocation is not None  # weights are loaded in memory
         if not colocated:
@@ -382,6 +386,11 @@ class Generator:
         self.grant_quota(first=True)
         self.tally = Tally(self.metrics)
 
+    def order_seed(self) -> str:
+        """What fixes the order of this generator's shard in each epoch: the run's seed and the
+        shard (which generator of how many), so a restarted gang serves the same orders."""
+        return f"{self.spec.seed}/shard-{self.index}-of-{self.spec.generators.replicas}"
+
     async def run_forever(self) -> None:
         await self.start()
         recipe = self.spec.recipe
@@ -389,7 +398,7 @@ class Generator:
         outbox: asyncio.Queue[RolloutGroup] = asyncio.Queue(maxsize=per_generator)
         active = self.spec.recipe.no_positive_resampling.enabled
         curriculum = self.curriculum if active else None
-        prompts = PromptOrder(self.train, curriculum, seed=self.spec.seed + self.index)
+        prompts = PromptOrder(self.train, curriculum, self.order_seed(), served=self.consumed)
         shared = iter(prompts)
         tasks = [asyncio.create_task(self.produce(shared, outbox)) for _ in range(per_generator)]
         tasks.append(asyncio.create_task(self.send_outbox(outbox)))

@@ -7,7 +7,7 @@ curriculum removed.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from scalerl.datafile import read_records
 from scalerl.errors import DataError
 from scalerl.recipe import NoPositiveResampling
+from scalerl.rollout.position import EpochOrder
 from scalerl.spec import DataSpec
 
 
@@ -132,32 +133,29 @@ class PromptEncoder:
         return longest
 
 
-class PromptOrder:
-    """Endless epochs over a shard, reshuffled each epoch, skipping prompts the curriculum
-    removed (when it is enabled)."""
+class PromptOrder(EpochOrder[Example]):
+    """A generator's shard of the train prompts, epoch after epoch from the run's data position
+    (`scalerl.rollout.position`), skipping prompts the curriculum removed (when it is enabled).
+    Yields (example, epoch)."""
 
     def __init__(
         self,
         examples: list[Example],
         curriculum: NoPositiveResampling | None,
-        seed: int,
+        seed: str,
+        served: Mapping[str, Iterable[int]] | None = None,
     ) -> None:
         if not examples:
             raise DataError("this generator's shard of the train prompts is empty")
-        self.examples = examples
-        self.curriculum = curriculum
-        self.rng = random.Random(seed)
-        self.epoch = 0
+        super().__init__(examples, _example_id, seed, served, curriculum)
 
-    def __iter__(self) -> Iterator[Example]:
-        while True:
-            curriculum = self.curriculum
-            active = [e for e in self.examples if curriculum is None or curriculum.is_active(e.id)]
-            if not active:
-                raise DataError(
-                    "every prompt of this generator's shard reached the no-positive-resampling "
-                    "threshold; nothing is left to train on"
-                )
-            self.rng.shuffle(active)
-            yield from active
-            self.epoch += 1
+    def __iter__(self) -> Iterator[tuple[Example, int]]:
+        yield from super().__iter__()
+        raise DataError(
+            "every prompt of this generator's shard reached the no-positive-resampling "
+            "threshold; nothing is left to train on"
+        )
+
+
+def _example_id(example: Example) -> str:
+    return example.id

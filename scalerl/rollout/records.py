@@ -170,6 +170,7 @@ class RolloutGroup:
     prompt_ids: list[int]
     samples: list[Sample]
     generator: int
+    epoch: int = 0  # the epoch of the data it was served in (scalerl.rollout.position)
 
     @property
     def min_version(self) -> int:
@@ -204,6 +205,7 @@ class RolloutGroup:
             "prompt_ids": list(self.prompt_ids),
             "samples": [s.to_msg() for s in self.samples],
             "generator": self.generator,
+            "epoch": self.epoch,
         }
 
     @classmethod
@@ -220,6 +222,7 @@ class RolloutGroup:
             prompt_ids=prompt_ids,
             samples=[Sample.from_msg(s) for s in samples],
             generator=_check(_field(msg, "generator", kind), int, f"{kind}.generator"),
+            epoch=_check(_field(msg, "epoch", kind), int, f"{kind}.epoch"),
         )
 
 
@@ -312,12 +315,14 @@ class Failure(_Plain):
 @dataclass
 class Start(_Plain):
     """Where the run stands, sent to each generator after its Hello (trainer -> one generator):
-    the policy version and step to resume from and that generator's curriculum state."""
+    the policy version and step to resume from, that generator's curriculum state and the run's
+    data position (scalerl.rollout.position: prompt id -> epochs consumed)."""
 
     TYPE: ClassVar[str] = "start"
     version: int
     step: int
     curriculum: dict[str, Any] = field(default_factory=dict)
+    consumed: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass

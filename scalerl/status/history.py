@@ -25,6 +25,7 @@ from typing import Any
 from scalerl.errors import DataError
 
 HISTORY_FILE = "history.jsonl"
+CONSUMED_FILE = "consumed.jsonl"  # spec.data.logConsumed: the prompts each training step took
 PROGRESS_FILE = "progress.json"
 EVALUATIONS_DIR = "evaluations"
 
@@ -207,6 +208,7 @@ class RunFiles:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.history = run_dir / HISTORY_FILE
         self.progress = run_dir / PROGRESS_FILE
+        self.consumed = run_dir / CONSUMED_FILE
 
     def rewrite_history(self, rows: list[dict[str, Any]]) -> None:
         atomic_write(self.history, "".join(json.dumps(r) + "\n" for r in rows))
@@ -216,6 +218,18 @@ class RunFiles:
             f.write(json.dumps(row) + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+    def append_consumed(self, row: dict[str, Any]) -> None:
+        """One training step's prompts (`{"batch": n, "step": s, "prompts": [...]}`)."""
+        with self.consumed.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def keep_consumed(self, batches: int) -> None:
+        """A resumed run: the record of the first `batches` batches only, those its checkpoint
+        counts (the lost attempt's later ones are taken again)."""
+        if self.consumed.exists():
+            rows = [r for r in read_jsonl(self.consumed) if r["batch"] < batches]
+            atomic_write(self.consumed, "".join(json.dumps(r) + "\n" for r in rows))
 
     def write_progress(self, progress: dict[str, Any]) -> None:
         atomic_write(self.progress, json.dumps(progress))

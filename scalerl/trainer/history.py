@@ -22,6 +22,9 @@ class TrainerState:
     compute_hours: float = 0.0
     evaluations: list[dict[str, Any]] = field(default_factory=list)  # HistoryRow dicts
     curricula: dict[str, dict[str, Any]] = field(default_factory=dict)  # generator index -> state
+    # The data position (scalerl.rollout.position): prompt id -> the epochs a step consumed it in.
+    consumed: dict[str, list[int]] = field(default_factory=dict)
+    batches: int = 0  # batches taken into training steps (updating or not)
     counters: dict[str, int] = field(default_factory=dict)
     # Run totals at the checkpoint, which a resumed run goes on from: the trainer's seconds per
     # phase (scalerl.trainer.profile) and the generators' totals (as of their last report).

@@ -29,6 +29,7 @@ from scalerl.metrics import TrainerMetrics
 from scalerl.recipe import NoPositiveResampling
 from scalerl.rollout.keys import TRAINER_FILES, StreamKeys
 from scalerl.rollout.pipe import TrainerEnd
+from scalerl.rollout.position import DataPosition
 from scalerl.rollout.records import (
     EvalResult,
     Evaluate,
@@ -43,7 +44,7 @@ from scalerl.rollout.records import (
 from scalerl.rollout.stream import TrainerChannel
 from scalerl.spec import EPSILON_HIGH, EPSILON_LOW, EPSILON_MAX, RunSpec, ScaleRLRun, load_run
 from scalerl.status import StatusSink, open_status
-from scalerl.status.history import HeldOut, HistoryRow, Progress, TrainSummary
+from scalerl.status.history import HeldOut, HistoryRow, Progress, RunFiles, TrainSummary
 from scalerl.trainer.batch import BatchStats, build_batch
 from scalerl.trainer.checkpoint import (
     latest_checkpoint,
@@ -117,6 +118,7 @@ class Trainer:
                     version=self.state.version,
                     step=self.state.step,
                     curriculum=curriculum.state_dict(),
+                    consumed=self.state.consumed,
                 ),
             )
         self.publisher.start(self.channel, count)
@@ -131,7 +133,6 @@ class Trainer:
             return
         generator, message = got
         if isinstance(message, RolloutGroup):
-            self.curricula[message.generator].observe(message.prompt_id, message.pass_rate)
             # PipelineRL at work: samples whose tokens came from more than one policy version.
             mixed = sum(len(set(s.versions)) > 1 for s in message.samples)
             self.state.bump("mixed_version_samples", mixed)
@@ -176,9 +177,27 @@ class Trainer:
 
     # --- training --------------------------------------------------------------------------------
 
+    def consume(self, groups: list[RolloutGroup]) -> None:
+        """The groups a step takes are consumed, whether it trains on them or drops them: the
+        data position and the curriculum move on (both are checkpointed together); what is still
+        in flight or waiting is served again after a restart (scalerl.rollout.position)."""
+        position = DataPosition(self.state.consumed)
+        for group in groups:
+            if not position.consume(group.prompt_id, group.epoch):
+                log.warning("prompt %s of epoch %d taken twice", group.prompt_id, group.epoch)
+            self.curricula[group.generator].observe(group.prompt_id, group.pass_rate)
+        if self.spec.data.log_consumed:
+            taken = [
+                {"id": g.prompt_id, "epoch": g.epoch, "generator": g.generator} for g in groups
+            ]
+            row = {"batch": self.state.batches, "step": self.state.step, "prompts": taken}
+            RunFiles(self.env.run_dir).append_consumed(row)
+        self.state.batches += 1
+
     def step_once(
         self, groups: list[RolloutGroup], max_off_policy: int | None
     ) -> StepResult | None:
+        self.consume(groups)
         recipe = self.spec.recipe
         with self.phases.timing("build_batch"):
             batch, stats = build_batch(
@@ -505,6 +524,7 @@ def build_trainer(
     state = learner.state
     status = open_status(env.status, env.run_dir)
     status.restore(state.evaluations)
+    RunFiles(env.run_dir).keep_consumed(state.batches)
     metrics = TrainerMetrics(run.namespace, run.name)
     metrics.max_off_policy_steps.set(run.spec.recipe.max_off_policy_steps)
     metrics.serve(env.metrics_port, env.bind_host)

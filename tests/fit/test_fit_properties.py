@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -157,6 +158,7 @@ def check_bootstrap(result: FitResult, replicates: int) -> None:
 
 
 @examples(1500)
+@pytest.mark.slow  # hypothesis runs hundreds of fits
 @given(small_grid_cases())
 def test_any_small_curve_fits_or_says_why(case: Case) -> None:
     result = fit_or_error(case)
@@ -165,6 +167,7 @@ def test_any_small_curve_fits_or_says_why(case: Case) -> None:
 
 
 @examples(150)
+@pytest.mark.slow
 @given(default_grid_cases())
 def test_any_small_curve_fits_or_says_why_with_default_grids_and_bootstrap(case: Case) -> None:
     result = fit_or_error(case)
@@ -173,6 +176,7 @@ def test_any_small_curve_fits_or_says_why_with_default_grids_and_bootstrap(case:
 
 
 @examples(300)
+@pytest.mark.slow
 @given(small_grid_cases(), small_grid_cases())
 def test_compare_gives_a_verdict_or_says_why(case_a: Case, case_b: Case) -> None:
     fit_a, fit_b = fit_or_error(case_a), fit_or_error(case_b)

@@ -30,7 +30,8 @@ from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
 from scalerl.sync import WeightSender
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# slow: a real vLLM engine (and a Hugging Face reference model) per module.
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 TOKENIZER = build_tokenizer()
 EOS = TOKENIZER.eos_token_id

@@ -18,7 +18,8 @@ from scalerl.demo.model import TinyModelShape, build_random_model
 from scalerl.generator.engine import DEFAULT_PHRASE, EngineConfig, GenerationEngine
 from scalerl.recipe.interruption import InterruptionPlan
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# slow: a real vLLM engine (and a Hugging Face reference model) per module.
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 SHAPE = TinyModelShape(hidden=256, layers=2, heads=4, intermediate=512)
 # Random init gives near-uniform logits (|logit| ~ 0.2), where bf16 rounding barely shows;

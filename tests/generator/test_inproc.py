@@ -21,7 +21,8 @@ from scalerl.generator.colocation import Colocation
 from scalerl.generator.engine import GenerationEngine
 from scalerl.recipe.interruption import InterruptionPlan
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# slow: a real vLLM engine (and a Hugging Face reference model) per module.
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 TOKENIZER = build_tokenizer()
 PROMPTS = [

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from scalerl.demo.model import build_random_model
@@ -63,6 +64,7 @@ def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProc
     return result, port
 
 
+@pytest.mark.slow  # waits out the peer timeout
 def test_generator_reports_an_unreachable_trainer(tmp_path: Path) -> None:
     result, port = run_generator(tmp_path, build_random_model(tmp_path / "model"))
     assert result.returncode == 1

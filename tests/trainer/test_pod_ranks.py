@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from scalerl.operator import manifests
@@ -54,6 +55,7 @@ def trainer_container() -> dict:
     return container
 
 
+@pytest.mark.slow  # four trainer processes
 def test_two_pods_of_two_gpus_are_four_ranks_in_one_group(tmp_path: Path) -> None:
     container = trainer_container()
     bin_dir = tmp_path / "bin"

@@ -137,6 +137,7 @@ def one_step(rank: int, world: int, model_dir: Path, batch: Batch, memory: Any, 
         torch.save({"weights": weights, "result": result}, out)
 
 
+@pytest.mark.slow  # gloo process groups of 2-4 ranks: 10-20 s each
 @pytest.mark.parametrize(
     ("world", "memory"),
     [
@@ -180,6 +181,7 @@ def step_and_checkpoint(rank: int, world: int, model_dir: Path, batch: Batch, ro
         write_shared(Path(payload), policy, optimizer)
 
 
+@pytest.mark.slow
 def test_a_two_rank_checkpoint_resumes_on_one_rank_exactly(
     model_dir: Path, make_group: Any, tmp_path: Path
 ) -> None:
