@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from consumed import assert_once_per_epoch, batches, small_train_set
 
 from scalerl.runfile import run_command, write_variant
 from scalerl.status.history import read_history
@@ -123,8 +124,15 @@ def kill(out: Path, role: str) -> None:
 @pytest.mark.slow
 def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    # Evaluations every 3 steps: four past step 0 (compute 0), as many as a fit needs.
-    with running(write_spec(tmp_path, evaluation={"everySteps": 3}), out) as proc:
+    # Evaluations every 3 steps: four past step 0 (compute 0), as many as a fit needs. 24 train
+    # prompts and no curriculum: the run goes through four epochs of them, whole.
+    data = {"train": small_train_set(tmp_path), "logConsumed": True}
+    changes = {
+        "evaluation": {"everySteps": 3},
+        "data": data,
+        "recipe": {"noPositiveResampling": {"enabled": False}},
+    }
+    with running(write_spec(tmp_path, **changes), out) as proc:
         wait_for_step(out, 5, proc, timeout_s=300)
         processes = json.loads((out / "processes.json").read_text())
         trainer = processes["trainer-0"]
@@ -164,6 +172,18 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     assert {"A", "B", "C_mid", "R0", "A_interval"} <= fit.keys()
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not alive(json.loads((out / "processes.json").read_text()))
+
+    # Resumed with one generator (its shard: all 24 prompts) for four more steps: no prompt was
+    # taken twice in an epoch, none was skipped, through two kills and the reshard.
+    more = {**changes, "generators": {"replicas": 1}, "budget": {"maxSteps": 16}}
+    result = subprocess.run(
+        run_command(write_spec(tmp_path, **more), out), capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    epochs = assert_once_per_epoch(out)
+    assert len(epochs) == 24
+    counts = [len(seen) for seen in epochs.values()]
+    assert max(counts) - min(counts) <= 1, epochs  # 16 steps x 8 groups: 5 to 6 epochs each
 
 
 def alive(processes: dict[str, dict[str, object]]) -> list[str]:
@@ -278,7 +298,11 @@ def test_the_demo_learns_colocated_in_one_process(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_colocated_ppo_off_policy_survives_a_kill_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    ppo = {**COLOCATED, "recipe": {"algorithm": "ppo-off-policy", "maxOffPolicySteps": 2}}
+    ppo = {
+        **COLOCATED,
+        "recipe": {"algorithm": "ppo-off-policy", "maxOffPolicySteps": 2},
+        "data": {"logConsumed": True},
+    }
     # Not the demo's model: chat-arith's byte-level BPE chat model, which does not think and
     # has its EOS only in generation_config.json.
     with running(write_spec(tmp_path, "chat-arith.yaml", **ppo), out) as proc:
@@ -293,6 +317,11 @@ def test_colocated_ppo_off_policy_survives_a_kill_and_resumes(tmp_path: Path) ->
     # flight when the weights change, so no sample mixes versions.
     assert history[-1]["counters"]["mixed_version_samples"] == 0
     assert history[-1]["counters"]["stale_groups"] == 0
+    # Every batch once (the killed attempt's batches after its checkpoint are not in the record),
+    # each of 8 prompts; a batch that updated nothing does not count as a step.
+    rows = batches(out)
+    assert len(rows) >= 12 and {len(r["prompts"]) for r in rows} == {8}
+    assert_once_per_epoch(out)
     assert not alive(json.loads((out / "processes.json").read_text()))
 
 

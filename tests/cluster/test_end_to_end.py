@@ -83,9 +83,11 @@ class Watch:
     def step(self) -> int:
         return int((self.status().get("progress") or {}).get("step", -1))
 
-    def pods(self, role: str) -> list[str]:
-        """Names of the live pods of `role` of the current gang."""
+    def pods(self, role: str, attempt: int | None = None) -> list[str]:
+        """Names of the live pods of `role` (of gang `attempt`, or any)."""
         selector = f"scalerl.dev/run={self.name},scalerl.dev/role={role}"
+        if attempt is not None:
+            selector += f",scalerl.dev/attempt={attempt}"
         code, found = self.plane.api(
             "GET", f"/api/v1/namespaces/{self.ns}/pods?labelSelector={selector}"
         )
@@ -106,9 +108,16 @@ class Watch:
         self.mark(message)
         return value
 
-    def restarted(self, restarts: int, at_step: int) -> None:
-        """The gang restarts, resumes from a checkpoint and trains past `at_step`."""
+    def restarted(self, restarts: int, at_step: int, kubelet: Kubelet) -> None:
+        """The gang restarts, its trainer resumes from a checkpoint and trains past `at_step`.
+        (The status still shows the old gang's last step until the new one reports its own.)"""
         self.until(lambda: self.status().get("restarts") == restarts, 90, f"restart {restarts}")
+
+        def resumed() -> bool:
+            trainers = self.pods("trainer", attempt=restarts)
+            return any("resumed from" in kubelet.log(pod) for pod in trainers)
+
+        self.until(resumed, RUN_S, f"the trainer of gang attempt {restarts} resumed")
         self.until(lambda: self.step() > at_step, RUN_S, f"training after restart {restarts}")
 
     def events(self, reason: str) -> list[str]:
@@ -146,13 +155,13 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
             killed_at = watch.step()
             generator = watch.pods("generator")[0]
             os.kill(kubelet.pid(generator), signal.SIGKILL)
-            watch.restarted(1, killed_at)
+            watch.restarted(1, killed_at, kubelet)
 
             # `kubectl delete pod` (a drain, a preemption): the Job fails, the gang restarts.
             deleted_at = watch.step()
             trainer = watch.until(lambda: watch.pods("trainer"), 60, "the trainer running")[0]
             plane.kubectl("delete", "pod", trainer, "-n", ns, "--wait=false")
-            watch.restarted(2, deleted_at)
+            watch.restarted(2, deleted_at, kubelet)
 
             # Suspend: the pods go, the run keeps its place; resume: it trains on from there.
             plane.kubectl("patch", "srl", name, "-n", ns, "--type=merge", "-p", SUSPEND)
