@@ -14,25 +14,22 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 import yaml
 from chart import OPERATOR_USER, in_thread
 from controlplane import ControlPlane
+from runs import ensure_crd, wait_for
 
 from scalerl.operator import names
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "scalerlruns.scalerl.dev.yaml"
 TINY = yaml.safe_load((ROOT / "examples" / "tiny-cluster.yaml").read_text())
 RUN = TINY["metadata"]["name"]
-WAIT_S = 60.0
 CHECK_S = 1.0  # the periodic check's interval in these tests (30 s in the chart)
 QUIET_S = 5.0
 UNRELATED = 40  # pods and Jobs of somebody else
@@ -40,20 +37,9 @@ HOLD = "test.scalerl.dev/hold"  # keeps a deleted pod terminating, as a kubelet'
 CHILD_KINDS = "configmaps,services,serviceaccounts,secrets,jobs,roles,rolebindings,networkpolicies"
 
 
-def wait_for(what: Callable[[], T | None], message: str, timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = what()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s:.0f} s: {message}")
-
-
 @pytest.fixture(scope="module")
 def crd(plane: ControlPlane) -> None:
-    plane.kubectl("apply", "--server-side", "-f", str(CRD))
-    plane.kubectl("wait", "--for=condition=Established", "crd/scalerlruns.scalerl.dev")
+    ensure_crd(plane)
 
 
 def create_run(plane: ControlPlane, ns: str) -> None:

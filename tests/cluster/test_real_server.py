@@ -8,35 +8,24 @@ import json
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 from chart import CHART, OPERATOR_USER, Operator, helm
 from controlplane import ControlPlane
+from runs import wait_for
 
 from scalerl.kube import Kube, KubeError
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "scalerlruns.scalerl.dev.yaml"
 TINY = yaml.safe_load((ROOT / "examples" / "tiny-cluster.yaml").read_text())
-WAIT_S = 60.0
 CHILD_KINDS = (
     "configmaps,services,serviceaccounts,secrets,jobs,pods,roles,rolebindings,networkpolicies"
 )
-
-
-def wait_for(what: Callable[[], T | None], message: str, timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = what()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s:.0f} s: {message}")
 
 
 @pytest.fixture(scope="module")
