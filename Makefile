@@ -31,7 +31,7 @@ cluster-bins:
 test: setup cluster-bins
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The fast half (no `slow`, `cluster` or `gpu` marker): about a minute and a half on 2 cores.
+# The fast half (no `slow`, `cluster` or `gpu` marker): about two minutes on 2 cores.
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not cluster and not gpu" $(PYTEST_ARGS)
 
