@@ -38,6 +38,7 @@ from scalerl.preflight import context_problem, model_dir_problem, model_len_need
 from scalerl.recipe import InterruptionPlan, NoPositiveResampling
 from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.rollout.pipe import GeneratorEnd
+from scalerl.rollout.position import DataPosition
 from scalerl.rollout.records import (
     EvalResult,
     Evaluate,
@@ -398,7 +399,8 @@ class Generator:
         outbox: asyncio.Queue[RolloutGroup] = asyncio.Queue(maxsize=per_generator)
         active = self.spec.recipe.no_positive_resampling.enabled
         curriculum = self.curriculum if active else None
-        prompts = PromptOrder(self.train, curriculum, self.order_seed(), served=self.consumed)
+        served = DataPosition(self.consumed).of(e.id for e in self.train)  # this shard's part
+        prompts = PromptOrder(self.train, curriculum, self.order_seed(), served=served)
         shared = iter(prompts)
         tasks = [asyncio.create_task(self.produce(shared, outbox)) for _ in range(per_generator)]
         tasks.append(asyncio.create_task(self.send_outbox(outbox)))

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from chart import OPERATOR_USER, in_thread
 from controlplane import ControlPlane
-from runs import ensure_crd, wait_for
+from runs import ensure_crd, set_phase, wait_for
 
 from scalerl.operator import names
 
@@ -78,29 +78,6 @@ def trainer_zero(attempt: int) -> dict[str, str]:
         names.LABEL_ATTEMPT: str(attempt),
         names.LABEL_JOB_INDEX: "0",
     }
-
-
-def end_pod(plane: ControlPlane, pod: dict[str, Any], exit_code: int) -> None:
-    """The pod's container exits with `exit_code`, as its kubelet would report it."""
-    container = pod["spec"]["containers"][0]
-    ended = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error"}
-    status = {
-        "phase": "Succeeded" if exit_code == 0 else "Failed",
-        "containerStatuses": [
-            {
-                "name": container["name"],
-                "image": container["image"],
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {"terminated": ended},
-            }
-        ],
-    }
-    meta = pod["metadata"]
-    path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
-    code, reply = plane.api_patch(path, {"status": status})
-    assert code == 200, reply
 
 
 def set_hold(plane: ControlPlane, pod: dict[str, Any], on: bool) -> None:
@@ -203,7 +180,9 @@ def test_a_finished_run_costs_the_periodic_check_no_request(
     with in_thread(plane, operator_kubeconfig, [ns], check_interval_s=CHECK_S):
         create_run(plane, ns)
         trainer = wait_for(lambda: pods(plane, ns, **trainer_zero(0)), "trainer 0's pod")[0]
-        end_pod(plane, trainer, 0)  # trainer 0 exits 0: the budget is reached
+        set_phase(
+            plane, ns, trainer, "Succeeded", exit_code=0
+        )  # trainer 0 exits 0: the budget is reached
         wait_for(lambda: phase(plane, ns) == "Succeeded", "the run Succeeded")
         ended = datetime.now(UTC)
         # The check looks at the finished run once (whatever its end left behind), then never.
@@ -235,7 +214,9 @@ def test_after_a_gang_restart_the_service_selects_only_the_new_trainer_zero(
         try:
             generator_labels = {names.LABEL_RUN: RUN, names.LABEL_ROLE: names.ROLE_GENERATOR}
             generator = wait_for(lambda: pods(plane, ns, **generator_labels), "a generator")[0]
-            end_pod(plane, generator, 1)  # the Job controller fails its Job: the gang restarts
+            set_phase(
+                plane, ns, generator, "Failed", exit_code=1
+            )  # the Job controller fails its Job: the gang restarts
             new = wait_for(lambda: pods(plane, ns, **trainer_zero(1)), "trainer 0 of attempt 1")
             code, service = plane.api(
                 "GET", f"/api/v1/namespaces/{ns}/services/{names.service(RUN)}"
