@@ -13,6 +13,7 @@ from consumed import assert_once_per_epoch, batches, small_train_set
 from test_local import EXAMPLES, SMALL, finish, kill, running, wait_for_step
 
 from scalerl.runfile import run_command, write_variant
+from scalerl.status.history import read_scores
 
 PPO_1 = {
     "recipe": {
@@ -55,3 +56,6 @@ def test_a_killed_ppo_run_trains_on_the_same_prompts_step_for_step(tmp_path: Pat
     assert common >= 8 and got[:common] == expected[:common]
     assert_once_per_epoch(whole)
     assert_once_per_epoch(killed)
+    # The held-out evaluation samples from seeds of the run, the step and the prompt: the two
+    # runs' step-0 evaluations (same weights) scored every prompt alike, sample for sample.
+    assert read_scores(killed, 0) == read_scores(whole, 0)

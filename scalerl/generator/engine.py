@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import itertools
 import os
 import random
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from scalerl.errors import DataError, InputError, PeerError, ScaleRLError, WeightSyncError
 from scalerl.generator.colocation import Colocation
 from scalerl.generator.inproc import InprocLLM
-from scalerl.generator.length import LengthControl, Segment
+from scalerl.generator.length import LengthControl, Sampler, Segment
 from scalerl.generator.tokens import eos_ids, think_end_id
 from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
@@ -63,6 +64,8 @@ CONTROL_TIMEOUT_S = 30.0
 # Beyond the worker's own receive timeout: RPC round trip plus the in-place reload.
 RPC_GRACE_S = 30.0
 SHUTDOWN_TIMEOUT_S = 5.0
+# vLLM's own default for an engine on a CPU: tokens one engine step may compute.
+CPU_BATCHED_TOKENS = 4096
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,7 @@ class GenerationEngine:
             disable_log_stats=True,
             # Colocated on a GPU: the engine's memory is released while the trainer steps.
             enable_sleep_mode=colocation is not None and colocation.sleep,
+            **_whole_prefills(config),
         )
 
     def _length_control(self, tokenizer: Any) -> LengthControl:
@@ -220,13 +224,23 @@ class GenerationEngine:
     # --- sampling ------------------------------------------------------------------------------
 
     async def generate(
-        self, prompt_ids: list[int], n: int, *, max_tokens: int | None = None
+        self,
+        prompt_ids: list[int],
+        n: int,
+        *,
+        max_tokens: int | None = None,
+        seed: str | None = None,
     ) -> list[Sample]:
         """Sample `n` completions of `prompt_ids` (reward left 0.0 for the caller to score).
 
         With `max_tokens` None the ScaleRL length rules apply (thinking budget, forced
         interruption, answer budget; see `scalerl.generator.length`). With an int, each sample
         is one plain request of at most `max_tokens` tokens.
+
+        With `seed`, the samples are a function of the seed, the prompt and the weights alone:
+        the cutoffs are drawn from the seed, and every request samples from a generator of its
+        own seeded from it, so neither what the engine sampled before nor what shares its batches
+        moves them (the held-out evaluation is the same after a restart).
         """
         length = self._ready()[1]
         if n < 1:
@@ -234,18 +248,45 @@ class GenerationEngine:
         if max_tokens is not None and max_tokens < 1:
             raise InputError(f"max_tokens must be >= 1; got {max_tokens}")
         prompt = list(prompt_ids)
-        # Both phases of a sample share the KV cache of the weights it started on (module doc).
-        sampler = functools.partial(self.sample_segment, cache_salt=_cache_salt(self.version))
+        samplers = [self._sampler(None if seed is None else f"{seed}/{j}") for j in range(n)]
         if max_tokens is None:
-            cutoffs = [self.config.plan.cutoff(self._rng) for _ in range(n)]
-            jobs = [length.sample(sampler, prompt, c, self._current) for c in cutoffs]
+            rng = self._rng if seed is None else random.Random(f"{seed}/cutoffs")
+            cutoffs = [self.config.plan.cutoff(rng) for _ in range(n)]
+            jobs = [
+                length.sample(sampler, prompt, c, self._current)
+                for sampler, c in zip(samplers, cutoffs, strict=True)
+            ]
         else:
-            jobs = [length.sample_plain(sampler, prompt, max_tokens) for _ in range(n)]
+            jobs = [length.sample_plain(sampler, prompt, max_tokens) for sampler in samplers]
         return await _all(jobs)
 
-    async def evaluate(self, prompts: list[list[int]], n: int) -> list[list[Sample]]:
-        """`n` samples of every prompt under the same length rules, all prompts concurrently."""
-        return await _all([self.generate(prompt, n) for prompt in prompts])
+    async def evaluate(
+        self, prompts: list[list[int]], n: int, seeds: Sequence[str] | None = None
+    ) -> list[list[Sample]]:
+        """`n` samples of every prompt under the same length rules, all prompts concurrently
+        (`seeds`: one per prompt, as `generate` takes it)."""
+        if seeds is not None and len(seeds) != len(prompts):
+            raise InputError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        chosen = seeds if seeds is not None else [None] * len(prompts)
+        return await _all(
+            [self.generate(p, n, seed=s) for p, s in zip(prompts, chosen, strict=True)]
+        )
+
+    def _sampler(self, seed: str | None) -> Sampler:
+        """The requests of one sample: all on the KV cache of the weights it started on (module
+        doc); with `seed`, request i of the sample samples with the seed `seed`/i."""
+        salt = _cache_salt(self.version)
+        if seed is None:
+            return functools.partial(self.sample_segment, cache_salt=salt)
+        requests = itertools.count()
+
+        def seeded(prompt: list[int], max_tokens: int, stops: Sequence[int]) -> Awaitable[Segment]:
+            request_seed = _request_seed(f"{seed}/{next(requests)}")
+            return self.sample_segment(
+                prompt, max_tokens, stops, cache_salt=salt, seed=request_seed
+            )
+
+        return seeded
 
     async def sample_segment(
         self,
@@ -254,11 +295,13 @@ class GenerationEngine:
         stop_token_ids: Sequence[int] = (),
         *,
         cache_salt: str | None = None,
+        seed: int | None = None,
     ) -> Segment:
         """One request with one completion: the primitive the length rules are built from.
 
         Requests share cached KV blocks only with requests of the same `cache_salt` (default:
-        the current policy version's), so none reuses KV computed by older weights.
+        the current policy version's), so none reuses KV computed by older weights. `seed`: the
+        request samples from a generator of its own (vLLM's per-request seed).
         """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -274,6 +317,7 @@ class GenerationEngine:
             flat_logprobs=True,  # a few lists per request instead of a dict per token
             detokenize=False,
             output_kind=RequestOutputKind.FINAL_ONLY,
+            seed=seed,
         )
         request_id = f"scalerl-{next(self._request_ids)}"
         final = None
@@ -419,6 +463,27 @@ def _segment(completion: CompletionOutput, request_id: str) -> Segment:
     if len(versions) != len(ids):
         raise PeerError(f"vLLM labelled {len(versions)} of {len(ids)} tokens of {request_id}")
     return Segment(ids, logprobs, versions, str(completion.finish_reason))
+
+
+def _whole_prefills(config: EngineConfig) -> dict[str, Any]:
+    """On a CPU, prompts are prefilled whole: vLLM rewinds a seeded request's generator after a
+    partial prefill, which a CPU generator cannot do ("CPU Generator does not use offset"), so
+    chunked prefill and seeded requests cannot meet there. A prompt that does not fit a step's
+    token budget waits for the next step instead."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {}
+    return {
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(config.max_model_len, CPU_BATCHED_TOKENS),
+    }
+
+
+def _request_seed(key: str) -> int:
+    """A request's sampling seed from a key, the same in every process (not `hash`, which is
+    salted per process)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest()) >> 1
 
 
 def _cache_salt(version: int) -> str:

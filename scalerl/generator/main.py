@@ -163,8 +163,8 @@ class Generator:
 
     # --- rollouts ------------------------------------------------------------------------------
 
-    async def sample_group(self, example: Example, n: int) -> list[Sample]:
-        samples = await self.engine.generate(self.prompts.encode(example), n)
+    async def sample_group(self, example: Example, n: int, seed: str | None = None) -> list[Sample]:
+        samples = await self.engine.generate(self.prompts.encode(example), n, seed=seed)
         started = time.perf_counter()
         for sample in samples:
             sample.reward = self.reward(
@@ -267,7 +267,9 @@ class Generator:
         k = self.spec.evaluation.generations_per_prompt
         self.tally.begin()
         try:
-            groups = await asyncio.gather(*(self.sample_group(e, k) for e in self.validation))
+            groups = await asyncio.gather(
+                *(self.sample_group(e, k, self.eval_seed(command, e)) for e in self.validation)
+            )
         finally:
             self.tally.end()
         result = EvalResult(
@@ -281,6 +283,12 @@ class Generator:
         for message in (self.stats(), result):  # stats first: the trainer records both
             while not self.channel.try_send(message):
                 await asyncio.sleep(0.005)
+
+    def eval_seed(self, command: Evaluate, example: Example) -> str:
+        """What an evaluation samples a held-out prompt with: the run's seed, the step and the
+        prompt, and nothing of the process (its generator index, what it sampled before), so
+        evaluation n samples alike whether or not the run restarted before it."""
+        return f"{self.spec.seed}/eval/{command.step}/{example.id}"
 
     def readable(self, groups: list[list[Sample]]) -> list[dict[str, Any]]:
         """The first `evaluation.logCompletions` completions of this generator's share, decoded

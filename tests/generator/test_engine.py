@@ -138,6 +138,33 @@ async def test_evaluate_returns_one_group_per_prompt(harness: Harness) -> None:
     assert all(_check_length_rules(s) for g in groups for s in g)
 
 
+def _tokens(groups: list[list[Sample]]) -> list[list[list[int]]]:
+    return [[s.completion_ids for s in g] for g in groups]
+
+
+async def test_a_seeded_evaluation_samples_alike_whatever_else_the_engine_does(
+    harness: Harness,
+) -> None:
+    # The held-out evaluation n of a run samples alike whether or not the run restarted before
+    # it: its samples depend on the seed, the prompts and the weights, not on what the engine
+    # sampled before or on which other requests share its batches.
+    engine = harness.engine
+    # 48 copies of a ~130-token prompt: more prefill than one engine step computes (4096 tokens).
+    long = PROMPTS[1] + TOKENIZER.encode(" and then" * 40, add_special_tokens=False)
+    prompts = [*PROMPTS, *[long] * 48]
+    seeds = [f"7/eval/3/p{i}" for i in range(len(prompts))]
+    alone = await engine.evaluate(prompts, 4, seeds)
+    unseeded_traffic = asyncio.gather(*(engine.generate(p, 8) for p in PROMPTS * 8))
+    crowded = await engine.evaluate(prompts, 4, seeds)
+    await unseeded_traffic
+    assert _tokens(crowded) == _tokens(alone)
+    # ... and the seed is what fixes them: another evaluation's seeds sample otherwise.
+    later = await engine.evaluate(prompts, 4, [f"7/eval/4/p{i}" for i in range(len(prompts))])
+    assert _tokens(later) != _tokens(alone)
+    assert all(_check_length_rules(s) for g in alone for s in g)
+    harness.assert_matches_reference(alone[0], prompts[0])
+
+
 async def test_a_missing_model_directory_is_a_data_error(tmp_path: Path) -> None:
     config = EngineConfig(
         model_path=str(tmp_path / "nothing-here"),
