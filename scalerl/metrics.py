@@ -39,7 +39,6 @@ GENERATOR_COUNTERS = {
 }
 GENERATOR_GAUGES = {
     "generator_policy_version": "Policy version loaded in this generator.",
-    "curriculum_dropped_prompts": "Prompts removed by no-positive-resampling (pass rate >= 0.9).",
 }
 TRAINER_COUNTERS = {
     "trained_tokens": "Completion tokens trained on (loss tokens).",
@@ -73,6 +72,10 @@ TRAINER_GAUGES = {
     "importance_ratio_max": "Largest trainer/generator token probability ratio, last step.",
     "clip_fraction": "Fraction of trained tokens whose ratio the loss capped or clipped.",
     "max_off_policy_steps": "The run's maxOffPolicySteps: the policy lag it allows.",
+    "curriculum_dropped_prompts": (
+        "Train prompts the run's no-positive-resampling curriculum removed (pass rate >= the"
+        " threshold in the latest group a step took)."
+    ),
 }
 HISTOGRAMS = {
     "weight_sync_seconds": "Seconds to send (trainer) or receive and load (generator) weights.",

@@ -197,7 +197,6 @@ class Generator:
     def count(self, group: RolloutGroup) -> None:
         if self.spec.recipe.no_positive_resampling.enabled:
             self.curriculum.observe(group.prompt_id, group.pass_rate)
-            self.metrics.curriculum_dropped_prompts.set(self.curriculum.dropped)
         for s in group.samples:
             self.tally.sequences += 1
             self.tally.truncated += int(s.truncated)

@@ -109,3 +109,15 @@ class NoPositiveResampling:
         if any(not 0.0 <= rate <= 1.0 for rate in rates.values()):  # also rejects NaN
             raise InputError("malformed curriculum state: a pass rate outside [0, 1]")
         self._last_pass_rate, self._observations, self._dropped = rates, counts, dropped
+
+
+def union(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """One state holding the records of curricula over disjoint sets of prompts."""
+    merged = NoPositiveResampling()
+    for state in states:
+        part = NoPositiveResampling()
+        part.load_state_dict(state)  # each is checked as a state of its own
+        merged._last_pass_rate.update(part._last_pass_rate)
+        merged._observations.update(part._observations)
+        merged._dropped |= part._dropped
+    return merged.state_dict()

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from scalerl.recipe.curriculum import union
+
 
 @dataclass
 class TrainerState:
@@ -21,7 +23,9 @@ class TrainerState:
     version: int = 0
     compute_hours: float = 0.0
     evaluations: list[dict[str, Any]] = field(default_factory=list)  # HistoryRow dicts
-    curricula: dict[str, dict[str, Any]] = field(default_factory=dict)  # generator index -> state
+    # The run's No-Positive-Resampling state ({} before the first step): one for the whole data,
+    # so a resumed run with another number of generators keeps every prompt's record.
+    curriculum: dict[str, Any] = field(default_factory=dict)
     # The data position (scalerl.rollout.position): prompt id -> the epochs a step consumed it in.
     consumed: dict[str, list[int]] = field(default_factory=dict)
     batches: int = 0  # batches taken into training steps (updating or not)
@@ -36,6 +40,10 @@ class TrainerState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainerState:
+        if "curricula" in data and "curriculum" not in data:
+            # A checkpoint with one curriculum per generator shard: their union is the run's
+            # (each prompt belongs to one shard).
+            data = {**data, "curriculum": union(list(data["curricula"].values()))}
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def bump(self, counter: str, by: int = 1) -> None:

@@ -87,7 +87,8 @@ class Trainer:
     ranks: Ranks = field(default_factory=Ranks)
     backlog: list[RolloutGroup] = field(default_factory=list)
     results: list[EvalResult] = field(default_factory=list)
-    curricula: dict[int, NoPositiveResampling] = field(default_factory=dict)
+    # The run's one curriculum, observing what steps consume (generators hold copies).
+    curriculum: NoPositiveResampling = field(default_factory=NoPositiveResampling)
     train: TrainSummary | None = None  # the last training step's batch and update
     no_signal: str | None = None  # why the last step learnt nothing (None: it learnt)
     generator_stats: dict[int, GeneratorStats] = field(default_factory=dict)
@@ -107,20 +108,19 @@ class Trainer:
         """Wait for every generator, tell each where the run stands, start the publisher."""
         count = self.spec.generators.replicas
         self.channel.wait_for_generators(count, self.env.peer_timeout_s)
-        threshold = self.spec.recipe.no_positive_resampling.pass_rate_threshold
+        self.curriculum = NoPositiveResampling(
+            self.spec.recipe.no_positive_resampling.pass_rate_threshold
+        )
+        if self.state.curriculum:
+            self.curriculum.load_state_dict(self.state.curriculum)
+        start = Start(
+            version=self.state.version,
+            step=self.state.step,
+            curriculum=self.curriculum.state_dict(),
+            consumed=self.state.consumed,
+        )
         for g in range(count):
-            curriculum = NoPositiveResampling(threshold)
-            curriculum.load_state_dict(self.state.curricula.get(str(g), curriculum.state_dict()))
-            self.curricula[g] = curriculum
-            self.channel.send(
-                g,
-                Start(
-                    version=self.state.version,
-                    step=self.state.step,
-                    curriculum=curriculum.state_dict(),
-                    consumed=self.state.consumed,
-                ),
-            )
+            self.channel.send(g, start)
         self.publisher.start(self.channel, count)
         if self.state.version > 0:  # resumed: generators start from the base weights
             self.broadcast_weights()
@@ -185,7 +185,10 @@ class Trainer:
         for group in groups:
             if not position.consume(group.prompt_id, group.epoch):
                 log.warning("prompt %s of epoch %d taken twice", group.prompt_id, group.epoch)
-            self.curricula[group.generator].observe(group.prompt_id, group.pass_rate)
+        if self.spec.recipe.no_positive_resampling.enabled:
+            for group in groups:
+                self.curriculum.observe(group.prompt_id, group.pass_rate)
+            self.metrics.curriculum_dropped_prompts.set(self.curriculum.dropped)
         if self.spec.data.log_consumed:
             taken = [
                 {"id": g.prompt_id, "epoch": g.epoch, "generator": g.generator} for g in groups
@@ -375,7 +378,7 @@ class Trainer:
         self.state.compute_hours = self.clock.hours()
         self.state.trainer_seconds = self.phases.totals()
         self.state.generation = self.generation_totals()
-        self.state.curricula = {str(g): c.state_dict() for g, c in self.curricula.items()}
+        self.state.curriculum = self.curriculum.state_dict()
         save_checkpoint(
             self.env.run_dir / "checkpoints",
             self.state.step,

@@ -7,9 +7,12 @@ import json
 import msgpack
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scalerl.errors import InputError
 from scalerl.recipe import NoPositiveResampling, pass_rate
+from scalerl.recipe.curriculum import union
 
 
 def test_prompt_at_threshold_is_removed() -> None:
@@ -102,3 +105,23 @@ def test_bad_threshold_raises_input_error(threshold: float) -> None:
 def test_malformed_state_raises_input_error(state: dict) -> None:
     with pytest.raises(InputError, match="curriculum state"):
         NoPositiveResampling().load_state_dict(state)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    observations=st.lists(
+        st.tuples(st.integers(0, 11), st.sampled_from([0.0, 0.25, 0.5, 0.9, 1.0])), max_size=40
+    ),
+    shards=st.integers(1, 4),
+)
+def test_the_union_of_shard_curricula_is_the_curriculum_of_the_whole_data(
+    observations: list[tuple[int, float]], shards: int
+) -> None:
+    # A checkpoint written with one curriculum per generator shard resumes as one run-wide state:
+    # the same as one curriculum that saw every group.
+    whole = NoPositiveResampling()
+    parts = [NoPositiveResampling() for _ in range(shards)]
+    for prompt, rate in observations:
+        whole.observe(f"p{prompt}", rate)
+        parts[prompt % shards].observe(f"p{prompt}", rate)
+    assert union([p.state_dict() for p in parts]) == whole.state_dict()

@@ -12,6 +12,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from scalerl.errors import DataError, InputError
+from scalerl.recipe import NoPositiveResampling
 from scalerl.rollout.records import RolloutGroup
 from scalerl.trainer import (
     Policy,
@@ -26,6 +27,7 @@ from scalerl.trainer import (
     train_step,
 )
 from scalerl.trainer.checkpoint import OPTIMIZER_DIR
+from scalerl.trainer.history import TrainerState
 
 Trained = tuple[Policy, Optimizer, LRScheduler]
 
@@ -169,3 +171,14 @@ def test_a_damaged_optimizer_state_is_a_data_error_naming_the_checkpoint(
     policy, optimizer, scheduler = fresh(model_dir)
     with pytest.raises(DataError, match="optimizer state in checkpoint .*step-000002"):
         load_checkpoint(saved, policy=policy, optimizer=optimizer, scheduler=scheduler)
+
+
+def test_a_checkpoint_with_a_curriculum_per_generator_resumes_with_their_union() -> None:
+    shard_0, shard_1 = NoPositiveResampling(), NoPositiveResampling()
+    shard_0.observe("a", 1.0)
+    shard_1.observe("b", 0.5)
+    saved = {"step": 4, "curricula": {"0": shard_0.state_dict(), "1": shard_1.state_dict()}}
+    resumed = NoPositiveResampling()
+    resumed.load_state_dict(TrainerState.from_dict(saved).curriculum)
+    assert resumed.filter(["a", "b", "c"]) == ["b", "c"]
+    assert resumed.last_pass_rate("b") == 0.5
