@@ -47,6 +47,13 @@ MAX_TOKENS = 1 << 20  # lengths and budgets, in tokens
 MAX_REPLICAS = 10_000
 MAX_GPUS = 64  # per replica (one node)
 MAX_STEPS = 100_000_000
+# What a GPU pod requests besides its GPUs, per GPU, unless its resources say otherwise: without
+# requests it would be BestEffort, the first evicted under memory pressure. /dev/shm (memory)
+# may hold up to SHM_PER_GPU_GIB per GPU (SHM_CPU_POD_GIB in a CPU pod).
+CPU_PER_GPU = 4
+MEMORY_PER_GPU_GIB = 32
+SHM_PER_GPU_GIB = 8
+SHM_CPU_POD_GIB = 1
 
 
 def _at(field: str, message: str) -> ValueError:
@@ -351,12 +358,182 @@ class FailurePolicySpec(_Model):
     )
 
 
+# --- where pods run on a cluster (core/v1 scheduling fields, typed so the CRD validates them) -----
+
+# A DNS-1123 subdomain: the names of PriorityClasses, RuntimeClasses and schedulers.
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_LABEL_KEY = (  # an optional DNS-subdomain prefix and "/", then a name of up to 63 characters
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+LabelKey = Annotated[str, Field(min_length=1, max_length=316, pattern=_LABEL_KEY)]
+ClassName = Annotated[str, Field(min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN)]
+# The weight of a preferred term: 1-100.
+_WEIGHT = Annotated[int, Field(strict=True, ge=1, le=100)]
+
+
+class Toleration(_Model):
+    """Lets the pods onto nodes with a matching taint (a GPU pool's `nvidia.com/gpu:NoSchedule`)."""
+
+    key: LabelKey | None = Field(None, description="Taint key; absent: every taint (Exists).")
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = Field(None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect; absent: every effect."
+    )
+    toleration_seconds: Int | None = Field(
+        None, ge=0, le=10**9, description="NoExecute only: how long the pod stays once tainted."
+    )
+
+    @model_validator(mode="after")
+    def _as_kubernetes_checks(self) -> Toleration:
+        # The API server's own rules for a pod's tolerations: a Job whose pods break them
+        # would only fail to create its pods.
+        if self.key is None and self.operator != "Exists":
+            raise _at("operator", "must be Exists when key is absent (a toleration of every taint)")
+        if self.operator == "Exists" and self.value:
+            raise _at("value", "must be absent with operator Exists")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise _at("tolerationSeconds", "applies only to effect NoExecute")
+        return self
+
+
+class NodeSelectorRequirement(_Model):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _values_fit_the_operator(self) -> NodeSelectorRequirement:
+        need = {"In": "some", "NotIn": "some", "Exists": "none", "DoesNotExist": "none"}
+        wanted = need.get(self.operator, "one")  # Gt, Lt: one integer
+        if (wanted == "some" and not self.values) or (wanted == "none" and self.values):
+            raise _at(
+                "values",
+                f"{'required' if wanted == 'some' else 'must be empty'} "
+                f"with operator {self.operator}",
+            )
+        if wanted == "one" and (len(self.values) != 1 or not self.values[0].lstrip("-").isdigit()):
+            raise _at("values", f"must be one integer with operator {self.operator}")
+        return self
+
+
+class LabelSelectorRequirement(_Model):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _values_fit_the_operator(self) -> LabelSelectorRequirement:
+        if (self.operator in ("In", "NotIn")) != bool(self.values):
+            raise _at(
+                "values",
+                f"{'required' if self.operator in ('In', 'NotIn') else 'must be empty'} "
+                f"with operator {self.operator}",
+            )
+        return self
+
+
+class LabelSelector(_Model):
+    match_labels: dict[LabelKey, Annotated[str, Field(max_length=63)]] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+
+class NodeSelectorTerm(_Model):
+    match_expressions: list[NodeSelectorRequirement] = Field(default_factory=list)
+    match_fields: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class NodeSelector(_Model):
+    node_selector_terms: list[NodeSelectorTerm] = Field(min_length=1, max_length=100)
+
+
+class PreferredSchedulingTerm(_Model):
+    weight: _WEIGHT
+    preference: NodeSelectorTerm
+
+
+class NodeAffinity(_Model):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = Field(
+        default_factory=list
+    )
+
+
+class PodAffinityTerm(_Model):
+    label_selector: LabelSelector | None = None
+    namespace_selector: LabelSelector | None = None
+    namespaces: list[str] = Field(default_factory=list)
+    topology_key: LabelKey
+
+
+class WeightedPodAffinityTerm(_Model):
+    weight: _WEIGHT
+    pod_affinity_term: PodAffinityTerm
+
+
+class PodAffinity(_Model):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = Field(
+        default_factory=list
+    )
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] = Field(
+        default_factory=list
+    )
+
+
+class Affinity(_Model):
+    """The pods' affinity, as core/v1 Affinity has it (pod terms: labelSelector, namespaces,
+    namespaceSelector, topologyKey)."""
+
+    node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
+
+class SchedulingSpec(_Model):
+    """Where pods may run on a cluster: the core/v1 PodSpec fields of the same names. Every field
+    is absent by default; in `trainers.scheduling` or `generators.scheduling` a field that is
+    present replaces the run-wide `scheduling`'s (whole: two lists of tolerations are not
+    merged)."""
+
+    node_selector: dict[LabelKey, Annotated[str, Field(max_length=63)]] | None = Field(
+        None, description="Node labels the pods need (e.g. a GPU type)."
+    )
+    tolerations: list[Toleration] | None = Field(
+        None, max_length=100, description="Taints the pods tolerate (tainted GPU pools)."
+    )
+    affinity: Affinity | None = None
+    priority_class_name: ClassName | None = Field(
+        None, description="A PriorityClass (e.g. one that protects a gang from preemption)."
+    )
+    runtime_class_name: ClassName | None = Field(
+        None, description="A RuntimeClass (k3s and RKE2 expose GPUs through 'nvidia')."
+    )
+    scheduler_name: ClassName | None = Field(
+        None, description="A scheduler other than the default."
+    )
+
+    def over(self, default: SchedulingSpec) -> SchedulingSpec:
+        """These fields where present, `default`'s elsewhere."""
+        mine = self.model_dump(exclude_none=True)
+        return default.model_copy(update={k: getattr(self, k) for k in mine})
+
+    def pod_fields(self) -> dict[str, Any]:
+        """The PodSpec fields these set (camelCase, absent ones left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
 class ReplicaSpec(_Model):
     replicas: Int = Field(1, ge=1, le=MAX_REPLICAS)
     gpus: Int = Field(8, ge=0, le=MAX_GPUS, description="GPUs per replica (0 = CPU).")
     image: str | None = Field(None, min_length=1, description="Container image (cluster only).")
     resources: dict[str, Any] = Field(
-        default_factory=dict, description="Container resources (requests/limits) in the cluster."
+        default_factory=dict,
+        description="Container resources (requests/limits) in the cluster. A GPU pod requests "
+        f"{CPU_PER_GPU} CPUs and {MEMORY_PER_GPU_GIB}Gi of memory per GPU unless these say.",
+    )
+    scheduling: SchedulingSpec = Field(
+        SchedulingSpec(), description="This role's scheduling; its fields replace the run's."
     )
 
 
@@ -415,6 +592,9 @@ class RunSpec(_Model):
         description="disaggregated: a process (pod) per trainer rank and generator, weights "
         "broadcast. colocated: one process (pod) holds the trainer and one vLLM engine, which "
         "share its device; weights move in memory.",
+    )
+    scheduling: SchedulingSpec = Field(
+        SchedulingSpec(), description="Where the run's pods may run (trainers and generators)."
     )
     suspend: Bool = False
     seed: Int = Field(0, ge=0, le=2**32 - 1)

@@ -238,3 +238,48 @@ def test_failure_policy_and_stop_when_have_defaults() -> None:
     spec = parse_run(with_spec(budget={"stopWhen": {"predictedABelow": 0.5}})).spec
     assert spec.failure_policy.max_restarts == 3 and spec.failure_policy.no_signal_steps == 50
     assert spec.budget.stop_when is not None and spec.budget.stop_when.min_points == 8
+
+
+def test_tolerations_follow_the_rules_of_the_api_server() -> None:
+    found = problems(
+        with_spec(
+            scheduling={
+                "tolerations": [
+                    {"operator": "Equal", "value": "x"},
+                    {"key": "a", "operator": "Exists", "value": "x"},
+                    {"key": "a", "effect": "NoSchedule", "tolerationSeconds": 30},
+                ]
+            }
+        )
+    )
+    assert found == [
+        "spec.scheduling.tolerations.0.operator: must be Exists when key is absent (a toleration "
+        "of every taint)",
+        "spec.scheduling.tolerations.1.value: must be absent with operator Exists",
+        "spec.scheduling.tolerations.2.tolerationSeconds: applies only to effect NoExecute",
+    ]
+
+
+def test_affinity_and_class_names_are_checked_where_they_are_written() -> None:
+    node_term = {"matchExpressions": [{"key": "gpu", "operator": "Gt", "values": ["a"]}]}
+    found = problems(
+        with_spec(
+            generators={
+                "scheduling": {
+                    "priorityClassName": "High_Priority",
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [node_term]
+                            }
+                        }
+                    },
+                }
+            }
+        )
+    )
+    assert [p.split(":")[0] for p in found] == [
+        "spec.generators.scheduling.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuring"
+        "Execution.nodeSelectorTerms.0.matchExpressions.0.values",
+        "spec.generators.scheduling.priorityClassName",
+    ]

@@ -29,7 +29,16 @@ import yaml
 from scalerl.environment import ProcessEnv
 from scalerl.operator import names
 from scalerl.rollout.keys import GENERATOR_FILES, TRAINER_FILES, StreamKeys
-from scalerl.spec import API_VERSION, KIND, ReplicaSpec, ScaleRLRun
+from scalerl.spec import (
+    API_VERSION,
+    CPU_PER_GPU,
+    KIND,
+    MEMORY_PER_GPU_GIB,
+    SHM_CPU_POD_GIB,
+    SHM_PER_GPU_GIB,
+    ReplicaSpec,
+    ScaleRLRun,
+)
 
 IMAGE_TAG = "0.1.0"
 CONFIG_DIR = "/etc/scalerl"
@@ -345,7 +354,7 @@ def workload(
     replicas: ReplicaSpec = run.spec.trainers if trainer else run.spec.generators
     extra = {names.LABEL_ATTEMPT: str(attempt)}
     pod_labels = {**extra, **names.labels(owner.name, role_name)}
-    mounts, volumes = _mounts(run), _volumes(run, owner)
+    mounts, volumes = _mounts(run), _volumes(run, owner, replicas)
     # A colocated process has no rollout stream between pods: it holds no keys (its environment
     # names none), so it neither needs the Secret to start nor holds a secret it never uses.
     if not run.spec.colocated:
@@ -368,6 +377,7 @@ def workload(
         "restartPolicy": "Never",
         "securityContext": POD_SECURITY,
         **images.pod_fields(),
+        **replicas.scheduling.over(run.spec.scheduling).pod_fields(),
         "subdomain": names.service(owner.name),
         "containers": [container],
         "volumes": volumes,
@@ -441,15 +451,22 @@ def _ports() -> list[tuple[str, int]]:
 
 
 def _resources(replicas: ReplicaSpec) -> dict[str, Any]:
-    """The user's resources, with `gpus` as the GPU request (it is also the compute count)."""
+    """The user's resources, with `gpus` as the GPU request (it is also the compute count); a GPU
+    pod requests CPU_PER_GPU CPUs and MEMORY_PER_GPU_GIB of memory per GPU where they say
+    nothing of either (as a request or a limit: a limit alone is also the request)."""
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in replicas.resources.items()}
     for kind in ("requests", "limits"):
         out.setdefault(kind, {}).pop(GPU, None)
         if replicas.gpus:
             out[kind][GPU] = replicas.gpus  # extended resources: requests == limits
-        if not out[kind]:
-            del out[kind]
-    return out
+    if replicas.gpus:
+        said = {*out["requests"], *out["limits"]}
+        defaults = {
+            "cpu": str(CPU_PER_GPU * replicas.gpus),
+            "memory": f"{MEMORY_PER_GPU_GIB * replicas.gpus}Gi",
+        }
+        out["requests"].update({k: v for k, v in defaults.items() if k not in said})
+    return {kind: value for kind, value in out.items() if value}
 
 
 def _mounts(run: ScaleRLRun) -> list[dict[str, Any]]:
@@ -480,10 +497,12 @@ def _keys_volume(owner: Owner, role_name: str) -> dict[str, Any]:
     }
 
 
-def _volumes(run: ScaleRLRun, owner: Owner) -> list[dict[str, Any]]:
+def _volumes(run: ScaleRLRun, owner: Owner, replicas: ReplicaSpec) -> list[dict[str, Any]]:
+    # /dev/shm is memory: bounded, so a runaway writer is evicted rather than starving the node.
+    shm_gib = SHM_PER_GPU_GIB * replicas.gpus if replicas.gpus else SHM_CPU_POD_GIB
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": names.config(owner.name)}},
-        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
     ]
     claim = run.spec.checkpoint.claim_name
     if claim is None:

@@ -80,8 +80,15 @@ def _with_field_keys(out: dict[str, Any], field: dict[str, Any]) -> dict[str, An
 def _object(node: dict[str, Any], out: dict[str, Any], defs: dict[str, Any]) -> None:
     props = node.get("properties")
     if props is None:
-        if node.get("additionalProperties") is True:  # free maps (container resources)
+        values = node.get("additionalProperties")
+        if values is True:  # free maps (container resources)
             out["x-kubernetes-preserve-unknown-fields"] = True
+        elif "patternProperties" in node:  # typed maps with checked keys (node labels)
+            # A structural schema cannot check keys: scalerl.spec does, when the operator parses.
+            (values,) = node["patternProperties"].values()
+            out["additionalProperties"] = _node(values, defs)
+        elif isinstance(values, dict):  # typed maps
+            out["additionalProperties"] = _node(values, defs)
         return
     out["properties"] = {name: _node(sub, defs) for name, sub in props.items()}
     if node.get("required"):

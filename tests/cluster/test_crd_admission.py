@@ -212,6 +212,9 @@ def values(node: dict[str, Any]) -> st.SearchStrategy[Any]:
             {k: values(v) for k, v in node["properties"].items() if k in required},
             optional={k: values(v) for k, v in node["properties"].items() if k not in required},
         )
+    elif kind == "object" and "additionalProperties" in node:  # a map of label keys
+        keys = st.sampled_from(["gpu", "example.com/pool", "no good key"])
+        base = st.dictionaries(keys, values(node["additionalProperties"]), max_size=2)
     elif kind == "object":
         base = st.sampled_from([{}, {"requests": {"cpu": "2"}}])
     elif kind == "array":

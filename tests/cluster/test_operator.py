@@ -168,6 +168,98 @@ def test_a_fixed_spec_starts_the_run(plane: ControlPlane, ns: str, operator: Any
         wait_for(lambda: "jobs" in owned(plane, ns), "the gang's Jobs")
 
 
+# --- where the pods run --------------------------------------------------------------------------
+
+GPU_POOL = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+SPREAD = {
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 50,
+                "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"scalerl.dev/role": "generator"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                },
+            }
+        ]
+    }
+}
+
+
+@pytest.fixture
+def cluster_classes(plane: ControlPlane) -> Iterator[tuple[str, str]]:
+    """A PriorityClass and a RuntimeClass: the server refuses a pod that names a missing one."""
+    priority, runtime = "scalerl-test-gang", "scalerl-test-nvidia"
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": priority},
+                    "value": 100000,
+                },
+                {
+                    "apiVersion": "node.k8s.io/v1",
+                    "kind": "RuntimeClass",
+                    "metadata": {"name": runtime},
+                    "handler": "nvidia",
+                },
+            ]
+        ),
+    )
+    yield priority, runtime
+
+
+def test_the_scheduling_of_a_run_and_of_each_role_reaches_their_pods(
+    plane: ControlPlane, ns: str, operator: Any, cluster_classes: tuple[str, str]
+) -> None:
+    priority, runtime = cluster_classes
+    run = run_manifest(
+        ns,
+        scheduling={
+            "nodeSelector": {"gpu.example.com/type": "h100"},
+            "tolerations": [GPU_POOL],
+            "priorityClassName": priority,
+        },
+        trainers={"scheduling": {"runtimeClassName": runtime}},
+        generators={
+            "scheduling": {
+                "tolerations": [{**GPU_POOL, "key": "example.com/spot"}],
+                "affinity": SPREAD,
+            },
+            "resources": {"requests": {"memory": "48Gi"}},
+        },
+    )
+    with operator():
+        create_run(plane, ns, run)
+        gang = gang_up(plane, ns, 0)
+    trainer, generator = (of_role(gang, role)["spec"] for role in ("trainer", "generator"))
+    # The run's fields where a role says nothing; a role's field replaces the run's whole.
+    assert trainer["nodeSelector"] == generator["nodeSelector"] == {"gpu.example.com/type": "h100"}
+    assert GPU_POOL in trainer["tolerations"]
+    assert GPU_POOL not in generator["tolerations"]
+    assert {**GPU_POOL, "key": "example.com/spot"} in generator["tolerations"]
+    assert generator["affinity"] == SPREAD and "affinity" not in trainer
+    assert trainer["runtimeClassName"] == runtime and "runtimeClassName" not in generator
+    # The server resolved the class: its Priority admission copied the value into the pods.
+    assert trainer["priorityClassName"] == generator["priorityClassName"] == priority
+    assert trainer["priority"] == generator["priority"] == 100000
+    # A GPU pod requests CPU and memory per GPU where its resources do not say.
+    limits = {"nvidia.com/gpu": "1"}
+    trainer_resources = trainer["containers"][0]["resources"]
+    assert trainer_resources == {
+        "requests": {**limits, "cpu": "4", "memory": "32Gi"},
+        "limits": limits,
+    }
+    assert generator["containers"][0]["resources"]["requests"]["memory"] == "48Gi"
+    shm = next(v for v in trainer["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+
+
 # --- the gang ------------------------------------------------------------------------------------
 
 

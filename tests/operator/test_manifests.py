@@ -445,3 +445,32 @@ def test_a_colocated_pod_holds_no_stream_keys() -> None:
     assert "stream-keys" not in {m["name"] for m in pod["containers"][0]["volumeMounts"]}
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
     assert ProcessEnv.from_environ(env).stream_keys is None
+
+
+def test_a_gpu_pod_requests_cpu_and_memory_per_gpu_where_its_resources_are_silent() -> None:
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    for role in ("trainers", "generators"):
+        del raw["spec"][role]["resources"]  # 8 GPUs a pod: 4 CPUs and 32 GiB per GPU
+    run = parse_run(raw)
+    for role in ("trainer", "generator"):
+        pod = manifests.workload(run, OWNER, role, 0, IMAGES)["spec"]["template"]["spec"]
+        requests = pod["containers"][0]["resources"]["requests"]
+        assert (requests["cpu"], requests["memory"]) == ("32", "256Gi")
+        shm = next(v for v in pod["volumes"] if v["name"] == "shm")
+        assert shm["emptyDir"]["sizeLimit"] == "64Gi"
+
+
+def test_a_role_s_scheduling_replaces_the_run_s_field_by_field() -> None:
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    pool = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    raw["spec"]["scheduling"] = {"tolerations": [pool], "nodeSelector": {"pool": "gpu"}}
+    raw["spec"]["generators"]["scheduling"] = {"tolerations": [], "schedulerName": "volcano"}
+    run = parse_run(raw)
+    pod = {
+        role: manifests.workload(run, OWNER, role, 0, IMAGES)["spec"]["template"]["spec"]
+        for role in ("trainer", "generator")
+    }
+    assert pod["trainer"]["tolerations"] == [pool]
+    assert pod["generator"]["tolerations"] == []  # present, so it replaces the run's list
+    assert pod["trainer"]["nodeSelector"] == pod["generator"]["nodeSelector"] == {"pool": "gpu"}
+    assert pod["generator"]["schedulerName"] == "volcano" and "schedulerName" not in pod["trainer"]
