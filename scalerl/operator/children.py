@@ -69,6 +69,16 @@ def attempt_of(obj: dict[str, Any]) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+def gang_pods(kube: Kube, owner: Owner, attempt: int) -> list[dict[str, Any]]:
+    """The trainer and generator pods of gang `attempt` that are not being deleted."""
+    labels = {names.LABEL_RUN: owner.name, names.LABEL_ATTEMPT: str(attempt)}
+    return [
+        pod
+        for pod in kube.list("v1", "Pod", owner.namespace, labels)
+        if _role(pod) in names.WORKLOAD_ROLES and not pod["metadata"].get("deletionTimestamp")
+    ]
+
+
 def ensure_workloads(
     kube: Kube, run: ScaleRLRun, owner: Owner, attempt: int, images: Images, *, new: bool = False
 ) -> list[str]:

@@ -125,6 +125,13 @@ PRINTER_COLUMNS = [
         "description": "Fraction of the last batch's samples cut at the length budget.",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Message",
+        "type": "string",
+        "jsonPath": ".status.message",
+        "priority": 1,  # kubectl get -o wide
+        "description": "Why the run is in its phase (while starting: what its pods wait for).",
+    },
 ]
 
 

@@ -1,7 +1,13 @@
 """What the operator does for a run, level-triggered and restart-safe; kopf-free.
 
-Phases: Pending (gang created, trainer not running yet) -> Running -> Succeeded | Failed, and
-Suspended while `spec.suspend` is true. Succeeded means trainer 0 exited 0: it reached the budget
+Phases: Pending (no gang: a spec the operator cannot run yet) -> Starting (a gang created; until
+every pod of it runs) -> Running -> Succeeded | Failed, and Suspended while `spec.suspend` is true.
+
+Starting is the wait for a shared cluster: the scheduler, an autoscaler, image pulls. While it
+lasts the PodsReady condition says why pods wait (the scheduler's message, an image that cannot
+be pulled, ...), a gang that fails restarts without using up `failurePolicy.maxRestarts`, and
+`failurePolicy.startupTimeoutSeconds`, counted from the first gang since the run last ran, ends it
+Failed with that reason. Succeeded means trainer 0 exited 0: it reached the budget
 (its own last evaluation and checkpoint written). Every earlier end is Failed with a reason, as
 Kubernetes Jobs end Failed on `activeDeadlineSeconds`: a gang that failed more often than
 `failurePolicy.maxRestarts`, or a run stopped by `budget.stopWhen` because its predicted A interval
@@ -18,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from scalerl.errors import SpecError
@@ -26,16 +33,20 @@ from scalerl.operator import children, names
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
 from scalerl.operator.prediction import stop_reason
 from scalerl.spec import ScaleRLRun, parse_run
-from scalerl.status.conditions import set_condition
+from scalerl.status.conditions import now_rfc3339, set_condition
 from scalerl.status.kubernetes import RunStatus
 
-PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
+PENDING, STARTING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
     "Pending",
+    "Starting",
     "Running",
     "Suspended",
     "Succeeded",
     "Failed",
 )
+LIVE = (None, PENDING, STARTING, RUNNING)  # phases a gang failure or a stop applies to
+# A container waiting for one of these is on its way; any other reason is what holds it.
+ON_ITS_WAY = (None, "ContainerCreating", "PodInitializing")
 TERMINAL = (SUCCEEDED, FAILED)
 NORMAL, WARNING = "Normal", "Warning"
 RECREATE_WAIT_S = 10.0
@@ -203,29 +214,39 @@ def start(
     attempt = int(status.get("restarts", 0))
     created = children.ensure_workloads(ctx.kube, run, ctx.owner, attempt, ctx.images, new=new)
     was = status.get("phase")
+    begins = was in (None, PENDING, SUSPENDED)  # the first gang since the run last ran
     conditions: list[ConditionArgs] = [("Ready", True, "Reconciled", "children in place")]
+    if begins:
+        conditions.append(gang_created(attempt))
     if was == SUSPENDED:
         conditions.append(("Suspended", False, "Resumed", "resumed from the last checkpoint"))
     written = transition(
         ctx.status,
         not_terminal,
-        phase=PENDING if was in (None, SUSPENDED) else was,
+        phase=STARTING if begins else was,
         message=f"gang attempt {attempt} created" if created else None,
         conditions=conditions,
-        fields={**generation, "restarts": attempt},
+        fields={
+            **generation,
+            "restarts": attempt,
+            **({"startingSince": now_rfc3339()} if begins else {}),
+        },
     )
     if written and "phase" in written:
         reason = "Resumed" if was == SUSPENDED else "Created"
         ctx.emit(run_obj, NORMAL, reason, f"gang attempt {attempt}: {', '.join(created)}")
+    if not begins:
+        startup_overdue(ctx, run, run_obj)
 
 
 # --- pods ----------------------------------------------------------------------------------------
 
 
 def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
-    """React to one pod of the gang reaching Running, Succeeded or Failed."""
+    """React to a change of one pod of the gang: a failure, trainer 0's success, or, while the
+    gang starts, what its pods are waiting for."""
     meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
-    if meta.get("deletionTimestamp") or phase not in (RUNNING, SUCCEEDED, FAILED):
+    if meta.get("deletionTimestamp"):
         return  # a pod we are deleting may fail on SIGTERM: that is no failure of the run
     labels = meta.get("labels") or {}
     role = labels.get(names.LABEL_ROLE)
@@ -245,14 +266,78 @@ def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
         gang_failed(ctx, run, run_obj, pod_failure(pod), attempt)
     elif phase == SUCCEEDED and trainer0:
         finish(ctx, run_obj, "trainer 0 exited 0: the budget is reached")
-    elif phase == RUNNING and trainer0 and status.get("phase") == PENDING:
+    elif status.get("phase") == STARTING:
+        gang_starting(ctx, run, run_obj, attempt)
+
+
+def gang_starting(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attempt: int) -> None:
+    """Running once every pod of gang `attempt` runs; until then PodsReady=False says why not
+    (an Event whenever that changes)."""
+    pods = children.gang_pods(ctx.kube, ctx.owner, attempt)
+    expected = run.spec.processes
+    running = sum((p.get("status") or {}).get("phase") == RUNNING for p in pods)
+    guard = same_attempt(attempt, (STARTING,))
+    if running == expected:
+        message = f"all {expected} pods of gang attempt {attempt} are running"
         if transition(
             ctx.status,
-            same_attempt(attempt, (PENDING,)),
+            guard,
             phase=RUNNING,
-            message="trainer 0 is running",
+            message=message,
+            conditions=[("PodsReady", True, "AllPodsRunning", message)],
         ):
-            ctx.emit(run_obj, NORMAL, "Running", f"gang attempt {attempt} is running")
+            ctx.emit(run_obj, NORMAL, "Running", message)
+        return
+    reason, why = waiting_for(pods, expected)
+    message = f"{running} of {expected} pods running; {why}"
+    before = condition_of(status_of(run_obj), "PodsReady")
+    written = transition(
+        ctx.status, guard, message=message, conditions=[("PodsReady", False, reason, message)]
+    )
+    # An Event for each new thing that holds the gang; pods on their way are no news.
+    if written and reason not in ON_THEIR_WAY and reason != before.get("reason"):
+        ctx.emit(run_obj, WARNING, reason, message)
+
+
+ON_THEIR_WAY = ("PodsStarting", "PodsNotCreated")
+
+
+def gang_created(attempt: int) -> ConditionArgs:
+    return ("PodsReady", False, "PodsStarting", f"gang attempt {attempt} created")
+
+
+def condition_of(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), {})
+
+
+def waiting_for(pods: list[dict[str, Any]], expected: int) -> tuple[str, str]:
+    """(reason, message) of what holds the gang: the first pod something holds, as the
+    scheduler or the kubelet put it; else pods still on their way."""
+    for pod in pods:
+        held = pod_held(pod) if (pod.get("status") or {}).get("phase") != RUNNING else None
+        if held is not None:
+            return held
+    if len(pods) < expected:
+        return "PodsNotCreated", f"{len(pods)} of {expected} pods created (kubectl describe job)"
+    return "PodsStarting", "pods are being scheduled or started"
+
+
+def pod_held(pod: dict[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) of what keeps this pod from running, or None if nothing does."""
+    status, name = pod.get("status") or {}, pod["metadata"]["name"]
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            reason = condition.get("reason") or "Unschedulable"
+            return reason, f"pod {name}: {condition.get('message') or reason}"
+    containers = (status.get("initContainerStatuses") or []) + (
+        status.get("containerStatuses") or []
+    )
+    for container in containers:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") not in ON_ITS_WAY:
+            detail = waiting.get("message") or f"image {container.get('image')}"
+            return str(waiting["reason"]), f"pod {name}: {waiting['reason']}: {detail}"
+    return None
 
 
 def current_gang(status: dict[str, Any], attempt: int) -> bool:
@@ -323,9 +408,14 @@ def job_failure(job: dict[str, Any]) -> str | None:
 def gang_failed(
     ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], why: str, attempt: int
 ) -> None:
+    """Restart the gang from the last checkpoint, or end the run Failed past the limit. A gang
+    that fails while starting uses up no restart: the startup timeout bounds those."""
+    status = status_of(run_obj)
     limit = run.spec.failure_policy.max_restarts
-    guard = same_attempt(attempt, (None, PENDING, RUNNING))
-    if attempt >= limit:
+    guard = same_attempt(attempt, LIVE)
+    starting = status.get("phase") == STARTING
+    counted = attempt - int(status.get("startupRestarts", 0))
+    if counted >= limit and not starting:
         message = f"{why}; {limit} gang restarts used (failurePolicy.maxRestarts)"
         written = transition(
             ctx.status,
@@ -338,12 +428,52 @@ def gang_failed(
             children.remove_workloads(ctx.kube, ctx.owner)
             ctx.emit(run_obj, WARNING, "RestartLimitExceeded", message)
         return
-    message = f"{why}; restarting the gang from the last checkpoint ({attempt + 1}/{limit})"
+    fields: dict[str, Any] = {"restarts": attempt + 1}
+    if starting:
+        fields["startupRestarts"] = int(status.get("startupRestarts", 0)) + 1
+        message = f"{why}; restarting the gang while it starts (no restart used up)"
+    else:
+        fields["startingSince"] = now_rfc3339()
+        message = f"{why}; restarting the gang from the last checkpoint ({counted + 1}/{limit})"
     if transition(
-        ctx.status, guard, phase=PENDING, message=message, fields={"restarts": attempt + 1}
+        ctx.status,
+        guard,
+        phase=STARTING,
+        message=message,
+        conditions=[gang_created(attempt + 1)],
+        fields=fields,
     ):
         ctx.emit(run_obj, WARNING, "GangRestart", message)
         recreate_gang(ctx, run, attempt + 1)
+
+
+def startup_overdue(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any]) -> None:
+    """End a run whose gangs have been starting for longer than the startup timeout."""
+    status = status_of(run_obj)
+    since = status.get("startingSince")
+    timeout = run.spec.failure_policy.startup_timeout_seconds
+    if status.get("phase") != STARTING or not since or seconds_since(since) < timeout:
+        return
+    held = condition_of(status, "PodsReady").get("message")
+    message = f"not every pod ran within {timeout} s (failurePolicy.startupTimeoutSeconds)" + (
+        f": {held}" if held else ""
+    )
+    attempt = int(status.get("restarts", 0))
+    written = transition(
+        ctx.status,
+        same_attempt(attempt, (STARTING,)),
+        phase=FAILED,
+        message=message,
+        conditions=[("Ready", False, "StartupTimeout", message)],
+    )
+    if written:
+        children.remove_workloads(ctx.kube, ctx.owner)
+        ctx.emit(run_obj, WARNING, "StartupTimeout", message)
+
+
+def seconds_since(rfc3339: str) -> float:
+    then = datetime.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return (datetime.now(UTC) - then).total_seconds()
 
 
 def recreate_gang(ctx: Context, run: ScaleRLRun, attempt: int) -> None:
@@ -421,7 +551,7 @@ def stop(ctx: Context, run_obj: dict[str, Any], reason: str) -> None:
     message = f"stopped: {reason}"
     written = transition(
         ctx.status,
-        lambda s: s.get("phase") in (None, PENDING, RUNNING),
+        lambda s: s.get("phase") in LIVE,
         phase=FAILED,
         message=message,
         conditions=[

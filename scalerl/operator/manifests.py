@@ -315,6 +315,7 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
         stream_keys=None if spec.colocated else Path(KEYS_DIR),  # no stream, no keys
         trainer_ranks=spec.trainers.replicas * spec.ranks_per_trainer,
         ranks_port=RANKS_PORT,
+        startup_timeout_s=float(spec.failure_policy.startup_timeout_seconds),
     )
     environ = env.to_environ()
     # One template serves every pod of a role: each takes its index (a generator's index, a

@@ -165,7 +165,7 @@ def _cel_list(items: list[str]) -> str:
 
 # --- status --------------------------------------------------------------------------------------
 
-PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
+PHASES = ("Pending", "Starting", "Running", "Suspended", "Succeeded", "Failed")
 # At most this many evaluations stay in the status (etcd refuses objects over 1.5 MiB; about 100
 # bytes each). The sink thins to EVALUATIONS_KEPT; the schema leaves room above it.
 EVALUATIONS_KEPT = 300
@@ -198,7 +198,7 @@ def _condition() -> dict[str, Any]:
         "properties": {
             "type": {
                 "type": "string",
-                "description": "Ready, Suspended, Predicted, LearningSignal or Stopped.",
+                "description": "Ready, PodsReady, Suspended, Predicted, LearningSignal or Stopped.",
             },
             "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
             "reason": {"type": "string", "description": "CamelCase reason."},
@@ -293,6 +293,16 @@ def status_schema() -> dict[str, Any]:
             "message": {"type": "string", "description": "Why the run is in its phase."},
             "observedGeneration": _int("metadata.generation the operator last acted on."),
             "restarts": _int("Gang restarts from a checkpoint so far (the attempt number)."),
+            "startupRestarts": _int(
+                "Of the restarts, those of gangs that failed while starting (not counted "
+                "against failurePolicy.maxRestarts)."
+            ),
+            "startingSince": {
+                "type": "string",
+                "format": "date-time",
+                "description": "When the first gang since the run last ran was created (the "
+                "startup timeout counts from it).",
+            },
             "conditions": {
                 "type": "array",
                 "items": _condition(),

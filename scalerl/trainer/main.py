@@ -107,7 +107,7 @@ class Trainer:
     def start_generators(self) -> None:
         """Wait for every generator, tell each where the run stands, start the publisher."""
         count = self.spec.generators.replicas
-        self.channel.wait_for_generators(count, self.env.peer_timeout_s)
+        self.channel.wait_for_generators(count, self.env.startup_timeout_s)
         self.curriculum = NoPositiveResampling(
             self.spec.recipe.no_positive_resampling.pass_rate_threshold
         )

@@ -85,8 +85,9 @@ def join_ranks(env: ProcessEnv) -> Ranks:
     if ranks.world_size > 1:
         host = env.bind_host if ranks.leader else env.trainer_host
         where = f"trainer ranks at {host}:{env.ranks_port}: rank {ranks.rank} of {ranks.world_size}"
-        store = open_store(host, env.ranks_port, ranks.rank, env.peer_timeout_s, where)
-        init_ranks(store, ranks.rank, ranks.world_size, ranks.device, env.peer_timeout_s)
+        # The ranks' pods may start minutes apart: they meet within the startup timeout.
+        store = open_store(host, env.ranks_port, ranks.rank, env.startup_timeout_s, where)
+        init_ranks(store, ranks.rank, ranks.world_size, ranks.device, env.startup_timeout_s)
     elif ranks.device.type == "cuda":
         init_ranks(dist.HashStore(), 0, 1, ranks.device, env.peer_timeout_s)
     return ranks

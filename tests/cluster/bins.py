@@ -1,8 +1,9 @@
 """Build the real control plane the operator's tests run against, from Go modules, once.
 
-etcd, kube-apiserver, kube-controller-manager and kubectl of Kubernetes `K8S`, and helm `HELM`, go
-into `$SCALERL_CACHE/k8s/v<K8S>/bin` (default `~/.cache/scalerl`), with Go's module and build
-caches beside them, so a second call finds them and returns at once. Nothing of it is committed.
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of Kubernetes `K8S`, and
+helm `HELM`, go into `$SCALERL_CACHE/k8s/v<K8S>/bin` (default `~/.cache/scalerl`), with Go's module
+and build caches beside them, so a second call finds them and returns at once. Nothing of it is
+committed.
 
 k8s.io/kubernetes cannot be `go install`ed: its go.mod requires its staging modules at v0.0.0 and
 maps them to `./staging/...`, which Go ignores in a dependency. So the binaries are built in a
@@ -30,7 +31,7 @@ from pathlib import Path
 K8S = "1.37.2"
 HELM = "v4.3.1"
 STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/src/k8s\.io/[\w.-]+\s*$")
-K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kubectl")
+K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
 
 def cache_root() -> Path:
@@ -79,6 +80,7 @@ def missing() -> list[str]:
         ("etcd", ["--version"], "etcd Version: 3."),
         ("kube-apiserver", ["--version"], f"Kubernetes v{K8S}"),
         ("kube-controller-manager", ["--version"], f"Kubernetes v{K8S}"),
+        ("kube-scheduler", ["--version"], f"Kubernetes v{K8S}"),
         ("kubectl", ["version", "--client"], f"v{K8S}"),
         ("helm", ["version", "--short"], HELM.rsplit(".", 1)[0]),
     ):

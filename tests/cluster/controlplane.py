@@ -1,11 +1,13 @@
-"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver and kube-controller-manager
-built from Go modules (tests/cluster/bins.py), as a cluster has them.
+"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler built from Go modules (tests/cluster/bins.py), as a cluster has them.
 
 The API server authorizes with Node and RBAC, admits with the defaults (ServiceAccount,
 NamespaceLifecycle, PodSecurity, ...) plus OwnerReferencesPermissionEnforcement, and signs
 ServiceAccount tokens; the controller manager runs the Job, garbage-collector, namespace,
-service-account, token and ttl-after-finished controllers. No scheduler and no kubelet: tests bind
-and run pods themselves. One Node object exists for them to bind to.
+service-account, token and ttl-after-finished controllers. The scheduler schedules only the pods
+that name it (`schedulerName: TEST_SCHEDULER`), so a test can meet its answers (Unschedulable,
+with its message) while the others bind and run pods themselves (no kubelet). One Node object
+exists, with no labels, taints or capacity of note.
 
     plane = ControlPlane.start(bins, work_dir)
     plane.namespace("t1")          # labelled pod-security enforce=restricted; its default SA ready
@@ -34,6 +36,7 @@ from scalerl.ports import free_port
 RunAccount = Callable[[str, dict[str, Any]], str]
 ADMIN_TOKEN = "scalerl-test-admin-token"
 NODE = "test-node"
+TEST_SCHEDULER = "scalerl-test-scheduler"
 START_TIMEOUT_S = 90.0
 CONTROLLERS = (
     "job-controller",
@@ -113,9 +116,20 @@ class ControlPlane:
             f"--service-account-private-key-file={sa_key}",
             f"--root-ca-file={plane.ca}",
         )
+        plane.spawn("kube-scheduler", f"--config={plane.scheduler_config()}", "--secure-port=0")
         plane.api("POST", "/api/v1/nodes", {"metadata": {"name": NODE}})
         plane.started_s = time.monotonic() - started
         return plane
+
+    def scheduler_config(self) -> Path:
+        path = self.work / "scheduler.yaml"
+        path.write_text(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+            f"clientConnection: {{kubeconfig: {self.kubeconfig}}}\n"
+            "leaderElection: {leaderElect: false}\n"
+            f"profiles: [{{schedulerName: {TEST_SCHEDULER}}}]\n"
+        )
+        return path
 
     def audit_policy(self) -> Path:
         """Every request's metadata: what a run costs the API server, counted by the server."""

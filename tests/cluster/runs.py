@@ -8,7 +8,7 @@ operator leaves. Every helper takes the control plane and the namespace first:
 
     create_run(plane, ns, run_manifest(ns, fit={"everyEvaluations": 3}))
     gang = gang_up(plane, ns)                    # the Job controller's pods of gang attempt 0
-    set_phase(plane, ns, of_role(gang, "trainer"), "Running")
+    set_running(plane, ns, gang)                 # every pod Running: the run is Running
     wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
 """
 
@@ -211,6 +211,12 @@ def set_phase(
     path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/status"
     code, body = plane.api_patch(path, {"status": fields})
     assert code == 200, body
+
+
+def set_running(plane: ControlPlane, ns: str, gang: list[dict[str, Any]]) -> None:
+    """Play the kubelet for a whole gang: every pod Running (a run runs once all of them do)."""
+    for pod in gang:
+        set_phase(plane, ns, pod, "Running")
 
 
 def bare_pod(ns: str, name: str, like: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from chart import OPERATOR_USER, in_thread
-from controlplane import ControlPlane
+from controlplane import TEST_SCHEDULER, ControlPlane
 from runs import (
     RUNS,
     bare_pod,
@@ -38,6 +38,7 @@ from runs import (
     pods,
     requests,
     set_phase,
+    set_running,
     status,
     wait_for,
 )
@@ -86,7 +87,7 @@ def test_a_run_gets_every_child_owned_by_it(plane: ControlPlane, ns: str, operat
             "every child",
         )
         elapsed = time.monotonic() - started
-        wait_for(lambda: phase_is(plane, ns, "Pending"), "Pending")
+        wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting")
         event_reasons(plane, ns, "Created")
     uid = run["metadata"]["uid"]
     for resource in CHILDREN:
@@ -263,19 +264,122 @@ def test_the_scheduling_of_a_run_and_of_each_role_reaches_their_pods(
 # --- the gang ------------------------------------------------------------------------------------
 
 
+def hold(plane: ControlPlane, ns: str, pod: dict[str, Any], **status: Any) -> None:
+    """Write what holds a pod, as the scheduler or the kubelet would (pods/status)."""
+    path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/status"
+    code, body = plane.api_patch(path, {"status": status})
+    assert code == 200, body
+
+
+def pulling(pod: dict[str, Any], reason: str) -> dict[str, Any]:
+    """A kubelet's account of a container whose image it cannot pull."""
+    image = pod["spec"]["containers"][0]["image"]
+    waiting = {"reason": reason, "message": f'Back-off pulling image "{image}"'}
+    container = {"name": pod["spec"]["containers"][0]["name"], "image": image, "imageID": ""}
+    return {
+        "phase": "Pending",
+        "containerStatuses": [
+            {**container, "ready": False, "restartCount": 0, "state": {"waiting": waiting}}
+        ],
+    }
+
+
+# The trainer goes to the real scheduler with a node selector no node matches. (No claim, which
+# the scheduler would find missing first; and the test node's not-ready taint, which the API
+# server put on it, is tolerated, so that the selector is what the scheduler turns down.)
+NOWHERE = {
+    "checkpoint": {"claimName": None},
+    "trainers": {
+        "scheduling": {
+            "schedulerName": TEST_SCHEDULER,
+            "nodeSelector": {"gpu.example.com/type": "none-such"},
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+        }
+    },
+}
+SCHEDULER_SAYS = "didn't match Pod's node affinity/selector"
+
+
+def test_a_starting_gang_says_what_its_pods_wait_for_and_uses_no_restart(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns, failurePolicy={"maxRestarts": 0}, **NOWHERE))
+        gang = gang_up(plane, ns, 0)
+
+        def pods_ready() -> dict[str, Any]:
+            return condition(plane, ns, "PodsReady") or {}
+
+        # The scheduler turns the trainer down: the run says so, in the scheduler's words.
+        wait_for(lambda: pods_ready().get("reason") == "Unschedulable", "Unschedulable")
+        assert phase_is(plane, ns, "Starting")
+        assert SCHEDULER_SAYS in pods_ready()["message"]
+        # A generator's image cannot be pulled (the first pod in order: the gang's reason now).
+        generator = of_role(gang, "generator")
+        hold(plane, ns, generator, **pulling(generator, "ImagePullBackOff"))
+        wait_for(lambda: pods_ready().get("reason") == "ImagePullBackOff", "ImagePullBackOff")
+        image = generator["spec"]["containers"][0]["image"]
+        assert pods_ready()["status"] == "False"
+        assert f'Back-off pulling image "{image}"' in pods_ready()["message"]
+        assert pods_ready()["message"].startswith("0 of 3 pods running; pod r1-generator-")
+        wide = plane.kubectl("get", "srl", "-n", ns, "-o", "wide").splitlines()
+        assert wide[0].split()[-1] == "MESSAGE" and "ImagePullBackOff" in wide[1]
+        # The image arrives: what holds the gang is the scheduler's answer again.
+        set_phase(plane, ns, generator, "Running")
+        wait_for(lambda: pods_ready().get("reason") == "Unschedulable", "Unschedulable again")
+        # A pod lost while starting (evicted, preempted) restarts the gang without using up a
+        # restart, though maxRestarts is 0.
+        set_phase(plane, ns, generator, "Failed", exit_code=137)
+        gang = gang_up(plane, ns, 1)
+        assert phase_is(plane, ns, "Starting")
+        assert (status(plane, ns)["restarts"], status(plane, ns)["startupRestarts"]) == (1, 1)
+        wait_for(lambda: pods_ready().get("reason") == "Unschedulable", "the new trainer held")
+        set_running(plane, ns, gang)  # the cluster made room
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        assert pods_ready()["status"] == "True"
+        event_reasons(
+            plane, ns, "Created", "Unschedulable", "ImagePullBackOff", "Unschedulable",
+            "GangRestart", "Unschedulable", "Running",
+        )  # fmt: skip
+        # Running, a failure counts: with maxRestarts 0 the run ends.
+        set_phase(plane, ns, of_role(gang, "trainer"), "Failed", exit_code=1)
+        wait_for(lambda: phase_is(plane, ns, "Failed"), "Failed")
+
+
+def test_a_gang_that_does_not_start_in_time_ends_the_run(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator(check_interval_s=1.0):
+        create_run(plane, ns, run_manifest(ns, **NOWHERE))
+        gang_up(plane, ns, 0)
+        wait_for(
+            lambda: (condition(plane, ns, "PodsReady") or {}).get("reason") == "Unschedulable",
+            "Unschedulable",
+        )
+        assert phase_is(plane, ns, "Starting")  # within the default 30 minutes
+        # The user shortens the wait (failurePolicy may change on a live run).
+        patch_run(plane, ns, {"failurePolicy": {"startupTimeoutSeconds": 1}})
+        wait_for(lambda: phase_is(plane, ns, "Failed"), "Failed")
+        wait_for(lambda: not pods(plane, ns) and "jobs" not in owned(plane, ns), "no gang")
+    ready = condition(plane, ns, "Ready") or {}
+    assert ready["reason"] == "StartupTimeout"
+    assert "within 1 s (failurePolicy.startupTimeoutSeconds)" in ready["message"]
+    assert SCHEDULER_SAYS in ready["message"]
+
+
 def test_a_failed_pod_restarts_the_gang_until_the_bound_then_fails(
     plane: ControlPlane, ns: str, operator: Any
 ) -> None:
     with operator():
         create_run(plane, ns, run_manifest(ns, failurePolicy={"maxRestarts": 2}))
         gang = gang_up(plane, ns, 0)
-        set_phase(plane, ns, of_role(gang, "trainer"), "Running")
+        set_running(plane, ns, gang)
         wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
         for attempt in (1, 2):
             set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)
             gang = gang_up(plane, ns, attempt)
             assert status(plane, ns)["restarts"] == attempt
-            set_phase(plane, ns, of_role(gang, "trainer"), "Running")
+            set_running(plane, ns, gang)
             wait_for(lambda: phase_is(plane, ns, "Running"), "Running again")
         set_phase(plane, ns, of_role(gang, "trainer"), "Failed", exit_code=137)
         wait_for(lambda: phase_is(plane, ns, "Failed"), "Failed")
@@ -344,7 +448,7 @@ def test_suspend_removes_the_pods_and_resume_starts_them_again(
         assert "configmaps" in owned(plane, ns)  # the run's config (and checkpoints) stay
         patch_run(plane, ns, {"suspend": False})
         gang_up(plane, ns, 0)
-        wait_for(lambda: phase_is(plane, ns, "Pending"), "Pending")
+        wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting")
         event_reasons(plane, ns, "Created", "Suspended", "Resumed")
     assert condition(plane, ns, "Suspended")["status"] == "False"  # type: ignore[index]
     assert status(plane, ns)["restarts"] == 0
@@ -356,7 +460,7 @@ def test_the_trainer_finishing_ends_the_run_succeeded(
     with operator():
         create_run(plane, ns, run_manifest(ns))
         gang = gang_up(plane, ns, 0)
-        set_phase(plane, ns, of_role(gang, "trainer"), "Running")
+        set_running(plane, ns, gang)
         wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
         set_phase(plane, ns, of_role(gang, "trainer"), "Succeeded", exit_code=0)
         wait_for(lambda: phase_is(plane, ns, "Succeeded"), "Succeeded")
@@ -451,7 +555,7 @@ def test_a_hopeless_prediction_stops_the_run(plane: ControlPlane, ns: str, opera
         gang_up(plane, ns, 0)
         patch_run_status(plane, ns, {"prediction": {**hopeless, "points": 7}})
         time.sleep(0.5)
-        assert phase_is(plane, ns, "Pending")  # too few points to be sure
+        assert phase_is(plane, ns, "Starting")  # too few points to be sure
         patch_run_status(plane, ns, {"prediction": hopeless})
         wait_for(lambda: phase_is(plane, ns, "Failed"), "stopped")
         wait_for(lambda: not pods(plane, ns) and "jobs" not in owned(plane, ns), "no gang")
@@ -478,7 +582,7 @@ def test_kubectl_get_srl_shows_the_prediction_columns(
 ) -> None:
     with operator():
         create_run(plane, ns, run_manifest(ns))
-        wait_for(lambda: phase_is(plane, ns, "Pending"), "Pending")
+        wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting")
         patch_run_status(
             plane,
             ns,
@@ -489,7 +593,7 @@ def test_kubectl_get_srl_shows_the_prediction_columns(
         )
         out = plane.kubectl("get", "srl", "-n", ns).splitlines()
     assert out[0].split() == ["NAME", "PHASE", "STEP", "PASSRATE", "A", "C_MID", "TRUNC", "AGE"]
-    assert out[1].split()[:7] == ["r1", "Pending", "420", "0.52", "0.61", "2542", "0.031"]
+    assert out[1].split()[:7] == ["r1", "Starting", "420", "0.52", "0.61", "2542", "0.031"]
 
 
 def test_the_operator_exports_each_runs_prediction_target_and_restarts(

@@ -29,6 +29,7 @@ from runs import (
     pods,
     requests,
     set_phase,
+    set_running,
     wait_for,
 )
 from small_run import run_manifest
@@ -46,7 +47,7 @@ def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
     stop = {"predictedABelow": 0.5, "minPoints": 4}
     create_run(plane, ns, run_manifest(ns, fit={"everyEvaluations": 2}, budget={"stopWhen": stop}))
     gang = gang_up(plane, ns, 0)
-    set_phase(plane, ns, of_role(gang, "trainer"), "Running")
+    set_running(plane, ns, gang)
     wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
     set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)
     gang = gang_up(plane, ns, 1)

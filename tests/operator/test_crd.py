@@ -57,7 +57,11 @@ def test_printer_columns_show_phase_progress_and_prediction() -> None:
         "C_mid": ".status.prediction.C_mid",
         "Trunc": ".status.progress.truncationRate",
         "Age": ".metadata.creationTimestamp",
+        "Message": ".status.message",  # -o wide only: why the run is in its phase
     }
+    assert [c["name"] for c in VERSION["additionalPrinterColumns"] if c.get("priority")] == [
+        "Message"
+    ]
     status = SCHEMA["properties"]["status"]["properties"]
     for path in columns.values():
         parts = path.strip(".").split(".")

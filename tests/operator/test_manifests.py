@@ -173,6 +173,18 @@ def test_pods_carry_the_local_runners_environment_contract() -> None:
     assert {**trainer.to_environ(), "SCALERL_GENERATOR_INDEX": "5"} == generator.to_environ()
 
 
+def test_pods_meet_their_peers_within_the_runs_startup_timeout() -> None:
+    # Pods may start minutes apart on a cluster: the first meeting waits as long as the operator
+    # lets the gang start; later silences are the peer timeout's.
+    trainer = ProcessEnv.from_environ(env_of("trainer"))
+    assert trainer.startup_timeout_s == RUN.spec.failure_policy.startup_timeout_seconds == 1800
+    assert trainer.peer_timeout_s == 300
+    local = ProcessEnv.from_environ(
+        {"SCALERL_SPEC": "s", "SCALERL_RUN_DIR": "r", "SCALERL_PEER_TIMEOUT": "120"} | PORTS
+    )
+    assert local.startup_timeout_s == local.peer_timeout_s == 120
+
+
 def test_pods_listen_on_every_interface_and_local_processes_on_loopback_only() -> None:
     # In a pod, peers arrive through the Service; on one machine nothing else may connect.
     assert {env_of(role)["SCALERL_BIND_HOST"] for role in ("trainer", "generator")} == {"0.0.0.0"}
