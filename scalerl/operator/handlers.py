@@ -59,7 +59,20 @@ def images_from_environ() -> Images:
             for name in os.environ.get("SCALERL_IMAGE_PULL_SECRETS", "").split(",")
             if name.strip()
         ),
+        run_as=run_as_from_environ(default.run_as),
     )
+
+
+def run_as_from_environ(default: int | None) -> int | None:
+    """SCALERL_RUN_AS_USER: the pods' user ID, or "" where the platform assigns it."""
+    raw = os.environ.get("SCALERL_RUN_AS_USER")
+    if raw is None:
+        return default
+    if raw.strip() == "":
+        return None
+    if not raw.strip().isdigit() or int(raw) == 0:
+        raise InputError(f"SCALERL_RUN_AS_USER must be a non-root user ID or empty, got {raw!r}")
+    return int(raw)
 
 
 def network_from_environ() -> NetworkSettings:

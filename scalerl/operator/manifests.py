@@ -60,14 +60,6 @@ _LOCAL_RANK_VAR = "LOCAL_RANK"
 # Our images run as this user (see the Dockerfiles); the pods say so, so that Kubernetes can
 # check runAsNonRoot and the mounted Secret and volumes are readable by the group.
 RUN_AS = 10001
-# Restricted Pod Security for every pod the operator makes.
-POD_SECURITY = {
-    "runAsNonRoot": True,
-    "runAsUser": RUN_AS,
-    "runAsGroup": RUN_AS,
-    "fsGroup": RUN_AS,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
@@ -77,11 +69,24 @@ class Images:
     generator: str = f"scalerl/generator:{IMAGE_TAG}"
     fit: str = f"scalerl/operator:{IMAGE_TAG}"  # the fit needs scipy, not torch
     pull_secrets: tuple[str, ...] = ()  # for a private registry (the chart's imagePullSecrets)
+    # The user (and group, and fsGroup) the pods run as; None leaves all three to the platform
+    # (OpenShift's restricted-v2 assigns them from the namespace's range and refuses fixed ones).
+    run_as: int | None = RUN_AS
 
     def pod_fields(self) -> dict[str, Any]:
         if not self.pull_secrets:
             return {}
         return {"imagePullSecrets": [{"name": name} for name in self.pull_secrets]}
+
+    def pod_security(self) -> dict[str, Any]:
+        """Restricted Pod Security for every pod the operator makes. With an fsGroup, volumes are
+        chowned to it only where their root does not match already (a model volume is not walked
+        at every gang start)."""
+        restricted = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+        if self.run_as is None:
+            return restricted
+        ids = {"runAsUser": self.run_as, "runAsGroup": self.run_as, "fsGroup": self.run_as}
+        return {**restricted, **ids, "fsGroupChangePolicy": "OnRootMismatch"}
 
 
 @dataclass(frozen=True)
@@ -376,7 +381,7 @@ def workload(
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "securityContext": POD_SECURITY,
+        "securityContext": images.pod_security(),
         **images.pod_fields(),
         **replicas.scheduling.over(run.spec.scheduling).pod_fields(),
         "subdomain": names.service(owner.name),
@@ -426,7 +431,7 @@ def fit_job(run: ScaleRLRun, owner: Owner, number: int, images: Images) -> dict[
                             "securityContext": CONTAINER_SECURITY,
                         }
                     ],
-                    "securityContext": POD_SECURITY,
+                    "securityContext": images.pod_security(),
                     **images.pod_fields(),
                 },
             },

@@ -22,6 +22,7 @@ from schemas import SCHEMAS
 from schemas import validate as validate_monitoring
 
 from scalerl.cli import build_parser
+from scalerl.operator.handlers import images_from_environ
 
 DEFAULTS: dict[str, Any] = {}
 # Every switch away from its default, with the monitors on (their non-default shapes)...
@@ -40,6 +41,7 @@ CUSTOM: dict[str, Any] = {
     },
     "networkPolicy": {"metricsNamespaces": ["monitoring", "observability"]},
     "monitoring": {"release": "prom-stack"},
+    "podSecurity": {"runAsUser": None},  # OpenShift: the platform assigns the IDs
 }
 # ...and everything optional off.
 MINIMAL: dict[str, Any] = {
@@ -222,7 +224,7 @@ def test_the_operator_runs_once_restricted_and_probed(
 
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"].get("runAsUser") != 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     container = _container(deployment)
     security = container["securityContext"]
@@ -239,6 +241,19 @@ def test_the_operator_runs_once_restricted_and_probed(
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     port = ports[probe["port"]] if isinstance(probe["port"], str) else probe["port"]
     assert url == f"http://0.0.0.0:{port}{probe['path']}"
+
+
+@pytest.mark.parametrize(("name", "user"), [("defaults", 10001), ("custom", None)])
+def test_the_operator_and_its_runs_pods_share_the_user_ids_of_the_values(
+    name: str, user: int | None, rendered: dict[str, list[dict[str, Any]]], monkeypatch: Any
+) -> None:
+    deployment = one(rendered[name], "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"].get("runAsUser") == pod["securityContext"].get("runAsGroup")
+    assert pod["securityContext"].get("runAsUser") == user
+    env = {e["name"]: e["value"] for e in _container(deployment)["env"]}
+    monkeypatch.setenv("SCALERL_RUN_AS_USER", env["SCALERL_RUN_AS_USER"])
+    assert images_from_environ().run_as == user  # what the operator gives the runs' pods
 
 
 @pytest.mark.parametrize("name", VALUES)

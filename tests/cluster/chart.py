@@ -31,6 +31,7 @@ from controlplane import ControlPlane
 
 from scalerl.kube import Kube
 from scalerl.metrics import RunMetrics
+from scalerl.operator.manifests import Images
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "scalerl"
@@ -60,10 +61,15 @@ def install(plane: ControlPlane, work: Path) -> Path:
         )
         if done.returncode != 0:
             raise AssertionError(f"helm install failed: {done.stderr}")
+    return account_kubeconfig(plane, RELEASE_NAMESPACE, OPERATOR_ACCOUNT, work)
+
+
+def account_kubeconfig(plane: ControlPlane, namespace: str, account: str, work: Path) -> Path:
+    """A kubeconfig holding a token of ServiceAccount `namespace/account`."""
     config = json.loads(plane.kubeconfig.read_text())
-    token = plane.token(RELEASE_NAMESPACE, OPERATOR_ACCOUNT)
+    token = plane.token(namespace, account)
     config["users"] = [{"name": "admin", "user": {"token": token}}]
-    kubeconfig = work / "operator.kubeconfig"
+    kubeconfig = work / f"{namespace}-{account}.kubeconfig"
     kubeconfig.write_text(json.dumps(config))
     return kubeconfig
 
@@ -121,6 +127,7 @@ def in_thread(
     *,
     metrics: RunMetrics | None = None,
     check_interval_s: float = 3600.0,
+    images: Images | None = None,
 ) -> Iterator[OperatorThread]:
     """The operator's handlers in kopf, in a thread, as the chart's ServiceAccount.
 
@@ -129,7 +136,6 @@ def in_thread(
 
     from scalerl.operator.handlers import register
     from scalerl.operator.main import only_these_namespaces
-    from scalerl.operator.manifests import Images
 
     registry = kopf.OperatorRegistry()
     register(registry, check_interval_s=check_interval_s)
@@ -140,7 +146,7 @@ def in_thread(
     def login(**_: Any) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(server=plane.url, ca_path=str(plane.ca), token=user["token"])
 
-    memo = kopf.Memo(kube=kube_from(kubeconfig, "scalerl-operator"), images=Images())
+    memo = kopf.Memo(kube=kube_from(kubeconfig, "scalerl-operator"), images=images or Images())
     if metrics is not None:
         memo.metrics = metrics
     handle = OperatorThread()

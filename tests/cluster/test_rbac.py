@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chart import OPERATOR_ACCOUNT, OPERATOR_USER, in_thread
+from chart import CHART, OPERATOR_ACCOUNT, OPERATOR_USER, account_kubeconfig, helm, in_thread
 from controlplane import ControlPlane
 from runs import (
     bare_pod,
@@ -33,6 +33,8 @@ from runs import (
     wait_for,
 )
 from small_run import run_manifest
+
+from scalerl.operator.manifests import Images
 
 Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb), as RBAC checks it
 
@@ -68,24 +70,27 @@ def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
     wait_for(lambda: owned(plane, ns) == {}, "no children")
 
 
-def used(events: list[dict[str, Any]]) -> set[Permission]:
-    """What RBAC had to grant for the chart's ServiceAccount's resource requests (discovery and
-    other non-resource URLs need nothing: every authenticated user may read them)."""
+def used(events: list[dict[str, Any]], user: str = OPERATOR_USER) -> set[Permission]:
+    """What RBAC had to grant for `user`'s resource requests (discovery and other non-resource
+    URLs need nothing: every authenticated user may read them)."""
     out = set()
     for event in events:
         ref = event.get("objectRef")
-        if event["user"]["username"] != OPERATOR_USER or not ref or "resource" not in ref:
+        if event["user"]["username"] != user or not ref or "resource" not in ref:
             continue
         resource = "/".join(filter(None, (ref["resource"], ref.get("subresource"))))
         out.add((ref.get("apiGroup", ""), resource, event["verb"]))
     return out
 
 
-def granted(plane: ControlPlane) -> set[Permission]:
-    """The rules of the ClusterRole `helm install` made for the operator."""
-    code, role = plane.api(
-        "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{OPERATOR_ACCOUNT}"
-    )
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def granted(
+    plane: ControlPlane, path: str = f"{RBAC}/clusterroles/{OPERATOR_ACCOUNT}"
+) -> set[Permission]:
+    """The rules of a role `helm install` made for the operator (default: the ClusterRole)."""
+    code, role = plane.api("GET", path)
     assert code == 200, role
     return {
         (group, resource, verb)
@@ -126,3 +131,50 @@ def test_the_cluster_role_has_no_wildcards_or_names(
         for field in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule[field], rule
         assert "resourceNames" not in rule  # runs and their children are named by users
+
+
+TEAM, TEAM_NAMESPACE = "scalerl-team", "team-system"
+TEAM_USER = f"system:serviceaccount:{TEAM_NAMESPACE}:{TEAM}"
+
+
+def test_a_namespaced_install_grants_a_role_in_each_watched_namespace_only(
+    plane: ControlPlane, ns: str, tmp_path: Path
+) -> None:
+    # A second install, as a team would make it: its operator watches `ns` alone, and its pods
+    # name no user IDs (the platform's to assign, as on OpenShift).
+    ensure_crd(plane)
+    values = ["--set", f"operator.watchNamespaces={{{ns}}}", "--set", "podSecurity.runAsUser=null"]
+    done = helm(
+        plane, "install", TEAM, str(CHART), "-n", TEAM_NAMESPACE, "--create-namespace", *values
+    )
+    assert done.returncode == 0, done.stderr
+    try:
+        kubeconfig = account_kubeconfig(plane, TEAM_NAMESPACE, TEAM, tmp_path)
+        since = time.time()
+        with in_thread(plane, kubeconfig, [ns], images=Images(run_as=None)):
+            a_runs_whole_life(plane, ns)  # its pods pass the namespace's restricted Pod Security
+        events = requests(plane, since)
+        refused = [
+            f"{e['verb']} {e['requestURI']}"
+            for e in events
+            if e["user"]["username"] == TEAM_USER and e["responseStatus"]["code"] == 403
+        ]
+        assert refused == [], "requests the namespaced install refuses"
+        cluster_wide = granted(plane, f"{RBAC}/clusterroles/{TEAM}")
+        assert cluster_wide == {
+            ("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")
+        }
+        in_ns = granted(plane, f"{RBAC}/namespaces/{ns}/roles/{TEAM}")
+        assert used(events, TEAM_USER) - (cluster_wide | in_ns) == set()
+        assert in_ns - used(events, TEAM_USER) == ADMISSION_ONLY
+
+        def may(verb: str, resource: str, namespace: str) -> bool:
+            answer = plane.kubectl(
+                "auth", "can-i", verb, resource, "-n", namespace, "--as", TEAM_USER, check=False
+            )
+            return answer.strip() == "yes"
+
+        assert may("create", "jobs.batch", ns) and not may("create", "jobs.batch", "default")
+        assert not may("list", "pods", "default")
+    finally:
+        helm(plane, "uninstall", TEAM, "-n", TEAM_NAMESPACE)

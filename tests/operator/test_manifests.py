@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from scalerl.environment import ProcessEnv
+from scalerl.errors import InputError
 from scalerl.operator import manifests, names
+from scalerl.operator.handlers import images_from_environ
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
 from scalerl.rollout.keys import GENERATOR_FILES, TRAINER_FILES, StreamKeys
 from scalerl.spec import ScaleRLRun, load_run, parse_run
@@ -486,3 +488,39 @@ def test_a_role_s_scheduling_replaces_the_run_s_field_by_field() -> None:
     assert pod["generator"]["tolerations"] == []  # present, so it replaces the run's list
     assert pod["trainer"]["nodeSelector"] == pod["generator"]["nodeSelector"] == {"pool": "gpu"}
     assert pod["generator"]["schedulerName"] == "volcano" and "schedulerName" not in pod["trainer"]
+
+
+def test_pods_name_their_user_ids_unless_the_platform_assigns_them() -> None:
+    fixed = manifests.workload(RUN, OWNER, "trainer", 0, IMAGES)["spec"]["template"]["spec"]
+    assert fixed["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "fsGroupChangePolicy": "OnRootMismatch",  # no walk of the model volume at every start
+    }
+    assigned = Images(run_as=None)
+    for job in (
+        manifests.workload(RUN, OWNER, "generator", 0, assigned),
+        manifests.fit_job(RUN, OWNER, 1, assigned),
+    ):
+        security = job["spec"]["template"]["spec"]["securityContext"]
+        assert security == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+@pytest.mark.parametrize(
+    ("raw", "user"), [("10001", 10001), ("1000680000", 1000680000), ("", None)]
+)
+def test_the_chart_says_the_pods_user_id_or_leaves_it_to_the_platform(
+    raw: str, user: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SCALERL_RUN_AS_USER", raw)
+    assert images_from_environ().run_as == user
+
+
+@pytest.mark.parametrize("raw", ["0", "root", "-5"])
+def test_root_or_a_name_is_no_user_id(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCALERL_RUN_AS_USER", raw)
+    with pytest.raises(InputError, match="SCALERL_RUN_AS_USER must be a non-root user ID"):
+        images_from_environ()
