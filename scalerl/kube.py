@@ -147,11 +147,19 @@ class Kube:
             raise
 
     def list(
-        self, api_version: str, kind: str, ns: str, labels: dict[str, str]
+        self,
+        api_version: str,
+        kind: str,
+        ns: str,
+        labels: dict[str, str],
+        fields: dict[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        query = urlencode({"labelSelector": selector(labels)})
-        items = self.request("GET", f"{api_path(api_version, kind, ns)}?{query}")["items"]
-        return [i for i in items if matches(i, labels)]
+        """The objects with `labels` (and `fields`, a field selector the server applies)."""
+        query = {"labelSelector": selector(labels)}
+        if fields:
+            query["fieldSelector"] = selector(fields)
+        items = self.request("GET", f"{api_path(api_version, kind, ns)}?{urlencode(query)}")
+        return [i for i in items["items"] if matches(i, labels)]
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """Create `obj`; None when an object of that name already exists."""

@@ -79,6 +79,23 @@ def gang_pods(kube: Kube, owner: Owner, attempt: int) -> list[dict[str, Any]]:
     ]
 
 
+def refused_pods(kube: Kube, owner: Owner, attempt: int) -> str | None:
+    """Why the Job controller could not create a pod of gang `attempt` (a quota, Pod Security,
+    ...), as its newest FailedCreate Event on the gang's Jobs says; None when it says nothing."""
+    labels = {names.LABEL_RUN: owner.name, names.LABEL_ATTEMPT: str(attempt)}
+    jobs = {job["metadata"]["uid"] for job in kube.list("batch/v1", "Job", owner.namespace, labels)}
+    refusals = kube.list(
+        "v1", "Event", owner.namespace, {}, {"involvedObject.kind": "Job", "reason": "FailedCreate"}
+    )
+    mine = [e for e in refusals if e["involvedObject"].get("uid") in jobs]
+    newest = max(mine, key=_last_seen, default=None)
+    return None if newest is None else str(newest.get("message", ""))
+
+
+def _last_seen(event: dict[str, Any]) -> str:
+    return str(event.get("lastTimestamp") or event.get("eventTime") or "")
+
+
 def ensure_workloads(
     kube: Kube, run: ScaleRLRun, owner: Owner, attempt: int, images: Images, *, new: bool = False
 ) -> list[str]:

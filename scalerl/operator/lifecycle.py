@@ -235,7 +235,10 @@ def start(
     if written and "phase" in written:
         reason = "Resumed" if was == SUSPENDED else "Created"
         ctx.emit(run_obj, NORMAL, reason, f"gang attempt {attempt}: {', '.join(created)}")
-    if not begins:
+    if was == STARTING:
+        # What holds the gang may change with no pod event (the Job controller failing to create
+        # a pod): the periodic check looks again, and ends a start that took too long.
+        gang_starting(ctx, run, run_obj, attempt)
         startup_overdue(ctx, run, run_obj)
 
 
@@ -288,7 +291,8 @@ def gang_starting(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attemp
         ):
             ctx.emit(run_obj, NORMAL, "Running", message)
         return
-    reason, why = waiting_for(pods, expected)
+    refused = children.refused_pods(ctx.kube, ctx.owner, attempt) if len(pods) < expected else None
+    reason, why = ("FailedCreate", refused) if refused else waiting_for(pods, expected)
     message = f"{running} of {expected} pods running; {why}"
     before = condition_of(status_of(run_obj), "PodsReady")
     written = transition(

@@ -2,12 +2,13 @@
 kube-scheduler built from Go modules (tests/cluster/bins.py), as a cluster has them.
 
 The API server authorizes with Node and RBAC, admits with the defaults (ServiceAccount,
-NamespaceLifecycle, PodSecurity, ...) plus OwnerReferencesPermissionEnforcement, and signs
-ServiceAccount tokens; the controller manager runs the Job, garbage-collector, namespace,
-service-account, token and ttl-after-finished controllers. The scheduler schedules only the pods
-that name it (`schedulerName: TEST_SCHEDULER`), so a test can meet its answers (Unschedulable,
-with its message) while the others bind and run pods themselves (no kubelet). One Node object
-exists, with no labels, taints or capacity of note.
+NamespaceLifecycle, PodSecurity, ResourceQuota, ...) plus OwnerReferencesPermissionEnforcement, and
+signs ServiceAccount tokens; the controller manager runs the Job, garbage-collector, namespace,
+service-account, token, ttl-after-finished and resource-quota controllers. The scheduler
+schedules only the pods that name it (`schedulerName: TEST_SCHEDULER`), so a test can meet its
+answers (Unschedulable, with its message) while the others bind and run pods themselves (no
+kubelet). One Node object exists, with no labels or capacity, and the not-ready taint the API
+server gives a new node.
 
     plane = ControlPlane.start(bins, work_dir)
     plane.namespace("t1")          # labelled pod-security enforce=restricted; its default SA ready
@@ -46,6 +47,7 @@ CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "ttl-after-finished-controller",
+    "resourcequota-controller",
 )
 
 

@@ -346,6 +346,29 @@ def test_a_starting_gang_says_what_its_pods_wait_for_and_uses_no_restart(
         wait_for(lambda: phase_is(plane, ns, "Failed"), "Failed")
 
 
+def test_pods_the_cluster_refuses_to_create_are_named_with_its_reason(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    # A team quota of two pods; the gang needs three: the Job controller cannot create the third.
+    quota = {"metadata": {"name": "team"}, "spec": {"hard": {"pods": "2"}}}
+    code, body = plane.api("POST", f"/api/v1/namespaces/{ns}/resourcequotas", quota)
+    assert code == 201, body
+    path = f"/api/v1/namespaces/{ns}/resourcequotas/team"
+    wait_for(lambda: plane.api("GET", path)[1].get("status", {}).get("hard"), "the quota counted")
+    # The refusal comes with no pod event: the periodic check is what reads it.
+    with operator(check_interval_s=1.0):
+        create_run(plane, ns, run_manifest(ns))
+        wait_for(
+            lambda: (condition(plane, ns, "PodsReady") or {}).get("reason") == "FailedCreate",
+            "FailedCreate",
+        )
+        message = condition(plane, ns, "PodsReady")["message"]  # type: ignore[index]
+        assert message.startswith("0 of 3 pods running; Error creating: pods ")
+        assert "exceeded quota: team" in message
+        assert phase_is(plane, ns, "Starting")
+        event_reasons(plane, ns, "Created", "FailedCreate")
+
+
 def test_a_gang_that_does_not_start_in_time_ends_the_run(
     plane: ControlPlane, ns: str, operator: Any
 ) -> None:

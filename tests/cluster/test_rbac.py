@@ -42,6 +42,9 @@ Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb), 
 # OwnerReferencesPermissionEnforcement lets a child carry blockOwnerDeletion only for a client
 # that may update its owner's finalizers.
 ADMISSION_ONLY = {("scalerl.dev", "scalerlruns/finalizers", "update")}
+# Used only when the cluster refuses to create a gang's pods (the Job controller's FailedCreate
+# Events say why; test_operator.py meets a quota), which a run's whole life here does not.
+ON_REFUSAL = {("", "events", "list")}
 
 
 def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
@@ -117,7 +120,8 @@ def test_the_cluster_role_is_exactly_what_the_operator_uses(
     assert refused == [], "requests the chart's ClusterRole refuses"
     allowed = granted(plane)
     assert used(events) - allowed == set(), "requests the chart's ClusterRole refuses"
-    assert allowed - used(events) == ADMISSION_ONLY, "permissions the operator never used"
+    unused = allowed - used(events)
+    assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL, "permissions never used"
 
 
 def test_the_cluster_role_has_no_wildcards_or_names(
@@ -166,7 +170,8 @@ def test_a_namespaced_install_grants_a_role_in_each_watched_namespace_only(
         }
         in_ns = granted(plane, f"{RBAC}/namespaces/{ns}/roles/{TEAM}")
         assert used(events, TEAM_USER) - (cluster_wide | in_ns) == set()
-        assert in_ns - used(events, TEAM_USER) == ADMISSION_ONLY
+        unused = in_ns - used(events, TEAM_USER)
+        assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL
 
         def may(verb: str, resource: str, namespace: str) -> bool:
             answer = plane.kubectl(
