@@ -64,7 +64,7 @@ def run_colocated(run: ScaleRLRun, env: ProcessEnv) -> None:
     """Train to the end of the run with the engine on a second thread; raises what failed."""
     colocation = colocation_here()
     trainer_end, generator_end = pipe()
-    publisher = InMemoryPublisher(colocation, env.peer_timeout_s)
+    publisher = InMemoryPublisher(colocation, env.startup_timeout_s)
     trainer = build_trainer(run, env, Ranks(), channel=trainer_end, publisher=publisher)
     # One /metrics for the process: the generator's series join the trainer's registry.
     metrics = GeneratorMetrics(run.namespace, run.name, alongside=trainer.metrics)

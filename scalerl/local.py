@@ -192,6 +192,8 @@ class LocalRun:
             metrics_port=0,
             trainer_ranks=trainers,
             ranks_port=free_port(),
+            peer_timeout_s=float(spec.failure_policy.peer_timeout_seconds),
+            startup_timeout_s=float(spec.failure_policy.startup_timeout_seconds),
         )
         gang = Gang()
         logs = self.out / "logs"

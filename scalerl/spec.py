@@ -349,6 +349,14 @@ class FailurePolicySpec(_Model):
     max_restarts: Int = Field(
         3, ge=0, le=1000, description="Gang restarts from the last checkpoint before Failed."
     )
+    peer_timeout_seconds: Int = Field(
+        300,
+        ge=1,
+        le=24 * 3600,
+        description="How long a process waits for a silent peer (no rollouts, no command) "
+        "before it fails and the gang restarts; the first meeting of a gang's processes waits "
+        "up to startupTimeoutSeconds instead.",
+    )
     startup_timeout_seconds: Int = Field(
         1800,
         ge=1,

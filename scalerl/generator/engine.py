@@ -339,18 +339,26 @@ class GenerationEngine:
     # --- weights -------------------------------------------------------------------------------
 
     async def init_weight_sync(
-        self, host: str, port: int, world_size: int, rank: int, timeout_s: float
+        self,
+        host: str,
+        port: int,
+        world_size: int,
+        rank: int,
+        timeout_s: float,
+        join_timeout_s: float | None = None,
     ) -> None:
-        """Join the trainer's weight-sync group as receiver `rank` (call again to rejoin)."""
+        """Join the trainer's weight-sync group as receiver `rank` (call again to rejoin);
+        `join_timeout_s` bounds the wait for the other ranks (default `timeout_s`)."""
         llm = self._receiver()
         where = f"the weight-sync group at {host}:{port} as rank {rank} of {world_size}"
+        joining_s = timeout_s if join_timeout_s is None else join_timeout_s
         async with self._update_lock:
-            args = (host, port, world_size, rank, timeout_s)
+            args = (host, port, world_size, rank, timeout_s, joining_s)
             rpc = llm.collective_rpc("init_weight_sync", args=args)
             try:
-                await asyncio.wait_for(rpc, timeout_s + RPC_GRACE_S)
+                await asyncio.wait_for(rpc, joining_s + RPC_GRACE_S)
             except TimeoutError:
-                raise WeightSyncError(f"joining {where} took over {timeout_s:g} s") from None
+                raise WeightSyncError(f"joining {where} took over {joining_s:g} s") from None
             except Exception as err:  # vLLM re-raises a worker error as a plain Exception
                 raise WeightSyncError(f"joining {where} failed: {_worker_message(err)}") from err
 

@@ -381,12 +381,14 @@ class Generator:
                 self.spec.generators.replicas + 1,
                 self.index + 1,
                 self.env.peer_timeout_s,
+                # The others join once their engines started: a gang's start, not a silence.
+                join_timeout_s=self.env.startup_timeout_s,
             )
         if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
             if colocated:  # the trainer loads them, then says so
-                await self.wait_for(MoreRollouts, self.env.peer_timeout_s)
+                await self.wait_for(MoreRollouts, self.env.startup_timeout_s)
             else:
-                await self.update(await self.wait_for(UpdateWeights, self.env.peer_timeout_s))
+                await self.update(await self.wait_for(UpdateWeights, self.env.startup_timeout_s))
             if self.engine.version != start.version:
                 raise WeightSyncError(
                     f"could not load the resumed weights of version {start.version}"

@@ -28,11 +28,19 @@ class WeightSyncExtension:
     _scalerl_group: SyncGroup | None = None
 
     def init_weight_sync(
-        self, host: str, port: int, world_size: int, rank: int, timeout_s: float
+        self,
+        host: str,
+        port: int,
+        world_size: int,
+        rank: int,
+        timeout_s: float,
+        join_timeout_s: float | None = None,
     ) -> None:
         """Join (or rejoin, after a broken transfer) the sync group as receiver `rank`."""
         self.close_weight_sync()
-        self._scalerl_group = connect(host, port, world_size, rank, timeout_s=timeout_s)
+        self._scalerl_group = connect(
+            host, port, world_size, rank, timeout_s=timeout_s, join_timeout_s=join_timeout_s
+        )
         log.info("joined weight-sync group %s:%d as rank %d of %d", host, port, rank, world_size)
 
     def receive_weights(self, timeout_s: float, expected_version: int | None = None) -> int:

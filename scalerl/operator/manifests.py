@@ -320,6 +320,7 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
         stream_keys=None if spec.colocated else Path(KEYS_DIR),  # no stream, no keys
         trainer_ranks=spec.trainers.replicas * spec.ranks_per_trainer,
         ranks_port=RANKS_PORT,
+        peer_timeout_s=float(spec.failure_policy.peer_timeout_seconds),
         startup_timeout_s=float(spec.failure_policy.startup_timeout_seconds),
     )
     environ = env.to_environ()

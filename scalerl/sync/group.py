@@ -134,9 +134,11 @@ def connect(
     rank: int,
     *,
     timeout_s: float = 60.0,
+    join_timeout_s: float | None = None,
     backend: str | None = None,
 ) -> SyncGroup:
-    """Join the weight-sync group; blocks until all `world_size` ranks joined or `timeout_s`.
+    """Join the weight-sync group; blocks until all `world_size` ranks joined or `join_timeout_s`
+    (default `timeout_s`: at a gang's start the ranks may join minutes apart).
 
     Rank 0 creates the TCPStore listening on `host:port` only ("127.0.0.1" in local runs, so no
     one else on the network can join; "0.0.0.0" in a pod, where the Service DNS name the others
@@ -151,8 +153,9 @@ def connect(
     use_nccl = _choose_nccl(backend)
     address = f"{host}:{port}"
     where = f"sync group at {address}: rank {rank} of world {world_size}"
-    deadline = time.monotonic() + timeout_s
-    store = dist.PrefixStore(_PREFIX, open_store(host, port, rank, timeout_s, where))
+    joining_s = timeout_s if join_timeout_s is None else join_timeout_s
+    deadline = time.monotonic() + joining_s
+    store = dist.PrefixStore(_PREFIX, open_store(host, port, rank, joining_s, where))
     _join(store, rank, world_size, deadline, where)
     device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
     remaining = max(deadline - time.monotonic(), 0.001)

@@ -57,6 +57,7 @@ class BroadcastPublisher:
     host: str
     port: int
     timeout_s: float
+    join_timeout_s: float | None = None  # the generators join after their engines start
     ranks: Ranks = field(default_factory=Ranks)  # a sharded policy is gathered from every rank
     channel: Channel | None = None
     group: SyncGroup | None = None
@@ -64,7 +65,14 @@ class BroadcastPublisher:
 
     def start(self, channel: Channel, generators: int) -> None:
         self.channel = channel
-        self.group = connect(self.host, self.port, generators + 1, 0, timeout_s=self.timeout_s)
+        self.group = connect(
+            self.host,
+            self.port,
+            generators + 1,
+            0,
+            timeout_s=self.timeout_s,
+            join_timeout_s=self.join_timeout_s,
+        )
         self.sender = WeightSender(self.group)
 
     def publish(self, policy: Policy, version: int) -> float:

@@ -122,6 +122,9 @@ class Kubelet:
     port_variables: PortVariables = field(default_factory=lambda: dict(SCALERL_PORTS))
     logs_dir: Path | None = None  # where pod logs stay (default: in the root, removed at exit)
     max_grace_s: float = MAX_GRACE_S
+    # Pod name prefix -> seconds the start of the first such pod takes (an image pull on a fresh
+    # node): it stays Pending that long after the kubelet first sees it.
+    slow_starts: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # A short root: vLLM puts Unix sockets (107 bytes at most) under a pod's directories.
@@ -133,6 +136,7 @@ class Kubelet:
         self.containers: dict[str, Container] = {}  # by pod uid
         self.ended: dict[str, int] = {}  # pod name -> exit code, of every container that ended
         self.waiting: dict[str, str] = {}  # pod uid -> why it is still Pending
+        self.slow: dict[str, float] = {}  # pod uid -> when it may start (a slow start)
         self.errors: list[BaseException] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -280,7 +284,12 @@ class Kubelet:
                 del self.containers[container.uid]
 
     def _start(self, pod: dict[str, Any]) -> None:
-        scratch = self.root / "pods" / pod["metadata"]["uid"][:8]
+        meta = pod["metadata"]
+        for prefix in [p for p in self.slow_starts if meta["name"].startswith(p)]:
+            self.slow[meta["uid"]] = time.monotonic() + self.slow_starts.pop(prefix)
+        if time.monotonic() < self.slow.get(meta["uid"], 0.0):
+            return  # still "pulling its image"
+        scratch = self.root / "pods" / meta["uid"][:8]
         bound = {**pod, "spec": {**pod["spec"], "nodeName": self.node}}
         try:
             with self.lock:

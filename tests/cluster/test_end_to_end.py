@@ -42,6 +42,9 @@ metadata: {name: scalerl-store}
 spec: {accessModes: [ReadWriteMany], resources: {requests: {storage: 1Gi}}}
 """
 FIRST_EVALUATION_S = 180.0  # vLLM's import and engine start on 2 loaded cores, then step 0
+# The generator's first pod starts this late (an image pull on a fresh node), longer than the
+# run's peer timeout, scaled down from 300 s: its peers wait for it within the startup timeout.
+SLOW_START_S, PEER_TIMEOUT_S = 30.0, 20
 RUN_S = 300.0
 CHILD_KINDS = (
     "configmaps,services,serviceaccounts,secrets,jobs,pods,roles,rolebindings,networkpolicies"
@@ -133,6 +136,9 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
     plane: ControlPlane, ns: str, operator_kubeconfig: Path, tmp_path: Path
 ) -> None:
     run = yaml.safe_load(EXAMPLE.read_text())
+    run["spec"]["failurePolicy"]["peerTimeoutSeconds"] = PEER_TIMEOUT_S
+    applied = tmp_path / EXAMPLE.name
+    applied.write_text(yaml.safe_dump(run))
     name, spec = run["metadata"]["name"], run["spec"]
     every_eval, max_steps = spec["evaluation"]["everySteps"], spec["budget"]["maxSteps"]
     every_checkpoint = spec["checkpoint"]["everySteps"]
@@ -140,14 +146,22 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
     operator.start()
     try:
         with (
-            Kubelet(plane, ns, logs_dir=tmp_path / "logs") as kubelet,
+            Kubelet(
+                plane,
+                ns,
+                logs_dir=tmp_path / "logs",
+                slow_starts={f"{name}-generator-0-": SLOW_START_S},
+            ) as kubelet,
             printing_logs_on_failure(kubelet),
         ):
             stage_demo(kubelet.claim_dir(spec["checkpoint"]["claimName"]))
             plane.kubectl("apply", "-n", ns, "-f", "-", input=PVC)
             watch = Watch(plane, ns, name)
-            plane.kubectl("apply", "-n", ns, "-f", str(EXAMPLE))
+            plane.kubectl("apply", "-n", ns, "-f", str(applied))
+            watch.until(lambda: watch.status().get("phase") == "Starting", 30, "Starting")
             watch.until(lambda: watch.status().get("phase") == "Running", 90, "Running")
+            # Running once the slow pod runs too, and no restart for its lateness.
+            assert watch.marks["Running"] >= SLOW_START_S and watch.status()["restarts"] == 0
             watch.until(lambda: watch.status().get("evaluations"), FIRST_EVALUATION_S, "eval")
 
             # Past the first checkpoint, kill a pod's process: the gang restarts from it.
