@@ -385,7 +385,7 @@ _LABEL_KEY = (  # an optional DNS-subdomain prefix and "/", then a name of up to
 LabelKey = Annotated[str, Field(min_length=1, max_length=316, pattern=_LABEL_KEY)]
 ClassName = Annotated[str, Field(min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN)]
 # The weight of a preferred term: 1-100.
-_WEIGHT = Annotated[int, Field(strict=True, ge=1, le=100)]
+Weight = Annotated[int, Field(strict=True, ge=1, le=100)]
 
 
 class Toleration(_Model):
@@ -465,7 +465,7 @@ class NodeSelector(_Model):
 
 
 class PreferredSchedulingTerm(_Model):
-    weight: _WEIGHT
+    weight: Weight
     preference: NodeSelectorTerm
 
 
@@ -484,7 +484,7 @@ class PodAffinityTerm(_Model):
 
 
 class WeightedPodAffinityTerm(_Model):
-    weight: _WEIGHT
+    weight: Weight
     pod_affinity_term: PodAffinityTerm
 
 

@@ -7,12 +7,14 @@ Starting is the wait for a shared cluster: the scheduler, an autoscaler, image p
 lasts the PodsReady condition says why pods wait (the scheduler's message, an image that cannot
 be pulled, ...), a gang that fails restarts without using up `failurePolicy.maxRestarts`, and
 `failurePolicy.startupTimeoutSeconds`, counted from the first gang since the run last ran, ends it
-Failed with that reason. Succeeded means trainer 0 exited 0: it reached the budget
-(its own last evaluation and checkpoint written). Every earlier end is Failed with a reason, as
-Kubernetes Jobs end Failed on `activeDeadlineSeconds`: a gang that failed more often than
-`failurePolicy.maxRestarts`, or a run stopped by `budget.stopWhen` because its predicted A interval
-lies below the target (Stopped=True says so). Automation that promotes Succeeded checkpoints must
-not promote those.
+Failed with that reason.
+
+Succeeded means trainer 0 exited 0: it reached the budget (its own last evaluation and checkpoint
+written). Every earlier end is Failed with a reason, as Kubernetes Jobs end Failed on
+`activeDeadlineSeconds`: a gang that failed more often than `failurePolicy.maxRestarts`, a start
+past its timeout, or a run stopped by `budget.stopWhen` because its predicted A interval lies
+below the target (Stopped=True says so). Automation that promotes Succeeded checkpoints must not
+promote those.
 
 Each status change is a guarded transition: read, check the guard, write with a resourceVersion
 precondition. Two handlers racing on one run (or an operator restarting half-way) cannot restart
@@ -45,8 +47,8 @@ PENDING, STARTING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
     "Failed",
 )
 LIVE = (None, PENDING, STARTING, RUNNING)  # phases a gang failure or a stop applies to
-# A container waiting for one of these is on its way; any other reason is what holds it.
-ON_ITS_WAY = (None, "ContainerCreating", "PodInitializing")
+# A container waiting for one of these is being started; any other reason is what holds it.
+CREATING = (None, "ContainerCreating", "PodInitializing")
 TERMINAL = (SUCCEEDED, FAILED)
 NORMAL, WARNING = "Normal", "Warning"
 RECREATE_WAIT_S = 10.0
@@ -299,11 +301,11 @@ def gang_starting(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attemp
         ctx.status, guard, message=message, conditions=[("PodsReady", False, reason, message)]
     )
     # An Event for each new thing that holds the gang; pods on their way are no news.
-    if written and reason not in ON_THEIR_WAY and reason != before.get("reason"):
+    if written and reason not in NO_NEWS and reason != before.get("reason"):
         ctx.emit(run_obj, WARNING, reason, message)
 
 
-ON_THEIR_WAY = ("PodsStarting", "PodsNotCreated")
+NO_NEWS = ("PodsStarting", "PodsNotCreated")  # reasons of a gang whose pods are on their way
 
 
 def gang_created(attempt: int) -> ConditionArgs:
@@ -338,7 +340,7 @@ def pod_held(pod: dict[str, Any]) -> tuple[str, str] | None:
     )
     for container in containers:
         waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") not in ON_ITS_WAY:
+        if waiting.get("reason") not in CREATING:
             detail = waiting.get("message") or f"image {container.get('image')}"
             return str(waiting["reason"]), f"pod {name}: {waiting['reason']}: {detail}"
     return None
@@ -421,16 +423,7 @@ def gang_failed(
     counted = attempt - int(status.get("startupRestarts", 0))
     if counted >= limit and not starting:
         message = f"{why}; {limit} gang restarts used (failurePolicy.maxRestarts)"
-        written = transition(
-            ctx.status,
-            guard,
-            phase=FAILED,
-            message=message,
-            conditions=[("Ready", False, "RestartLimitExceeded", message)],
-        )
-        if written:
-            children.remove_workloads(ctx.kube, ctx.owner)
-            ctx.emit(run_obj, WARNING, "RestartLimitExceeded", message)
+        end_failed(ctx, run_obj, guard, "RestartLimitExceeded", message)
         return
     fields: dict[str, Any] = {"restarts": attempt + 1}
     if starting:
@@ -463,16 +456,28 @@ def startup_overdue(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any]) -> N
         f": {held}" if held else ""
     )
     attempt = int(status.get("restarts", 0))
+    end_failed(ctx, run_obj, same_attempt(attempt, (STARTING,)), "StartupTimeout", message)
+
+
+def end_failed(
+    ctx: Context,
+    run_obj: dict[str, Any],
+    guard: Guard,
+    reason: str,
+    message: str,
+    conditions: Iterable[ConditionArgs] = (),
+) -> None:
+    """Failed for `reason` (if `guard` holds): Ready=False says why, the gang goes, an Event."""
     written = transition(
         ctx.status,
-        same_attempt(attempt, (STARTING,)),
+        guard,
         phase=FAILED,
         message=message,
-        conditions=[("Ready", False, "StartupTimeout", message)],
+        conditions=[*conditions, ("Ready", False, reason, message)],
     )
     if written:
         children.remove_workloads(ctx.kube, ctx.owner)
-        ctx.emit(run_obj, WARNING, "StartupTimeout", message)
+        ctx.emit(run_obj, WARNING, reason, message)
 
 
 def seconds_since(rfc3339: str) -> float:

@@ -73,6 +73,15 @@ def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
     wait_for(lambda: owned(plane, ns) == {}, "no children")
 
 
+def refused(events: list[dict[str, Any]], user: str) -> list[str]:
+    """`user`'s requests the API server answered 403."""
+    return [
+        f"{e['verb']} {e['requestURI']}"
+        for e in events
+        if e["user"]["username"] == user and e["responseStatus"]["code"] == 403
+    ]
+
+
 def used(events: list[dict[str, Any]], user: str = OPERATOR_USER) -> set[Permission]:
     """What RBAC had to grant for `user`'s resource requests (discovery and other non-resource
     URLs need nothing: every authenticated user may read them)."""
@@ -112,12 +121,7 @@ def test_the_cluster_role_is_exactly_what_the_operator_uses(
     with in_thread(plane, operator_kubeconfig, namespaces=[]):
         a_runs_whole_life(plane, ns)
     events = requests(plane, since)
-    refused = [
-        f"{e['verb']} {e['requestURI']}"
-        for e in events
-        if e["user"]["username"] == OPERATOR_USER and e["responseStatus"]["code"] == 403
-    ]
-    assert refused == [], "requests the chart's ClusterRole refuses"
+    assert refused(events, OPERATOR_USER) == [], "requests the chart's ClusterRole refuses"
     allowed = granted(plane)
     assert used(events) - allowed == set(), "requests the chart's ClusterRole refuses"
     unused = allowed - used(events)
@@ -158,12 +162,7 @@ def test_a_namespaced_install_grants_a_role_in_each_watched_namespace_only(
         with in_thread(plane, kubeconfig, [ns], images=Images(run_as=None)):
             a_runs_whole_life(plane, ns)  # its pods pass the namespace's restricted Pod Security
         events = requests(plane, since)
-        refused = [
-            f"{e['verb']} {e['requestURI']}"
-            for e in events
-            if e["user"]["username"] == TEAM_USER and e["responseStatus"]["code"] == 403
-        ]
-        assert refused == [], "requests the namespaced install refuses"
+        assert refused(events, TEAM_USER) == [], "requests the namespaced install refuses"
         cluster_wide = granted(plane, f"{RBAC}/clusterroles/{TEAM}")
         assert cluster_wide == {
             ("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("list", "watch")
