@@ -383,6 +383,7 @@ class Generator:
                 self.env.peer_timeout_s,
                 # The others join once their engines started: a gang's start, not a silence.
                 join_timeout_s=self.env.startup_timeout_s,
+                keys_dir=str(self.env.stream_keys) if self.env.stream_keys else None,
             )
         if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
             if colocated:  # the trainer loads them, then says so

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from scalerl.errors import WeightSyncError
+from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.sync import SyncGroup, WeightReceiver, connect
 
 log = logging.getLogger("scalerl.generator.worker")
@@ -35,11 +37,20 @@ class WeightSyncExtension:
         rank: int,
         timeout_s: float,
         join_timeout_s: float | None = None,
+        keys_dir: str | None = None,
     ) -> None:
-        """Join (or rejoin, after a broken transfer) the sync group as receiver `rank`."""
+        """Join (or rejoin, after a broken transfer) the sync group as receiver `rank`, with the
+        run's keys from `keys_dir` where it has them."""
         self.close_weight_sync()
+        keys = StreamKeys.load(Path(keys_dir), GENERATOR_FILES) if keys_dir else None
         self._scalerl_group = connect(
-            host, port, world_size, rank, timeout_s=timeout_s, join_timeout_s=join_timeout_s
+            host,
+            port,
+            world_size,
+            rank,
+            timeout_s=timeout_s,
+            join_timeout_s=join_timeout_s,
+            keys=keys,
         )
         log.info("joined weight-sync group %s:%d as rank %d of %d", host, port, rank, world_size)
 

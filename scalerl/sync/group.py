@@ -1,6 +1,7 @@
 """The weight-sync process group: trainer rank 0 plus every generator receiver.
 
-The group is built from a `TCPStore` and a backend object (`ProcessGroupGloo` on CPU,
+The group is built from a store (the run's authenticated one, `scalerl.sync.store`, or a
+`TCPStore`) and a backend object (`ProcessGroupGloo` on CPU,
 `ProcessGroupNCCL` on GPUs) and never through `torch.distributed.init_process_group`: the
 receiver runs inside a vLLM worker that already owns the default group, so everything here talks
 to the backend object directly.
@@ -19,9 +20,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import zmq
 from torch import Tensor
 
 from scalerl.errors import InputError, WeightSyncError
+from scalerl.rollout.keys import StreamKeys
+from scalerl.sync.store import KeyedStore
 
 _PREFIX = "scalerl/sync/"
 # NCCL work is polled rather than waited on so that a dead peer becomes an error, not a hang.
@@ -108,6 +112,7 @@ class SyncGroup:
                 except Exception:  # a broken group may not shut down cleanly
                     pass
         self._backend = None
+        _close_store(self._store)
         self._store = None
         self._broken = self._broken or "closed"
 
@@ -136,6 +141,7 @@ def connect(
     timeout_s: float = 60.0,
     join_timeout_s: float | None = None,
     backend: str | None = None,
+    keys: StreamKeys | None = None,
 ) -> SyncGroup:
     """Join the weight-sync group; blocks until all `world_size` ranks joined or `join_timeout_s`
     (default `timeout_s`: at a gang's start the ranks may join minutes apart).
@@ -144,7 +150,9 @@ def connect(
     one else on the network can join; "0.0.0.0" in a pod, where the Service DNS name the others
     use is not the pod's own); the others connect to `host:port`. `backend` is
     "gloo", "nccl" or None (NCCL when CUDA is available, else gloo). `timeout_s` is also the
-    default limit of every later collective.
+    default limit of every later collective. With the run's `keys` the ranks meet through the
+    CURVE-authenticated store of `scalerl.sync.store` (only the run's peers reach it), without
+    them through a TCPStore.
     """
     if world_size < 1 or not 0 <= rank < world_size:
         raise InputError(
@@ -155,7 +163,28 @@ def connect(
     where = f"sync group at {address}: rank {rank} of world {world_size}"
     joining_s = timeout_s if join_timeout_s is None else join_timeout_s
     deadline = time.monotonic() + joining_s
-    store = dist.PrefixStore(_PREFIX, open_store(host, port, rank, joining_s, where))
+    if keys is None:
+        base: dist.Store = open_store(host, port, rank, joining_s, where)
+    else:
+        base = keyed_store(host, port, rank, keys, joining_s, where)
+    try:
+        return _form(base, rank, world_size, deadline, where, use_nccl, timeout_s, address)
+    except BaseException:
+        _close_store(base)  # a group that did not form leaves no server or client behind
+        raise
+
+
+def _form(
+    base: dist.Store,
+    rank: int,
+    world_size: int,
+    deadline: float,
+    where: str,
+    use_nccl: bool,
+    timeout_s: float,
+    address: str,
+) -> SyncGroup:
+    store = dist.PrefixStore(_PREFIX, base)
     _join(store, rank, world_size, deadline, where)
     device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
     remaining = max(deadline - time.monotonic(), 0.001)
@@ -165,7 +194,7 @@ def connect(
         raise WeightSyncError(f"{where}: could not build the backend: {_first_line(err)}") from err
     group = SyncGroup(
         made,
-        store,
+        base,
         rank=rank,
         world_size=world_size,
         device=device,
@@ -197,6 +226,25 @@ def open_store(host: str, port: int, rank: int, timeout_s: float, where: str) ->
         raise WeightSyncError(
             f"{where}: {action} within {timeout_s:g} s: {_first_line(err)}"
         ) from err
+
+
+def keyed_store(
+    host: str, port: int, rank: int, keys: StreamKeys, timeout_s: float, where: str
+) -> KeyedStore:
+    """Rank 0 serves the authenticated store on `host:port`; the others reach it there."""
+    try:
+        if rank == 0:
+            return KeyedStore.serve(host, port, keys, timeout_s)
+        return KeyedStore.connect(host, port, keys, timeout_s)
+    except zmq.ZMQError as err:
+        action = "could not listen on the store port" if rank == 0 else "could not reach the store"
+        raise WeightSyncError(f"{where}: {action}: {err}") from err
+
+
+def _close_store(store: dist.Store | None) -> None:
+    """Stop an authenticated store's server or client (a TCPStore closes with its object)."""
+    if isinstance(store, KeyedStore):
+        store.close()
 
 
 def _listen(host: str, port: int) -> socket.socket:

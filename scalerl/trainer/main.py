@@ -533,8 +533,9 @@ def build_trainer(
     metrics.serve(env.metrics_port, env.bind_host)
     clock = ComputeClock(env.compute_units, state.compute_hours)
     if publisher is None:
+        keys = StreamKeys.load(env.stream_keys, TRAINER_FILES) if env.stream_keys else None
         publisher = BroadcastPublisher(
-            env.bind_host, env.sync_port, env.peer_timeout_s, env.startup_timeout_s, ranks
+            env.bind_host, env.sync_port, env.peer_timeout_s, env.startup_timeout_s, ranks, keys
         )
     return Trainer(
         run,

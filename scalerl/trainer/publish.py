@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from scalerl.errors import WeightSyncError
+from scalerl.rollout.keys import StreamKeys
 from scalerl.rollout.records import UpdateWeights
 from scalerl.sync.group import SyncGroup, connect
 from scalerl.sync.weights import WeightSender
@@ -59,6 +60,7 @@ class BroadcastPublisher:
     timeout_s: float
     join_timeout_s: float | None = None  # the generators join after their engines start
     ranks: Ranks = field(default_factory=Ranks)  # a sharded policy is gathered from every rank
+    keys: StreamKeys | None = None  # the run's keys: only its generators reach the sync store
     channel: Channel | None = None
     group: SyncGroup | None = None
     sender: WeightSender | None = None
@@ -72,6 +74,7 @@ class BroadcastPublisher:
             0,
             timeout_s=self.timeout_s,
             join_timeout_s=self.join_timeout_s,
+            keys=self.keys,
         )
         self.sender = WeightSender(self.group)
 

@@ -53,6 +53,7 @@ def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProc
         compute_units=2,
         generator_index=0,
         peer_timeout_s=2.0,
+        startup_timeout_s=2.0,  # how long the first meeting waits for the trainer
     )
     result = subprocess.run(
         [sys.executable, "-m", "scalerl.cli", "generator"],
@@ -64,7 +65,7 @@ def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProc
     return result, port
 
 
-@pytest.mark.slow  # waits out the peer timeout
+@pytest.mark.slow  # waits out the startup timeout
 def test_generator_reports_an_unreachable_trainer(tmp_path: Path) -> None:
     result, port = run_generator(tmp_path, build_random_model(tmp_path / "model"))
     assert result.returncode == 1

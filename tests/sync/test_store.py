@@ -1,0 +1,128 @@
+"""The weight-sync group meets through the run's authenticated store: its peers form the group
+and broadcast through it, and a stranger with the address and port can neither read nor write a
+key, take a rank's place, nor stop the run's group from forming and broadcasting."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import zmq
+
+from scalerl.errors import WeightSyncError
+from scalerl.ports import free_port
+from scalerl.rollout.keys import GENERATOR_FILES, TRAINER_FILES, StreamKeys
+from scalerl.sync import WeightReceiver, WeightSender, connect
+from scalerl.sync.store import KeyedStore
+
+RUN_KEYS = StreamKeys.generate()
+TRAINER_KEYS = StreamKeys({name: RUN_KEYS[name] for name in TRAINER_FILES})
+GENERATOR_KEYS = StreamKeys({name: RUN_KEYS[name] for name in GENERATOR_FILES})
+
+
+def test_the_store_behaves_as_torch_expects_of_a_store() -> None:
+    port = free_port()
+    served = KeyedStore.serve("127.0.0.1", port, TRAINER_KEYS, timeout_s=5)
+    client = KeyedStore.connect("127.0.0.1", port, GENERATOR_KEYS, timeout_s=5)
+    try:
+        client.set("a", "1")
+        assert served.get("a") == b"1" and client.check(["a"]) and not client.check(["a", "b"])
+        assert served.add("n", 2) == 2 and client.add("n", 3) == 5
+        assert client.compare_set("c", "", "x") == b"x"  # absent and expected empty: set
+        assert client.compare_set("c", "y", "z") == b"x"  # another value: left alone
+        threading.Timer(0.2, lambda: served.set("late", b"here")).start()
+        assert client.get("late") == b"here"  # a get waits for its key
+        client.wait(["late", "a"], timedelta(seconds=1))
+        assert client.num_keys() == 4 and client.delete_key("a") and not client.check(["a"])
+        with pytest.raises(TimeoutError, match="not set within"):
+            KeyedStore.connect("127.0.0.1", port, GENERATOR_KEYS, timeout_s=0.3).get("never")
+    finally:
+        client.close()
+        served.close()
+
+
+def stranger_calls(port: int, keys: StreamKeys | None) -> list[str]:
+    """What a stranger at the store's port gets: with no keys a plain TCP client (as it would
+    speak to a TCPStore), with keys of its own a CURVE client of another run."""
+    outcomes = []
+    if keys is None:
+        try:
+            store = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=1))
+            store.set("scalerl/sync/joined/1", "1")
+            outcomes.append("wrote")
+        except Exception as err:  # the CURVE server never completes torch's handshake
+            outcomes.append(f"refused: {type(err).__name__}")
+        return outcomes
+    intruder = KeyedStore.connect("127.0.0.1", port, keys, timeout_s=1.5)
+    for attempt in (lambda: intruder.num_keys(), lambda: intruder.set("scalerl/sync/x", "1")):
+        try:
+            attempt()
+            outcomes.append("answered")
+        except TimeoutError:
+            outcomes.append("no answer")
+    intruder.close()
+    return outcomes
+
+
+@pytest.mark.parametrize("stranger", ["tcpstore client", "another run's keys"])
+def test_a_stranger_at_the_port_cannot_join_and_the_group_forms_and_broadcasts(
+    stranger: str,
+) -> None:
+    port = free_port()
+    other = StreamKeys.generate()
+    own = (
+        None
+        if stranger == "tcpstore client"
+        else StreamKeys({name: other[name] for name in GENERATOR_FILES})
+    )
+    results: dict[str, Any] = {}
+
+    def trainer() -> None:
+        with connect("127.0.0.1", port, 2, 0, timeout_s=20, keys=TRAINER_KEYS) as group:
+            results["stranger"] = stranger_calls(port, own)  # while the group is waiting
+            WeightSender(group).send([("w", torch.arange(6.0))], version=7)
+
+    def generator() -> None:
+        with connect("127.0.0.1", port, 2, 1, timeout_s=20, keys=GENERATOR_KEYS) as group:
+            results["received"] = WeightReceiver(group).receive(timeout_s=20)
+
+    threads = [threading.Thread(target=trainer), threading.Thread(target=generator)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads)
+    version, named = results["received"]
+    assert version == 7 and torch.equal(dict(named)["w"], torch.arange(6.0))
+    # torch's client fails its handshake ping; another run's CURVE client gets no handshake.
+    expected = {"tcpstore client": ["refused"], "another run's keys": ["no answer", "no answer"]}
+    assert [o.split(":")[0] for o in results["stranger"]] == expected[stranger], results
+
+
+def test_a_generator_without_the_runs_keys_never_joins() -> None:
+    port = free_port()
+    other = StreamKeys.generate()
+    outsider = StreamKeys({name: other[name] for name in GENERATOR_FILES})
+    errors: dict[int, BaseException] = {}
+
+    def rank(r: int, keys: StreamKeys) -> None:
+        try:
+            connect("127.0.0.1", port, 2, r, timeout_s=3, keys=keys).close()
+        except BaseException as err:
+            errors[r] = err
+
+    threads = [
+        threading.Thread(target=rank, args=(0, TRAINER_KEYS)),
+        threading.Thread(target=rank, args=(1, outsider)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert isinstance(errors.get(0), WeightSyncError) and "ranks [1]" in str(errors[0])
+    assert isinstance(errors.get(1), WeightSyncError)
+    assert zmq.zmq_version_info() >= (4, 0)  # CURVE needs libzmq 4
