@@ -71,10 +71,9 @@ def attempt_of(obj: dict[str, Any]) -> int | None:
 
 def gang_pods(kube: Kube, owner: Owner, attempt: int) -> list[dict[str, Any]]:
     """The trainer and generator pods of gang `attempt` that are not being deleted."""
-    labels = {names.LABEL_RUN: owner.name, names.LABEL_ATTEMPT: str(attempt)}
     return [
         pod
-        for pod in kube.list("v1", "Pod", owner.namespace, labels)
+        for pod in kube.list("v1", "Pod", owner.namespace, _gang_labels(owner, attempt))
         if _role(pod) in names.WORKLOAD_ROLES and not pod["metadata"].get("deletionTimestamp")
     ]
 
@@ -82,14 +81,18 @@ def gang_pods(kube: Kube, owner: Owner, attempt: int) -> list[dict[str, Any]]:
 def refused_pods(kube: Kube, owner: Owner, attempt: int) -> str | None:
     """Why the Job controller could not create a pod of gang `attempt` (a quota, Pod Security,
     ...), as its newest FailedCreate Event on the gang's Jobs says; None when it says nothing."""
-    labels = {names.LABEL_RUN: owner.name, names.LABEL_ATTEMPT: str(attempt)}
-    jobs = {job["metadata"]["uid"] for job in kube.list("batch/v1", "Job", owner.namespace, labels)}
+    gang = _gang_labels(owner, attempt)
+    jobs = {job["metadata"]["uid"] for job in kube.list("batch/v1", "Job", owner.namespace, gang)}
     refusals = kube.list(
         "v1", "Event", owner.namespace, {}, {"involvedObject.kind": "Job", "reason": "FailedCreate"}
     )
     mine = [e for e in refusals if e["involvedObject"].get("uid") in jobs]
     newest = max(mine, key=_last_seen, default=None)
     return None if newest is None else str(newest.get("message", ""))
+
+
+def _gang_labels(owner: Owner, attempt: int) -> dict[str, str]:
+    return {names.LABEL_RUN: owner.name, names.LABEL_ATTEMPT: str(attempt)}
 
 
 def _last_seen(event: dict[str, Any]) -> str:

@@ -208,6 +208,11 @@ def set_phase(
                 "state": {"terminated": ended},
             }
         ]
+    write_pod_status(plane, ns, pod, fields)
+
+
+def write_pod_status(plane: ControlPlane, ns: str, pod: dict[str, Any], fields: Any) -> None:
+    """`pods/status` as the kubelet (or the scheduler) writes it."""
     path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/status"
     code, body = plane.api_patch(path, {"status": fields})
     assert code == 200, body

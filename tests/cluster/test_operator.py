@@ -16,6 +16,8 @@ import pytest
 import yaml
 from chart import OPERATOR_USER, in_thread
 from controlplane import TEST_SCHEDULER, ControlPlane
+from small_run import run_manifest
+
 from runs import (
     RUNS,
     bare_pod,
@@ -41,9 +43,8 @@ from runs import (
     set_running,
     status,
     wait_for,
+    write_pod_status,
 )
-from small_run import run_manifest
-
 from scalerl.metrics import RUN_GAUGES, RunMetrics
 from scalerl.spec import parse_run
 
@@ -264,13 +265,6 @@ def test_the_scheduling_of_a_run_and_of_each_role_reaches_their_pods(
 # --- the gang ------------------------------------------------------------------------------------
 
 
-def hold(plane: ControlPlane, ns: str, pod: dict[str, Any], **status: Any) -> None:
-    """Write what holds a pod, as the scheduler or the kubelet would (pods/status)."""
-    path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/status"
-    code, body = plane.api_patch(path, {"status": status})
-    assert code == 200, body
-
-
 def pulling(pod: dict[str, Any], reason: str) -> dict[str, Any]:
     """A kubelet's account of a container whose image it cannot pull."""
     image = pod["spec"]["containers"][0]["image"]
@@ -316,7 +310,7 @@ def test_a_starting_gang_says_what_its_pods_wait_for_and_uses_no_restart(
         assert SCHEDULER_SAYS in pods_ready()["message"]
         # A generator's image cannot be pulled (the first pod in order: the gang's reason now).
         generator = of_role(gang, "generator")
-        hold(plane, ns, generator, **pulling(generator, "ImagePullBackOff"))
+        write_pod_status(plane, ns, generator, pulling(generator, "ImagePullBackOff"))
         wait_for(lambda: pods_ready().get("reason") == "ImagePullBackOff", "ImagePullBackOff")
         image = generator["spec"]["containers"][0]["image"]
         assert pods_ready()["status"] == "False"
