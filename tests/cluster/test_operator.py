@@ -16,8 +16,6 @@ import pytest
 import yaml
 from chart import OPERATOR_USER, in_thread
 from controlplane import TEST_SCHEDULER, ControlPlane
-from small_run import run_manifest
-
 from runs import (
     RUNS,
     bare_pod,
@@ -45,6 +43,8 @@ from runs import (
     wait_for,
     write_pod_status,
 )
+from small_run import run_manifest
+
 from scalerl.metrics import RUN_GAUGES, RunMetrics
 from scalerl.spec import parse_run
 
