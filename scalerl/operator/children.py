@@ -91,6 +91,31 @@ def refused_pods(kube: Kube, owner: Owner, attempt: int) -> str | None:
     return None if newest is None else str(newest.get("message", ""))
 
 
+# What the attach-detach controller and the kubelet say of a volume a pod cannot get: a
+# ReadWriteOnce claim attached to another node (Multi-Attach), a claim that does not mount.
+VOLUME_TROUBLE = ("FailedAttachVolume", "FailedMount")
+
+
+def volume_trouble(kube: Kube, owner: Owner, pods: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(reason, `pod <name>: <message>`) of the newest volume Warning Event on one of `pods`
+    (pods the kubelet holds in ContainerCreating, whose status says nothing of why); None when
+    there is none."""
+    names_of = {pod["metadata"]["uid"]: pod["metadata"]["name"] for pod in pods}
+    warnings = kube.list(
+        "v1", "Event", owner.namespace, {}, {"involvedObject.kind": "Pod", "type": "Warning"}
+    )
+    mine = [
+        e
+        for e in warnings
+        if e.get("reason") in VOLUME_TROUBLE and e["involvedObject"].get("uid") in names_of
+    ]
+    newest = max(mine, key=_last_seen, default=None)
+    if newest is None:
+        return None
+    pod = names_of[newest["involvedObject"]["uid"]]
+    return str(newest["reason"]), f"pod {pod}: {newest.get('message', '')}"
+
+
 def _gang_labels(owner: Owner, attempt: int) -> dict[str, str]:
     return {names.LABEL_RUN: owner.name, names.LABEL_ATTEMPT: str(attempt)}
 

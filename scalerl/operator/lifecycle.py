@@ -295,6 +295,9 @@ def gang_starting(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attemp
         return
     refused = children.refused_pods(ctx.kube, ctx.owner, attempt) if len(pods) < expected else None
     reason, why = ("FailedCreate", refused) if refused else waiting_for(pods, expected)
+    if reason == "PodsStarting":  # scheduled, held in ContainerCreating: a volume may say why
+        creating = [p for p in pods if (p.get("status") or {}).get("phase") != RUNNING]
+        reason, why = children.volume_trouble(ctx.kube, ctx.owner, creating) or (reason, why)
     message = f"{running} of {expected} pods running; {why}"
     before = condition_of(status_of(run_obj), "PodsReady")
     written = transition(

@@ -363,6 +363,60 @@ def test_pods_the_cluster_refuses_to_create_are_named_with_its_reason(
         event_reasons(plane, ns, "Created", "FailedCreate")
 
 
+def test_a_volume_a_pod_cannot_get_is_named_with_the_controllers_words(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    # Every pod scheduled and held in ContainerCreating: its status says nothing of why. The
+    # attach-detach controller's Warning Event does, and the periodic check reads it.
+    with operator(check_interval_s=1.0):
+        create_run(plane, ns, run_manifest(ns))
+        gang = gang_up(plane, ns, 0)
+        for pod in gang:
+            write_pod_status(plane, ns, pod, pulling(pod, "ContainerCreating"))
+        wait_for(
+            lambda: (condition(plane, ns, "PodsReady") or {}).get("reason") == "PodsStarting",
+            "pods on their way",
+        )
+        trainer = of_role(gang, "trainer")
+        multi_attach = (
+            'Multi-Attach error for volume "pvc-0c1d" Volume is already exclusively attached to '
+            "one node and can't be attached to another"
+        )
+        warn(plane, ns, trainer, "FailedAttachVolume", multi_attach, "attachdetach-controller")
+        wait_for(
+            lambda: (condition(plane, ns, "PodsReady") or {}).get("reason") == "FailedAttachVolume",
+            "FailedAttachVolume",
+        )
+        message = condition(plane, ns, "PodsReady")["message"]  # type: ignore[index]
+        assert message == f"0 of 3 pods running; pod {trainer['metadata']['name']}: {multi_attach}"
+        assert phase_is(plane, ns, "Starting")
+        event_reasons(plane, ns, "Created", "FailedAttachVolume")
+        # The volume attaches (the other pod let go of it): the gang runs.
+        set_running(plane, ns, gang)
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+
+
+def warn(
+    plane: ControlPlane, ns: str, pod: dict[str, Any], reason: str, message: str, component: str
+) -> None:
+    """A Warning Event about `pod`, as a controller or the kubelet posts it."""
+    meta = pod["metadata"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    event = {
+        "metadata": {"generateName": f"{meta['name']}."},
+        "involvedObject": {"kind": "Pod", "namespace": ns} | {k: meta[k] for k in ("name", "uid")},
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": component},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    code, body = plane.api("POST", f"/api/v1/namespaces/{ns}/events", event)
+    assert code == 201, body
+
+
 def test_a_gang_that_does_not_start_in_time_ends_the_run(
     plane: ControlPlane, ns: str, operator: Any
 ) -> None:
