@@ -20,10 +20,9 @@ import pytest
 import yaml
 from chart import OPERATOR_USER, install
 from controlplane import ControlPlane, RunAccount
+from runs import ensure_crd
 
 from scalerl.operator import manifests
-
-CRD = Path(__file__).resolve().parents[2] / "crds" / "scalerlruns.scalerl.dev.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -78,8 +77,7 @@ def as_run(
     ServiceAccount's token, as trainer 0 and the fit Job connect. Returns its user name."""
 
     def make(name: str, spec: dict[str, Any]) -> str:
-        plane.kubectl("apply", "--server-side", "-f", str(CRD))
-        plane.kubectl("wait", "--for=condition=Established", "crd/scalerlruns.scalerl.dev")
+        ensure_crd(plane)
         body = {
             "apiVersion": "scalerl.dev/v1alpha1",
             "kind": "ScaleRLRun",

@@ -27,6 +27,7 @@ from scalerl.operator import names
 T = TypeVar("T")
 CRD = Path(__file__).resolve().parents[2] / "crds" / "scalerlruns.scalerl.dev.yaml"
 RUNS = "/apis/scalerl.dev/v1alpha1/namespaces"
+CRD_PATH = "customresourcedefinitions/scalerlruns.scalerl.dev"
 # Deadlines, not sleeps: generous, because a loaded 2-core machine slows every request.
 WAIT_S = 60.0
 POLL_S = 0.1
@@ -57,10 +58,21 @@ def wait_for(what: Callable[[], T | None], message: str, timeout_s: float = WAIT
         time.sleep(POLL_S)
 
 
-def ensure_crd(plane: ControlPlane) -> None:
-    """The CRD as `kubectl apply -f crds/` installs it, once the server serves it."""
+def ensure_crd(plane: ControlPlane) -> dict[str, Any]:
+    """The CRD as `kubectl apply -f crds/` installs it, once the server serves it (Established).
+
+    Polled rather than `kubectl wait --for=condition=Established`, which fails outright when it
+    reads a CRD the apiextensions controller has not given conditions yet (just created)."""
     plane.kubectl("apply", "--server-side", "-f", str(CRD))
-    plane.kubectl("wait", "--for=condition=Established", "crd/scalerlruns.scalerl.dev")
+
+    def established() -> dict[str, Any] | None:
+        code, got = plane.api("GET", f"/apis/apiextensions.k8s.io/v1/{CRD_PATH}")
+        assert code == 200, got
+        conditions = (got.get("status") or {}).get("conditions") or []
+        serving = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        return dict(got) if serving else None
+
+    return wait_for(established, "the CRD Established")
 
 
 # --- the run -------------------------------------------------------------------------------------

@@ -18,13 +18,13 @@ import yaml
 from controlplane import ControlPlane
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from runs import ensure_crd
 
 from scalerl.errors import SpecError
 from scalerl.operator import crd as crd_builder
 from scalerl.spec import RunSpec, parse_run
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "scalerlruns.scalerl.dev.yaml"
 SPEC = crd_builder.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
     "spec"
 ]
@@ -69,8 +69,7 @@ def _named(run: dict[str, Any], name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def server(plane: ControlPlane) -> Iterator[Server]:
-    plane.kubectl("apply", "--server-side", "-f", str(CRD))
-    plane.kubectl("wait", "--for=condition=Established", "crd/scalerlruns.scalerl.dev")
+    ensure_crd(plane)
     yield Server(plane, plane.namespace(f"crd-{uuid.uuid4().hex[:8]}"))
 
 

@@ -16,12 +16,11 @@ import pytest
 import yaml
 from chart import CHART, OPERATOR_USER, Operator, helm
 from controlplane import ControlPlane
-from runs import wait_for
+from runs import ensure_crd, wait_for
 
 from scalerl.kube import Kube, KubeError
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "scalerlruns.scalerl.dev.yaml"
 TINY = yaml.safe_load((ROOT / "examples" / "tiny-cluster.yaml").read_text())
 CHILD_KINDS = (
     "configmaps,services,serviceaccounts,secrets,jobs,pods,roles,rolebindings,networkpolicies"
@@ -31,14 +30,7 @@ CHILD_KINDS = (
 @pytest.fixture(scope="module")
 def crd(plane: ControlPlane) -> dict[str, Any]:
     """The CRD as `kubectl apply -f crds/` installs it, once Established."""
-    plane.kubectl("apply", "--server-side", "-f", str(CRD))
-
-    def established() -> dict[str, Any] | None:
-        got = json.loads(plane.kubectl("get", "crd", "scalerlruns.scalerl.dev", "-o", "json"))
-        conditions = {c["type"]: c["status"] for c in got["status"].get("conditions", [])}
-        return got if conditions.get("Established") == "True" else None
-
-    return wait_for(established, "the CRD Established")
+    return ensure_crd(plane)
 
 
 def run_yaml(namespace: str, **spec: Any) -> str:
