@@ -332,7 +332,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(
         f"prediction: A = {report['A']:.3f} {_interval(report['A_interval'])}, "
         f"C_mid = {report['C_mid']:.4g}, B = {report['B']:.2f}, "
-        f"pass rate at budget {report['budget']:.4g}: {report['predictedAtBudget']:.3f}"
+        f"pass rate at budget {report['budget']:.4g}: {report['predictedAtBudget']:.3f} "
+        f"{_interval(report['predictedAtBudgetInterval'])}"
     )
     return 0
 

@@ -26,15 +26,19 @@ def write_fit(
 
     `predictedAtBudget` is the curve where the run will end: at the compute of the first budget it
     hits (`budget`; maxSteps at the run's compute per step so far, or maxComputeHours), which is
-    `budget` in fit.json and `budgetLimit` names.
+    `budget` in fit.json and `budgetLimit` names. `predictedAtBudgetInterval` is what an
+    evaluation there will read: the curve's bootstrap band widened by one evaluation's noise (the
+    last evaluation's standard error, `pass_rate_se`).
     """
     compute = np.array([e["compute"] for e in history], dtype=float)
     pass_rate = np.array([e["pass_rate"] for e in history], dtype=float)
     result = fit_curve(compute, pass_rate, min_compute=min_compute)
     end, limit = budget.end(int(history[-1]["step"]), float(compute[-1]))
+    reads = result.predict_interval(end, float(history[-1].get("pass_rate_se") or 0.0))
     report = {
         **result.to_dict(),
         "predictedAtBudget": result.predict(end),
+        "predictedAtBudgetInterval": None if reads is None else list(reads),
         "budget": end,
         "budgetLimit": limit,
         "evaluations": len(history),

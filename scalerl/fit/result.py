@@ -12,6 +12,7 @@ from numpy.typing import ArrayLike, NDArray
 from scalerl.fit.law import sigmoid
 
 Interval = tuple[float, float]
+NOISE_DRAWS = 25  # evaluation-noise draws per bootstrap replicate in a predictive interval
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,17 @@ class FitResult:
         out = sigmoid(compute, self.A, self.B, self.C_mid, self.R0)
         return float(out) if np.ndim(out) == 0 else out
 
-    def predict_interval(self, compute: ArrayLike) -> tuple[Any, Any] | None:
-        """Bootstrap percentile band of R(C) at `compute` (None without bootstrap draws)."""
+    def predict_interval(
+        self, compute: ArrayLike, observation_se: float = 0.0
+    ) -> tuple[Any, Any] | None:
+        """Bootstrap percentile band of R(C) at `compute` (None without bootstrap draws).
+
+        With `observation_se` (the standard error of one evaluation there, e.g. the binomial
+        sqrt(R (1 - R) / (prompts k)) of a mean@k), the interval is for what that evaluation
+        will read, not for the curve: each replicate's curve plus evaluation noise. Where the
+        fit is tight the curve's band is narrower than one evaluation's scatter, and an
+        observed pass rate falls outside it far more often than the level says.
+        """
         if self.draws.shape[0] == 0:
             return None
         A, B, C_mid, R0 = (self.draws[:, i] for i in range(4))
@@ -88,6 +98,13 @@ class FitResult:
         curves = sigmoid(
             c[None, ...], *(p.reshape((-1,) + (1,) * c.ndim) for p in (A, B, C_mid, R0))
         )
+        if observation_se > 0.0:
+            # Fixed noise draws (seed 0), NOISE_DRAWS per replicate: the same fit always gives
+            # the same interval, and its percentiles rest on thousands of values.
+            noise = np.random.default_rng(0).normal(
+                0.0, observation_se, size=(NOISE_DRAWS, *curves.shape)
+            )
+            curves = (curves[None, ...] + noise).reshape(-1, *curves.shape[1:])
         tail = 100.0 * (1.0 - self.level) / 2.0
         lo, hi = np.percentile(curves, [tail, 100.0 - tail], axis=0)
         if c.ndim == 0:

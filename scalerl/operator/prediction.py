@@ -26,7 +26,9 @@ def predict(
 ) -> dict[str, Any]:
     """status.prediction from status.evaluations; FitError/DataError when no fit can be made.
 
-    `predictedAtBudget` is at the run's end: the first budget it will hit (`BudgetSpec.end`).
+    `predictedAtBudget` is at the run's end: the first budget it will hit (`BudgetSpec.end`);
+    `predictedAtBudgetInterval` is what an evaluation there will read (the curve's band widened
+    by the last evaluation's standard error).
     """
     from scalerl.fit import fit_curve  # late: scipy, only in the fit Job
 
@@ -43,6 +45,7 @@ def predict(
     interval = fitted["A_interval"]
     last = points[-1]
     end, limit = budget.end(int(last["step"]), float(last["computeHours"]))
+    reads = result.predict_interval(end, float(last.get("passRateSE") or 0.0))
     return {
         "A": round_value(fitted["A"]),
         "B": round_value(fitted["B"]),
@@ -50,6 +53,7 @@ def predict(
         "R0": round_value(fitted["R0"]),
         "A_interval": None if interval is None else [round_value(v) for v in interval],
         "predictedAtBudget": round_value(result.predict(end)),
+        "predictedAtBudgetInterval": None if reads is None else [round_value(v) for v in reads],
         "budget": round_value(end),
         "budgetLimit": limit,
         "points": int(fitted["points"]),

@@ -266,6 +266,10 @@ def _prediction() -> dict[str, Any]:
             "predictedAtBudget": _num(
                 "Predicted pass rate where the run will end: at the first budget it will hit."
             ),
+            "predictedAtBudgetInterval": _interval(
+                "What an evaluation at the run's end will read: the bootstrap band of the curve "
+                "there, widened by one evaluation's noise (the last evaluation's passRateSE)."
+            ),
             "budget": _num(
                 "The compute where the run will end (GPU-hours): maxComputeHours, or the compute "
                 "maxSteps will have taken at the run's compute per step so far."

@@ -5,6 +5,7 @@ as the run's own ServiceAccount as the fit Job's pod is (its Role: get and patch
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from controlplane import ControlPlane, RunAccount
 from scalerl.cli import main
 
 A, B, C_MID, R0 = 0.6, 1.5, 100.0, 0.2
+SE = 0.01  # each evaluation's standard error, as trainer 0 reports it
 RUNS = "/apis/scalerl.dev/v1alpha1/namespaces"
 
 
@@ -22,7 +24,7 @@ def curve(points: int) -> list[dict[str, Any]]:
     for i in range(points):
         compute = 1.0 * 1000.0 ** (i / max(points - 1, 1))
         rate = R0 + (A - R0) / (1.0 + (C_MID / compute) ** B)
-        out.append({"step": 10 * i, "computeHours": compute, "passRate": rate})
+        out.append({"step": 10 * i, "computeHours": compute, "passRate": rate, "passRateSE": SE})
     return out
 
 
@@ -68,6 +70,11 @@ def test_the_fit_writes_the_prediction_and_a_predicted_condition(
     assert prediction["A_interval"][0] <= prediction["A"] <= prediction["A_interval"][1]
     assert (prediction["budget"], prediction["budgetLimit"]) == (5000.0, "maxComputeHours")
     assert prediction["predictedAtBudget"] == pytest.approx(A, abs=0.03)
+    # What an evaluation at the end will read: the exact curve's own band is a point, so about
+    # the normal quantiles of one evaluation's standard error around it.
+    lo, hi = prediction["predictedAtBudgetInterval"]
+    assert lo < prediction["predictedAtBudget"] < hi
+    assert hi - lo == pytest.approx(2 * statistics.NormalDist().inv_cdf(0.975) * SE, rel=0.1)
     assert prediction["evaluations"] == 20
     predicted = condition(plane, ns, "Predicted")
     assert predicted["status"] == "True" and predicted["reason"] == "Fitted"

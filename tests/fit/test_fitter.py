@@ -2,6 +2,7 @@
 
 import json
 import math
+import statistics
 import warnings
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from scipy.optimize import OptimizeWarning, curve_fit
 
 from scalerl.errors import DataError, FitError, InputError
-from scalerl.fit import PAPER_A_GRID, fit_curve, sample_curve, sigmoid
+from scalerl.fit import PAPER_A_GRID, FitResult, fit_curve, sample_curve, sigmoid
 from scalerl.fit.fitter import _coarse_b, _Problem
 from scalerl.fit.solver import solve_batched
 
@@ -155,6 +156,28 @@ def test_predict_returns_a_float_for_a_number_and_an_array_for_an_array() -> Non
     assert result.predict(0.0) == result.R0
     lo, hi = result.predict_interval(50_000.0)
     assert lo <= result.predict(50_000.0) <= hi
+
+
+def test_a_predictive_interval_adds_one_evaluations_noise_to_the_curves_band() -> None:
+    # Every replicate on the same curve: the band is that curve, and what one evaluation there
+    # reads is it plus normal noise, so the interval is the normal quantiles around it.
+    params = np.array([0.6, 1.5, math.log(1000.0), 0.2])
+    draws = np.tile([0.6, 1.5, 1000.0, 0.2], (200, 1))
+    result = FitResult.build(
+        params=params, draws=draws, level=0.95, points=10, excluded=0, sse=0.0,
+        min_compute=0.0, r0_mode="fixed", fit_range=(0.0, 1.0),
+    )  # fmt: skip
+    at = result.predict(2000.0)
+    assert result.predict_interval(2000.0) == pytest.approx((at, at))
+    lo, hi = result.predict_interval(2000.0, observation_se=0.01)
+    z = statistics.NormalDist().inv_cdf(0.975)
+    assert lo == pytest.approx(at - z * 0.01, abs=0.0015)
+    assert hi == pytest.approx(at + z * 0.01, abs=0.0015)
+    # On a real fit it holds the curve's band.
+    compute, pass_rate = curve()
+    fitted = fit_curve(compute, pass_rate, bootstrap=50)
+    band, wider = fitted.predict_interval(50_000.0), fitted.predict_interval(50_000.0, 0.01)
+    assert wider[0] < band[0] <= band[1] < wider[1]
 
 
 def test_to_dict_is_json_ready() -> None:

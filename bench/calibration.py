@@ -1,0 +1,217 @@
+"""Benchmark: are the fit's 95 % intervals 95 %? Backtests on synthetic runs drawn from the law
+with the noise our evaluations have.
+
+    .venv/bin/python bench/calibration.py [--draws N] [--seed S] [--runs SEED ...]
+
+Each scenario is a run's curve (the demo's fit, the paper's Table 1 8B row, and a curve still far
+from its asymptote at the run's end). A draw evaluates it every few steps the way a run does:
+mean@k over n held-out prompts, each sample a pass with the curve's probability at that compute,
+so a point's noise is binomial, sqrt(R (1 - R) / (n k)); a run's held-out prompts differ in
+difficulty, which makes its real noise a little smaller than this (a mean of Bernoulli variances
+below R (1 - R)), so these draws are no easier than a run's. For each draw the fitter sees
+
+- the first half of the run (by compute), as a user reading the prediction half-way does: does
+  its A interval hold the true A, and its band at the run's end the true pass rate there and the
+  last evaluation a run would observe?
+- the whole run: does its A interval hold the true A?
+
+Prints, per scenario and fit, the coverage of each nominal 95 % interval (with its binomial
+standard error over the draws) and the median width. The target is coverage of at least 90 %
+with intervals no wider than needed; a fit that fails counts as a miss and is reported.
+
+`--runs 1 2 3` also backtests real local runs, one per seed (an evaluation is seed-locked: one
+seed re-reads the same draws every time), of the demo and of chat-arith in one process
+(`placement: colocated`, an evaluation every 5 steps): fitted on the evaluations of the first
+half of the run's compute, does the interval for what the last evaluation will read hold what it
+read? A few minutes per run on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scalerl.errors import ScaleRLError
+from scalerl.fit import FitResult, fit_curve, sigmoid
+from scalerl.runfile import run_command, write_variant
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    A: float
+    B: float
+    C_mid: float
+    R0: float
+    end: float  # compute at the run's last evaluation
+    evaluations: int  # after step 0, evenly spaced in compute
+    prompts: int
+    samples: int  # k of mean@k
+
+    def truth(self, compute: np.ndarray) -> np.ndarray:
+        return np.asarray(sigmoid(compute, self.A, self.B, self.C_mid, self.R0), dtype=float)
+
+    def noise(self, fit: FitResult) -> float:
+        """The standard error of one evaluation at the run's end, as the fit expects it."""
+        p = min(max(float(fit.predict(self.end)), 0.0), 1.0)
+        return math.sqrt(p * (1 - p) / (self.prompts * self.samples))
+
+    def draw(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """One run's evaluations: compute 0 (step 0) and `evaluations` more up to `end`."""
+        compute = np.linspace(0.0, self.end, self.evaluations + 1)
+        trials = self.prompts * self.samples
+        passes = rng.binomial(trials, self.truth(compute))
+        return compute, passes / trials
+
+
+SCENARIOS = (
+    # The demo's fit (make demo: A 1.00, B 1.71, C_mid 0.024, R0 0.19 at 0.071 process-hours;
+    # 128 prompts x 8, an evaluation every 10 of 100 steps), with A below the bound.
+    Scenario("demo-like", 0.92, 1.71, 0.024, 0.19, 0.071, 10, 128, 8),
+    # The paper's ScaleRL 8B row (Table 1), evaluated every 100 steps to 50k GPU-hours, mean@16
+    # over 1,000 prompts.
+    Scenario("paper-8B", 0.610, 1.92, 2542.0, 0.20, 50_000.0, 60, 1000, 16),
+    # A run stopped before its midpoint: the half-run fit sees little of the bend.
+    Scenario("early-stop", 0.75, 1.5, 0.05, 0.2, 0.06, 20, 128, 8),
+)
+
+
+@dataclass
+class Tally:
+    """Hits of one interval over the draws, and its widths."""
+
+    hits: int = 0
+    trials: int = 0
+    widths: list[float] = field(default_factory=list)
+
+    def add(self, interval: tuple[float, float] | None, value: float) -> None:
+        self.trials += 1
+        if interval is None:
+            return
+        self.widths.append(interval[1] - interval[0])
+        self.hits += interval[0] <= value <= interval[1]
+
+    def row(self, label: str) -> str:
+        cover = self.hits / self.trials
+        se = math.sqrt(cover * (1 - cover) / self.trials)
+        width = statistics.median(self.widths) if self.widths else math.nan
+        return f"  {label:<36}{cover:>8.1%} ± {se:>5.1%}{width:>14.4f}"
+
+
+def backtest(scenario: Scenario, draws: int, seed: int) -> dict[str, Tally]:
+    rng = np.random.default_rng(seed)
+    labels = (
+        "half: A",
+        "half: truth at end",
+        "half: last eval, curve's band",
+        "half: last eval, predictive",
+        "all: A",
+    )
+    tallies = {label: Tally() for label in labels}
+    failures = 0
+    true_end = float(scenario.truth(np.array(scenario.end)))
+    for i in range(draws):
+        compute, pass_rate = scenario.draw(rng)
+        half = compute <= scenario.end / 2
+        early = _fit(compute[half], pass_rate[half], seed + i)
+        whole = _fit(compute, pass_rate, seed + i)
+        failures += (early is None) + (whole is None)
+        band = early.predict_interval(scenario.end) if early else None
+        reads = early.predict_interval(scenario.end, scenario.noise(early)) if early else None
+        tallies["half: A"].add(early.A_interval if early else None, scenario.A)
+        tallies["half: truth at end"].add(band, true_end)
+        tallies["half: last eval, curve's band"].add(band, float(pass_rate[-1]))
+        tallies["half: last eval, predictive"].add(reads, float(pass_rate[-1]))
+        tallies["all: A"].add(whole.A_interval if whole else None, scenario.A)
+    if failures:
+        print(f"  ({failures} fits of {2 * draws} failed and count as misses)")
+    return tallies
+
+
+def _fit(compute: np.ndarray, pass_rate: np.ndarray, seed: int) -> FitResult | None:
+    try:
+        return fit_curve(compute, pass_rate, seed=seed)
+    except ScaleRLError:
+        return None
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+REAL_RUNS = {
+    "demo": (EXAMPLES / "colocated.yaml", {}),
+    "chat-arith": (
+        EXAMPLES / "chat-arith.yaml",
+        {"placement": "colocated", "generators": {"replicas": 1}, "trainers": {"replicas": 1}},
+    ),
+}
+
+
+def backtest_runs(seeds: list[int], work: Path) -> None:
+    """Each real run fitted on its first half; the last evaluation against the interval for it."""
+    print(f"real runs, colocated, seeds {seeds}: half-run fit, the last evaluation's interval")
+    print(f"  {'run':<20}{'last eval':>10}{'SE':>8}{'predicted':>11}{'95 % interval':>19}  in")
+    hits, widths = 0, []
+    for name, (example, changes) in REAL_RUNS.items():
+        for seed in seeds:
+            history = _run(example, changes, seed, work / f"{name}-{seed}")
+            compute = np.array([row["compute"] for row in history])
+            pass_rate = np.array([row["pass_rate"] for row in history])
+            half = compute <= compute[-1] / 2
+            early = fit_curve(compute[half], pass_rate[half], seed=seed)
+            last, se = float(pass_rate[-1]), float(history[-1]["pass_rate_se"])
+            lo, hi = early.predict_interval(float(compute[-1]), se) or (math.nan, math.nan)
+            inside = lo <= last <= hi
+            hits += inside
+            widths.append(hi - lo)
+            print(
+                f"  {f'{name} seed {seed}':<20}{last:>10.3f}{se:>8.3f}"
+                f"{early.predict(float(compute[-1])):>11.3f}     [{lo:.3f}, {hi:.3f}]  "
+                f"{'yes' if inside else 'NO'}"
+            )
+    print(f"  {hits} of {len(widths)} inside; median width {statistics.median(widths):.3f}")
+
+
+def _run(example: Path, changes: dict[str, object], seed: int, out: Path) -> list[dict[str, float]]:
+    spec = write_variant(example, out.with_suffix(".yaml"), changes, {"seed": seed},
+                         {"evaluation": {"everySteps": 5}})  # fmt: skip
+    subprocess.run(run_command(spec, out), check=True, capture_output=True, timeout=1800)
+    lines = (out / "history.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--draws", type=int, default=200, help="runs per scenario (default 200)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--runs", type=int, nargs="*", metavar="SEED", help="also backtest real runs, one a seed"
+    )
+    args = parser.parse_args()
+    started = time.perf_counter()
+    for scenario in SCENARIOS:
+        noise = math.sqrt(0.25 / (scenario.prompts * scenario.samples))
+        print(
+            f"{scenario.name}: A {scenario.A}, B {scenario.B}, C_mid {scenario.C_mid:g}, "
+            f"R0 {scenario.R0}; {scenario.evaluations} evaluations to {scenario.end:g}, "
+            f"mean@{scenario.samples} over {scenario.prompts} prompts (noise <= {noise:.4f}); "
+            f"{args.draws} draws"
+        )
+        print(f"  {'nominal 95 % interval':<36}{'coverage':>17}{'median width':>14}")
+        for label, tally in backtest(scenario, args.draws, args.seed).items():
+            print(tally.row(label))
+    if args.runs:
+        with tempfile.TemporaryDirectory() as work:
+            backtest_runs(args.runs, Path(work))
+    print(f"{time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
