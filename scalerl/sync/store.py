@@ -15,6 +15,7 @@ as through a TCPStore: `set`, `get` (waits for the key), `add`, `compare_set`, `
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -95,18 +96,39 @@ class StoreServer:
     def _serve(self) -> None:
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
+        # Each client's last request (client id, sequence number) and its reply. A client sends
+        # a request again until answered, and every copy it queued before the server was up
+        # arrives: a copy is answered from here, so an `add` counts once.
+        last: dict[bytes, tuple[int, bytes]] = {}
         while not self._stop.is_set():
             if not poller.poll(100):
                 continue
             # The envelope (peer identity, the REQ socket's request id, the empty delimiter)
             # goes back as it came; the last frame is the request.
             *envelope, payload = self._socket.recv_multipart()
-            self._socket.send_multipart([*envelope, msgpack.packb(self._answer(payload))])
+            self._socket.send_multipart([*envelope, self._reply(payload, last)])
 
-    def _answer(self, payload: bytes) -> list[Any]:
+    def _reply(self, payload: bytes, last: dict[bytes, tuple[int, bytes]]) -> bytes:
+        """The packed reply to one request: carried out once per (client, sequence number)."""
+        try:
+            client, seq, *request = msgpack.unpackb(payload)
+            if not isinstance(client, bytes) or not isinstance(seq, int):
+                raise ValueError("a request starts with the client's id and a sequence number")
+        except Exception as err:  # a client's mistake must not stop the server
+            return bytes(msgpack.packb([False, repr(err)]))
+        done, reply = last.get(client, (0, b""))
+        if seq == done:
+            return reply
+        if seq < done:  # a late copy of a request answered long ago: its client has moved on
+            return bytes(msgpack.packb([False, f"request {seq} was answered already"]))
+        reply = bytes(msgpack.packb(self._answer(request)))
+        last[client] = (seq, reply)
+        return reply
+
+    def _answer(self, request: list[Any]) -> list[Any]:
         """[True, result] or [False, why]: a malformed request harms nothing."""
         try:
-            op, *args = msgpack.unpackb(payload)
+            op, *args = request
             if op not in OPS:
                 return [False, f"unknown operation {op!r}"]
             return [True, self.table.call(op, *args)]
@@ -123,7 +145,8 @@ class StoreServer:
 
 class Client:
     """A generator's side: requests to the server, one at a time (the backends may call from
-    several threads), each sent again until answered or `timeout_s` passed."""
+    several threads), each sent again until answered or `timeout_s` passed; the server carries
+    out each request once however many of its copies arrive."""
 
     def __init__(self, host: str, port: int, keys: StreamKeys, timeout_s: float) -> None:
         self.address = f"{host}:{port}"
@@ -137,11 +160,14 @@ class Client:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.connect(f"tcp://{self.address}")
         self._lock = threading.Lock()
+        # Who sends and which request: every copy of a request sent again carries the same pair.
+        self._id, self._seq = os.urandom(16), 0
 
     def call(self, op: str, *args: Any) -> Any:
         deadline = time.monotonic() + self.timeout_s
-        request = msgpack.packb([op, *args])
         with self._lock:
+            self._seq += 1
+            request = msgpack.packb([self._id, self._seq, op, *args])
             while True:
                 self._socket.send(request)
                 if self._socket.poll(_REPLY_MS, zmq.POLLIN):

@@ -5,6 +5,7 @@ key, take a rank's place, nor stop the run's group from forming and broadcasting
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -46,6 +47,28 @@ def test_the_store_behaves_as_torch_expects_of_a_store() -> None:
             # An open client goes on reconnecting to this port after the test: it must not
             # greet whatever listens there next (a gloo pair of a later test).
             impatient.close()
+    finally:
+        client.close()
+        served.close()
+
+
+def test_a_request_sent_again_while_the_server_starts_is_carried_out_once() -> None:
+    # A generator may reach trainer 0's port before the store serves it: its client sends the
+    # request again every second until answered, and every copy arrives once the server is up.
+    # An `add` must count once all the same (ranks count themselves in with it).
+    port = free_port()
+    client = KeyedStore.connect("127.0.0.1", port, GENERATOR_KEYS, timeout_s=10)
+    answers: list[int] = []
+    adding = threading.Thread(target=lambda: answers.append(client.add("n", 1)))
+    adding.start()
+    time.sleep(2.5)  # two copies sent again by now
+    served = KeyedStore.serve("127.0.0.1", port, TRAINER_KEYS, timeout_s=5)
+    try:
+        adding.join(10)
+        assert answers == [1]
+        time.sleep(0.5)  # any copy still on its way has arrived
+        assert served.add("n", 0) == 1
+        assert client.add("n", 1) == 2  # the next request is a new one
     finally:
         client.close()
         served.close()
