@@ -28,7 +28,7 @@ import yaml
 
 from scalerl.environment import ProcessEnv
 from scalerl.operator import names
-from scalerl.rollout.keys import GENERATOR_FILES, TRAINER_FILES, StreamKeys
+from scalerl.rollout.keys import ALL_FILES, GENERATOR_FILES, StreamKeys
 from scalerl.spec import (
     API_VERSION,
     CPU_PER_GPU,
@@ -492,8 +492,10 @@ def _mounts(run: ScaleRLRun) -> list[dict[str, Any]]:
 
 
 def _keys_volume(owner: Owner, role_name: str) -> dict[str, Any]:
-    """Each role mounts only the keys it uses: a generator never holds the server secret."""
-    files = TRAINER_FILES if role_name == names.ROLE_TRAINER else GENERATOR_FILES
+    """Each role mounts only the keys it uses: a generator never holds the server secret. A
+    trainer holds both pairs: it serves the stream and the stores, and its ranks other than 0
+    meet rank 0's store as clients."""
+    files = ALL_FILES if role_name == names.ROLE_TRAINER else GENERATOR_FILES
     return {
         "name": "stream-keys",
         "secret": {

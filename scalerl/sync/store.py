@@ -1,4 +1,5 @@
-"""The weight-sync group's rendezvous store, behind the run's CURVE keys.
+"""The rendezvous store of a run's process groups (the weight-sync group, the trainer ranks),
+behind the run's CURVE keys.
 
 torch's `TCPStore` answers anyone who reaches its port: a stranger could list its keys, write a
 rank's address or take a rank's place, and only a NetworkPolicy (which some network plugins
@@ -112,7 +113,7 @@ class StoreServer:
         """The packed reply to one request: carried out once per (client, sequence number)."""
         try:
             client, seq, *request = msgpack.unpackb(payload)
-            if not isinstance(client, bytes) or not isinstance(seq, int):
+            if not isinstance(client, bytes) or not isinstance(seq, int) or seq < 1:
                 raise ValueError("a request starts with the client's id and a sequence number")
         except Exception as err:  # a client's mistake must not stop the server
             return bytes(msgpack.packb([False, repr(err)]))
@@ -144,9 +145,9 @@ class StoreServer:
 
 
 class Client:
-    """A generator's side: requests to the server, one at a time (the backends may call from
-    several threads), each sent again until answered or `timeout_s` passed; the server carries
-    out each request once however many of its copies arrive."""
+    """A peer's side (a generator, a trainer rank other than 0): requests to the server, one at
+    a time (the backends may call from several threads), each sent again until answered or
+    `timeout_s` passed; the server carries out each request once however many copies arrive."""
 
     def __init__(self, host: str, port: int, keys: StreamKeys, timeout_s: float) -> None:
         self.address = f"{host}:{port}"

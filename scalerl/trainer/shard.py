@@ -29,10 +29,16 @@ from torch.utils.checkpoint import checkpoint
 
 from scalerl.environment import ProcessEnv
 from scalerl.errors import DataError, InputError
-from scalerl.sync.group import open_store
+from scalerl.rollout.keys import ALL_FILES, StreamKeys
+from scalerl.sync.group import keyed_store, open_store
+from scalerl.sync.store import KeyedStore
 from scalerl.trainer.policy import Policy
 
 CPU = torch.device("cpu")
+# The ranks' authenticated store while this process is in their group: rank 0's serves it, and
+# torch's process group calls back into it (NCCL meets again through it for each new
+# communicator), so it lives until the group is left.
+_store: KeyedStore | None = None
 
 
 class Ranks:
@@ -80,14 +86,23 @@ def rank_device(env: ProcessEnv) -> torch.device:
 def join_ranks(env: ProcessEnv) -> Ranks:
     """This trainer's place among the run's trainer ranks, on its device; joins their process
     group when there is more than one rank or a GPU. Rank 0 serves the group's store on the bind
-    address, like the sync store."""
+    address, like the sync store: with the run's keys (every run has them but a colocated one,
+    which has one rank) behind CURVE, so a stranger at the port can neither join the ranks nor
+    write to their store."""
+    global _store
     ranks = Ranks(env.trainer_rank, env.trainer_ranks, rank_device(env))
     if ranks.world_size > 1:
         host = env.bind_host if ranks.leader else env.trainer_host
         where = f"trainer ranks at {host}:{env.ranks_port}: rank {ranks.rank} of {ranks.world_size}"
         # The ranks' pods may start minutes apart: they meet within the startup timeout.
-        store = open_store(host, env.ranks_port, ranks.rank, env.startup_timeout_s, where)
-        init_ranks(store, ranks.rank, ranks.world_size, ranks.device, env.startup_timeout_s)
+        timeout_s = env.startup_timeout_s
+        store: dist.Store
+        if env.stream_keys is not None:
+            keys = StreamKeys.load(env.stream_keys, ALL_FILES)
+            store = _store = keyed_store(host, env.ranks_port, ranks.rank, keys, timeout_s, where)
+        else:
+            store = open_store(host, env.ranks_port, ranks.rank, timeout_s, where)
+        init_ranks(store, ranks.rank, ranks.world_size, ranks.device, timeout_s)
     elif ranks.device.type == "cuda":
         init_ranks(dist.HashStore(), 0, 1, ranks.device, env.peer_timeout_s)
     return ranks
@@ -112,11 +127,15 @@ def leave_ranks(finished: bool) -> None:
     """Leave the trainers' process group, if this process joined one. After a finished run every
     rank first waits for the others: rank 0 serves the group's store and must not go while a peer
     is still in a collective. After a failure the peers may be gone, so nobody waits."""
+    global _store
     if not dist.is_initialized():
         return
     if finished:
         dist.barrier()
     dist.destroy_process_group()
+    if _store is not None:
+        _store.close()
+        _store = None
 
 
 def end_rank_process(code: int) -> NoReturn:

@@ -14,7 +14,7 @@ from scalerl.errors import InputError
 from scalerl.operator import manifests, names
 from scalerl.operator.handlers import images_from_environ
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
-from scalerl.rollout.keys import GENERATOR_FILES, TRAINER_FILES, StreamKeys
+from scalerl.rollout.keys import ALL_FILES, GENERATOR_FILES, SERVER_SECRET, StreamKeys
 from scalerl.spec import ScaleRLRun, load_run, parse_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,10 +337,13 @@ def test_every_manifest_validates_against_kubernetes_schemas() -> None:
 
 
 def test_each_role_mounts_only_the_stream_keys_it_uses() -> None:
+    # A trainer serves the stream and the stores, and its ranks other than 0 are clients of
+    # rank 0's store; a generator is a client only and never holds the server's secret.
     secret = by_kind("Secret")
     assert secret["stringData"] == KEYS.text()
+    assert SERVER_SECRET not in GENERATOR_FILES
     for role, files in (
-        (names.ROLE_TRAINER, TRAINER_FILES),
+        (names.ROLE_TRAINER, ALL_FILES),
         (names.ROLE_GENERATOR, GENERATOR_FILES),
     ):
         spec = by_kind("Job", role)["spec"]["template"]["spec"]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 import zmq
+from strangers import stranger_calls
 
 from scalerl.errors import WeightSyncError
 from scalerl.ports import free_port
@@ -72,29 +72,6 @@ def test_a_request_sent_again_while_the_server_starts_is_carried_out_once() -> N
     finally:
         client.close()
         served.close()
-
-
-def stranger_calls(port: int, keys: StreamKeys | None) -> list[str]:
-    """What a stranger at the store's port gets: with no keys a plain TCP client (as it would
-    speak to a TCPStore), with keys of its own a CURVE client of another run."""
-    outcomes = []
-    if keys is None:
-        try:
-            store = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=1))
-            store.set("scalerl/sync/joined/1", "1")
-            outcomes.append("wrote")
-        except Exception as err:  # the CURVE server never completes torch's handshake
-            outcomes.append(f"refused: {type(err).__name__}")
-        return outcomes
-    intruder = KeyedStore.connect("127.0.0.1", port, keys, timeout_s=1.5)
-    for attempt in (lambda: intruder.num_keys(), lambda: intruder.set("scalerl/sync/x", "1")):
-        try:
-            attempt()
-            outcomes.append("answered")
-        except TimeoutError:
-            outcomes.append("no answer")
-    intruder.close()
-    return outcomes
 
 
 @pytest.mark.parametrize("stranger", ["tcpstore client", "another run's keys"])

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from strangers import stranger_calls
 
 from scalerl.operator import manifests
 from scalerl.operator.manifests import Images, Owner
 from scalerl.ports import free_port
+from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import parse_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,15 +68,20 @@ def test_two_pods_of_two_gpus_are_four_ranks_in_one_group(tmp_path: Path) -> Non
     (bin_dir / "scalerl").chmod(0o755)
     pod_env = {e["name"]: e["value"] for e in container["env"]}
     # What the pod's Service and the kubelet give; here trainer 0 is on loopback.
+    # The run's keys, as the Secret's volume holds them (the pods' path replaced by a local one).
+    StreamKeys.generate().write(tmp_path / "keys")
+    ranks_port = free_port()
     pod_env |= {
         "SCALERL_TRAINER_HOST": "127.0.0.1",
         "SCALERL_BIND_HOST": "127.0.0.1",
-        "SCALERL_RANKS_PORT": str(free_port()),
+        "SCALERL_RANKS_PORT": str(ranks_port),
         "SCALERL_PEER_TIMEOUT": "60",
+        "SCALERL_STREAM_KEYS": str(tmp_path / "keys"),
     }
     path = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]])
-    pods = [
-        subprocess.Popen(
+
+    def start(pod: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
             container["command"],
             env={**os.environ, **pod_env, "JOB_COMPLETION_INDEX": str(pod)}
             | {"PATH": path, "OUT": str(tmp_path)},
@@ -80,8 +89,15 @@ def test_two_pods_of_two_gpus_are_four_ranks_in_one_group(tmp_path: Path) -> Non
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for pod in range(PODS)
-    ]
+
+    # Pod 0 serves the ranks' store and waits for pod 1. Meanwhile strangers at the port (torch's
+    # client, a client with another run's keys) get no handshake: they cannot take a rank's place.
+    pods = [start(0)]
+    wait_listening(ranks_port)
+    other = StreamKeys.generate()
+    strangers = stranger_calls(ranks_port, None) + stranger_calls(ranks_port, other)
+    assert [o.split(":")[0] for o in strangers] == ["refused", "no answer", "no answer"]
+    pods.append(start(1))
     logs = [pod.communicate(timeout=TIMEOUT_S)[0] for pod in pods]
     assert [pod.returncode for pod in pods] == [0] * PODS, "\n".join(logs)
 
@@ -95,3 +111,16 @@ def test_two_pods_of_two_gpus_are_four_ranks_in_one_group(tmp_path: Path) -> Non
     assert {r["sum"] for r in seen} == {sum(range(world))}  # all four in one group
     metrics = int(pod_env["SCALERL_METRICS_PORT"])
     assert [r["metrics_port"] for r in seen] == [metrics, 0] * PODS  # one per pod
+
+
+def wait_listening(port: int, timeout_s: float = 60.0) -> None:
+    """Until something accepts connections on 127.0.0.1:`port`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
