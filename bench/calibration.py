@@ -29,7 +29,6 @@ read? A few minutes per run on 2 cores.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import subprocess
@@ -37,12 +36,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from scalerl.errors import ScaleRLError
 from scalerl.fit import FitResult, fit_curve, sigmoid
 from scalerl.runfile import run_command, write_variant
+from scalerl.status.history import read_history
 
 
 @dataclass(frozen=True)
@@ -179,12 +180,11 @@ def backtest_runs(seeds: list[int], work: Path) -> None:
     print(f"  {hits} of {len(widths)} inside; median width {statistics.median(widths):.3f}")
 
 
-def _run(example: Path, changes: dict[str, object], seed: int, out: Path) -> list[dict[str, float]]:
+def _run(example: Path, changes: dict[str, object], seed: int, out: Path) -> list[dict[str, Any]]:
     spec = write_variant(example, out.with_suffix(".yaml"), changes, {"seed": seed},
                          {"evaluation": {"everySteps": 5}})  # fmt: skip
     subprocess.run(run_command(spec, out), check=True, capture_output=True, timeout=1800)
-    lines = (out / "history.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    return read_history(out / "history.jsonl")
 
 
 def main() -> None:

@@ -112,7 +112,7 @@ class SyncGroup:
                 except Exception:  # a broken group may not shut down cleanly
                     pass
         self._backend = None
-        _close_store(self._store)
+        close_store(self._store)
         self._store = None
         self._broken = self._broken or "closed"
 
@@ -163,14 +163,11 @@ def connect(
     where = f"sync group at {address}: rank {rank} of world {world_size}"
     joining_s = timeout_s if join_timeout_s is None else join_timeout_s
     deadline = time.monotonic() + joining_s
-    if keys is None:
-        base: dist.Store = open_store(host, port, rank, joining_s, where)
-    else:
-        base = keyed_store(host, port, rank, keys, joining_s, where)
+    base = meeting_store(host, port, rank, keys, joining_s, where)
     try:
         return _form(base, rank, world_size, deadline, where, use_nccl, timeout_s, address)
     except BaseException:
-        _close_store(base)  # a group that did not form leaves no server or client behind
+        close_store(base)  # a group that did not form leaves no server or client behind
         raise
 
 
@@ -204,6 +201,17 @@ def _form(
     # One tiny collective proves every link works; NCCL builds its communicator here.
     group.broadcast(torch.zeros(1, device=device), src=0, timeout_s=remaining)
     return group
+
+
+def meeting_store(
+    host: str, port: int, rank: int, keys: StreamKeys | None, timeout_s: float, where: str
+) -> dist.Store:
+    """Where a process group's ranks meet (rank 0 serves it on `host:port`): with the run's
+    `keys`, the CURVE-authenticated store, which only the run's peers reach; without (tests, a
+    process that has no keys), a TCPStore."""
+    if keys is None:
+        return open_store(host, port, rank, timeout_s, where)
+    return keyed_store(host, port, rank, keys, timeout_s, where)
 
 
 def open_store(host: str, port: int, rank: int, timeout_s: float, where: str) -> dist.Store:
@@ -241,7 +249,7 @@ def keyed_store(
         raise WeightSyncError(f"{where}: {action}: {err}") from err
 
 
-def _close_store(store: dist.Store | None) -> None:
+def close_store(store: dist.Store | None) -> None:
     """Stop an authenticated store's server or client (a TCPStore closes with its object)."""
     if isinstance(store, KeyedStore):
         store.close()

@@ -90,6 +90,10 @@ class StoreServer:
         self._auth.apply(self._socket)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.bind(f"tcp://{host}:{port}")
+        # Each client's last request (client id -> sequence number, packed reply). A client
+        # sends a request again until answered, and every copy it queued before the server was
+        # up arrives: a copy is answered from here, so an `add` counts once.
+        self._answered: dict[bytes, tuple[int, bytes]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="sync-store", daemon=True)
         self._thread.start()
@@ -97,19 +101,15 @@ class StoreServer:
     def _serve(self) -> None:
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
-        # Each client's last request (client id, sequence number) and its reply. A client sends
-        # a request again until answered, and every copy it queued before the server was up
-        # arrives: a copy is answered from here, so an `add` counts once.
-        last: dict[bytes, tuple[int, bytes]] = {}
         while not self._stop.is_set():
             if not poller.poll(100):
                 continue
             # The envelope (peer identity, the REQ socket's request id, the empty delimiter)
             # goes back as it came; the last frame is the request.
             *envelope, payload = self._socket.recv_multipart()
-            self._socket.send_multipart([*envelope, self._reply(payload, last)])
+            self._socket.send_multipart([*envelope, self._reply(payload)])
 
-    def _reply(self, payload: bytes, last: dict[bytes, tuple[int, bytes]]) -> bytes:
+    def _reply(self, payload: bytes) -> bytes:
         """The packed reply to one request: carried out once per (client, sequence number)."""
         try:
             client, seq, *request = msgpack.unpackb(payload)
@@ -117,13 +117,13 @@ class StoreServer:
                 raise ValueError("a request starts with the client's id and a sequence number")
         except Exception as err:  # a client's mistake must not stop the server
             return bytes(msgpack.packb([False, repr(err)]))
-        done, reply = last.get(client, (0, b""))
+        done, reply = self._answered.get(client, (0, b""))
         if seq == done:
             return reply
         if seq < done:  # a late copy of a request answered long ago: its client has moved on
             return bytes(msgpack.packb([False, f"request {seq} was answered already"]))
         reply = bytes(msgpack.packb(self._answer(request)))
-        last[client] = (seq, reply)
+        self._answered[client] = (seq, reply)
         return reply
 
     def _answer(self, request: list[Any]) -> list[Any]:

@@ -30,15 +30,14 @@ from torch.utils.checkpoint import checkpoint
 from scalerl.environment import ProcessEnv
 from scalerl.errors import DataError, InputError
 from scalerl.rollout.keys import ALL_FILES, StreamKeys
-from scalerl.sync.group import keyed_store, open_store
-from scalerl.sync.store import KeyedStore
+from scalerl.sync.group import close_store, meeting_store
 from scalerl.trainer.policy import Policy
 
 CPU = torch.device("cpu")
-# The ranks' authenticated store while this process is in their group: rank 0's serves it, and
-# torch's process group calls back into it (NCCL meets again through it for each new
-# communicator), so it lives until the group is left.
-_store: KeyedStore | None = None
+# The ranks' store while this process is in their group: rank 0's serves it, and torch's
+# process group calls back into it (NCCL meets again through it for each new communicator), so
+# it lives until the group is left.
+_store: dist.Store | None = None
 
 
 class Ranks:
@@ -95,14 +94,10 @@ def join_ranks(env: ProcessEnv) -> Ranks:
         host = env.bind_host if ranks.leader else env.trainer_host
         where = f"trainer ranks at {host}:{env.ranks_port}: rank {ranks.rank} of {ranks.world_size}"
         # The ranks' pods may start minutes apart: they meet within the startup timeout.
+        keys = StreamKeys.load(env.stream_keys, ALL_FILES) if env.stream_keys else None
         timeout_s = env.startup_timeout_s
-        store: dist.Store
-        if env.stream_keys is not None:
-            keys = StreamKeys.load(env.stream_keys, ALL_FILES)
-            store = _store = keyed_store(host, env.ranks_port, ranks.rank, keys, timeout_s, where)
-        else:
-            store = open_store(host, env.ranks_port, ranks.rank, timeout_s, where)
-        init_ranks(store, ranks.rank, ranks.world_size, ranks.device, timeout_s)
+        _store = meeting_store(host, env.ranks_port, ranks.rank, keys, timeout_s, where)
+        init_ranks(_store, ranks.rank, ranks.world_size, ranks.device, timeout_s)
     elif ranks.device.type == "cuda":
         init_ranks(dist.HashStore(), 0, 1, ranks.device, env.peer_timeout_s)
     return ranks
@@ -133,9 +128,8 @@ def leave_ranks(finished: bool) -> None:
     if finished:
         dist.barrier()
     dist.destroy_process_group()
-    if _store is not None:
-        _store.close()
-        _store = None
+    close_store(_store)
+    _store = None
 
 
 def end_rank_process(code: int) -> NoReturn:
