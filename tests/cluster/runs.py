@@ -27,7 +27,7 @@ from scalerl.operator import names
 T = TypeVar("T")
 CRD = Path(__file__).resolve().parents[2] / "crds" / "scalerlruns.scalerl.dev.yaml"
 RUNS = "/apis/scalerl.dev/v1alpha1/namespaces"
-CRD_PATH = "customresourcedefinitions/scalerlruns.scalerl.dev"
+CRD_NAME = "scalerlruns.scalerl.dev"
 # Deadlines, not sleeps: generous, because a loaded 2-core machine slows every request.
 WAIT_S = 60.0
 POLL_S = 0.1
@@ -59,20 +59,25 @@ def wait_for(what: Callable[[], T | None], message: str, timeout_s: float = WAIT
 
 
 def ensure_crd(plane: ControlPlane) -> dict[str, Any]:
-    """The CRD as `kubectl apply -f crds/` installs it, once the server serves it (Established).
-
-    Polled rather than `kubectl wait --for=condition=Established`, which fails outright when it
-    reads a CRD the apiextensions controller has not given conditions yet (just created)."""
+    """The CRD as `kubectl apply -f crds/` installs it, once the server serves it."""
     plane.kubectl("apply", "--server-side", "-f", str(CRD))
+    return established(plane, CRD_NAME)
 
-    def established() -> dict[str, Any] | None:
-        code, got = plane.api("GET", f"/apis/apiextensions.k8s.io/v1/{CRD_PATH}")
+
+def established(plane: ControlPlane, name: str) -> dict[str, Any]:
+    """CRD `name` once Established. Polled rather than `kubectl wait --for=condition=Established`,
+    which fails outright when it reads a CRD the apiextensions controller has not given
+    conditions yet (one just created)."""
+
+    def serving() -> dict[str, Any] | None:
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        code, got = plane.api("GET", path)
         assert code == 200, got
         conditions = (got.get("status") or {}).get("conditions") or []
-        serving = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-        return dict(got) if serving else None
+        ready = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        return dict(got) if ready else None
 
-    return wait_for(established, "the CRD Established")
+    return wait_for(serving, f"the CRD {name} Established")
 
 
 # --- the run -------------------------------------------------------------------------------------

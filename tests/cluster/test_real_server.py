@@ -16,7 +16,7 @@ import pytest
 import yaml
 from chart import CHART, OPERATOR_USER, Operator, helm
 from controlplane import ControlPlane
-from runs import ensure_crd, wait_for
+from runs import ensure_crd, established, wait_for
 
 from scalerl.kube import Kube, KubeError
 
@@ -112,7 +112,7 @@ def test_helm_install_works_without_and_with_the_prometheus_operator(
     assert monitors(plane, namespace) == []
     plane.kubectl("apply", "-f", "-", input=monitoring_crds())
     for plural in MONITORING_KINDS.values():
-        plane.kubectl("wait", "--for=condition=Established", f"crd/{plural}.monitoring.coreos.com")
+        established(plane, f"{plural}.monitoring.coreos.com")
     done = helm(plane, "upgrade", release, str(CHART), "-n", namespace)
     assert done.returncode == 0, done.stderr
     assert len(monitors(plane, namespace)) == 3, monitors(plane, namespace)
