@@ -36,6 +36,8 @@ PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "Job": "jobs",
+    "JobSet": "jobsets",
+    "Workload": "workloads",
     "ScaleRLRun": "scalerlruns",
 }
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})

@@ -362,8 +362,9 @@ class FailurePolicySpec(_Model):
         ge=1,
         le=7 * 24 * 3600,
         description="On a cluster: how long a run's gangs may take until every pod runs "
-        "(scheduling, autoscaling, image pulls), counted from the first gang since it last ran; "
-        "past it the run fails. Gangs that fail while starting use up no maxRestarts.",
+        "(scheduling, autoscaling, image pulls), counted from the first gang since it last ran "
+        "(a queued run: since Kueue admitted it); past it the run fails. Gangs that fail while "
+        "starting use up no maxRestarts.",
     )
     no_signal_steps: Int = Field(
         50,
@@ -530,13 +531,34 @@ class SchedulingSpec(_Model):
     )
 
     def over(self, default: SchedulingSpec) -> SchedulingSpec:
-        """These fields where present, `default`'s elsewhere."""
-        mine = self.model_dump(exclude_none=True)
-        return default.model_copy(update={k: getattr(self, k) for k in mine})
+        """These fields where present, `default`'s elsewhere (the pod fields only: a run's
+        queue is the gang's, not a pod's)."""
+        return SchedulingSpec.model_construct(
+            **{
+                k: getattr(self, k) if getattr(self, k) is not None else getattr(default, k)
+                for k in SchedulingSpec.model_fields
+            }
+        )
 
     def pod_fields(self) -> dict[str, Any]:
         """The PodSpec fields these set (camelCase, absent ones left out)."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# The label by which Kueue knows a workload's LocalQueue; on a run, it names the run's queue.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QueueName = Annotated[str, Field(min_length=1, max_length=63, pattern=_DNS_LABEL.pattern)]
+
+
+class RunSchedulingSpec(SchedulingSpec):
+    """The whole run's scheduling: the pod fields, and the queue its gang is admitted through."""
+
+    queue_name: QueueName | None = Field(
+        None,
+        description="A Kueue LocalQueue in the run's namespace: the gang (every trainer and "
+        "generator pod) is one Kueue workload, admitted all at once or not at all. Needs Kueue "
+        f"with its JobSet integration, and JobSet. The run's label {QUEUE_LABEL} does the same.",
+    )
 
 
 class ReplicaSpec(_Model):
@@ -590,6 +612,13 @@ class CheckpointSpec(_Model):
     )
     every_steps: Int = Field(100, ge=1, le=MAX_STEPS)
     keep: Int = Field(2, ge=1, le=1000, description="Newest checkpoints kept.")
+    create_run_directory: Bool = Field(
+        False,
+        description="Before each pod starts, an init container creates runs/<run> on the claim "
+        "as the pods' user. For claims that ignore fsGroup (many NFS provisioners), where the "
+        "kubelet would create it owned by root and the trainer could not write its checkpoints; "
+        "the claim's runs/ must be writable by the pods' user.",
+    )
 
 
 class RunSpec(_Model):
@@ -609,8 +638,9 @@ class RunSpec(_Model):
         "broadcast. colocated: one process (pod) holds the trainer and one vLLM engine, which "
         "share its device; weights move in memory.",
     )
-    scheduling: SchedulingSpec = Field(
-        SchedulingSpec(), description="Where the run's pods may run (trainers and generators)."
+    scheduling: RunSchedulingSpec = Field(
+        RunSchedulingSpec(),
+        description="Where the run's pods may run (trainers and generators), and its queue.",
     )
     suspend: Bool = False
     seed: Int = Field(0, ge=0, le=2**32 - 1)
@@ -717,6 +747,14 @@ class ScaleRLRun(BaseModel):
     def namespace(self) -> str:
         """metadata.namespace, or "local" for a run without one (a local run)."""
         return self.metadata.namespace or "local"
+
+    @property
+    def queue_name(self) -> str | None:
+        """The Kueue LocalQueue the gang is admitted through: `spec.scheduling.queueName`, else
+        the run's label kueue.x-k8s.io/queue-name; None: no queue (pods scheduled as they come)."""
+        labels = (self.metadata.model_extra or {}).get("labels") or {}
+        label = labels.get(QUEUE_LABEL) if isinstance(labels, dict) else None
+        return self.spec.scheduling.queue_name or (str(label) if label else None)
 
 
 # --- parsing at the edge -------------------------------------------------------------------------

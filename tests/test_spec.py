@@ -260,6 +260,18 @@ def test_tolerations_follow_the_rules_of_the_api_server() -> None:
     ]
 
 
+def test_a_queue_belongs_to_the_whole_run_and_is_a_dns_label() -> None:
+    found = problems(
+        with_spec(
+            scheduling={"queueName": "Team_GPUs"}, trainers={"scheduling": {"queueName": "q"}}
+        )
+    )
+    assert [p.split(":")[0] for p in found] == [
+        "spec.trainers.scheduling.queueName",  # one queue admits the whole gang
+        "spec.scheduling.queueName",
+    ]
+
+
 def test_affinity_and_class_names_are_checked_where_they_are_written() -> None:
     node_term = {"matchExpressions": [{"key": "gpu", "operator": "Gt", "values": ["a"]}]}
     found = problems(

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from scalerl.kube import Kube
+from scalerl.kube import Kube, KubeError
 from scalerl.operator import manifests, names
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
 from scalerl.rollout.keys import StreamKeys
-from scalerl.spec import ScaleRLRun
+from scalerl.spec import QUEUE_LABEL, ScaleRLRun
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
 
 class StaleWorkload(Exception):  # noqa: N818 - a signal to come back, not a failure
@@ -127,35 +129,107 @@ def _last_seen(event: dict[str, Any]) -> str:
 def ensure_workloads(
     kube: Kube, run: ScaleRLRun, owner: Owner, attempt: int, images: Images, *, new: bool = False
 ) -> list[str]:
-    """The gang of `attempt`: its Jobs created where missing. A Job of another attempt is deleted
-    (with its pods) and StaleWorkload raised: the name frees up only once it is gone."""
+    """The gang of `attempt`: its Jobs (a queued run's JobSet) created where missing. One of
+    another attempt is deleted (with its pods) and StaleWorkload raised: the name frees up only
+    once it is gone."""
     created = []
-    for job in manifests.workloads(run, owner, attempt, images):
-        name = job["metadata"]["name"]
-        current = None if new else kube.find("batch/v1", "Job", owner.namespace, name)
+    for obj in manifests.workloads(run, owner, attempt, images):
+        api_version, kind, name = obj["apiVersion"], obj["kind"], obj["metadata"]["name"]
+        current = None if new else kube.find(api_version, kind, owner.namespace, name)
         if current is not None and attempt_of(current) != attempt:
-            remove_workloads(kube, owner)
+            remove_workloads(kube, owner, queued=run.queue_name is not None)
             raise StaleWorkload(f"{name} belongs to attempt {attempt_of(current)}")
-        if current is None and kube.create(job) is not None:
-            created.append(f"Job/{name}")
+        if current is None and _create_workload(kube, obj) is not None:
+            created.append(f"{kind}/{name}")
     return created
 
 
-def remove_workloads(kube: Kube, owner: Owner) -> int:
-    """Delete the gang's Jobs and pods; how many objects were deleted. Every role's, whatever
-    the placement: a Job that is not there (a colocated run's generators) is no error, and a run
-    whose placement changed leaves nothing of its old gang behind."""
-    deleted = 0
+class NoJobSetAPI(Exception):  # noqa: N818 - the cluster's answer, said to the user as it is
+    """A queued run's JobSet was refused: the server does not serve JobSets."""
+
+
+def _create_workload(kube: Kube, obj: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return kube.create(obj)
+    except KubeError as err:
+        if obj["kind"] == "JobSet" and err.status == 404:
+            raise NoJobSetAPI(
+                f"spec.scheduling.queueName needs JobSet and Kueue on the cluster, and the API "
+                f"server does not serve {manifests.JOBSET_API} JobSets ({err}): install JobSet, "
+                "and Kueue with its jobset.x-k8s.io/jobset integration, or remove the queue"
+            ) from None
+        raise
+
+
+def admission(kube: Kube, owner: Owner, attempt: int) -> tuple[str, str] | None:
+    """None once Kueue has admitted the queued gang `attempt` (its JobSet is no longer
+    suspended); else (reason, message) of why it waits, as Kueue's Workload for it says (no
+    quota yet, a queue that does not exist, an eviction)."""
+    jobset = kube.find(manifests.JOBSET_API, "JobSet", owner.namespace, names.gang(owner.name))
+    if jobset is None or attempt_of(jobset) != attempt:
+        return "PodsNotCreated", f"the JobSet of gang attempt {attempt} is not there yet"
+    if not (jobset.get("spec") or {}).get("suspend"):
+        return None
+    queue = (jobset["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+    waiting = f"waiting for Kueue to admit the gang from queue {queue}"
+    workload = _kueue_workload(kube, owner, jobset["metadata"]["uid"])
+    if workload is None:
+        return "Queued", f"{waiting} (no Kueue Workload for JobSet {names.gang(owner.name)} yet)"
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    for kind in ("Evicted", "QuotaReserved"):
+        said = conditions.get(kind) or {}
+        if said.get("message") and said.get("status") == ("True" if kind == "Evicted" else "False"):
+            reason = "Evicted" if kind == "Evicted" else "Queued"
+            return reason, f"{waiting}: {said['message']}"
+    return "Queued", waiting
+
+
+def _kueue_workload(kube: Kube, owner: Owner, jobset_uid: str) -> dict[str, Any] | None:
+    """Kueue's Workload of the JobSet with `jobset_uid` (it names the JobSet its owner); None
+    where there is none (not made yet; no Kueue, or one that does not serve its v1beta2 API)."""
+    try:
+        workloads = kube.list(KUEUE_API, "Workload", owner.namespace, {})
+    except KubeError as err:
+        if err.status == 404:
+            return None
+        raise
+    return next(
+        (
+            w
+            for w in workloads
+            if any(r.get("uid") == jobset_uid for r in w["metadata"].get("ownerReferences") or [])
+        ),
+        None,
+    )
+
+
+def remove_workloads(kube: Kube, owner: Owner, *, queued: bool = False) -> int:
+    """Delete the gang's Jobs (a `queued` run's JobSet too) and pods; how many objects were
+    deleted. Every role's, whatever the placement: a Job that is not there (a colocated run's
+    generators) is no error, and a run whose placement changed leaves nothing of its old gang
+    behind."""
+    deleted = _delete_jobset(kube, owner) if queued else 0
     for role in names.WORKLOAD_ROLES:
         deleted += kube.delete("batch/v1", "Job", owner.namespace, names.workload(owner.name, role))
     return deleted + _delete_pods(kube, owner, names.WORKLOAD_ROLES)
 
 
-def remove_all(kube: Kube, owner: Owner, fit_jobs: int) -> int:
+def _delete_jobset(kube: Kube, owner: Owner) -> int:
+    """A queued gang's JobSet, and its Jobs: the next gang's JobSet makes Jobs of the same
+    names, which it cannot while garbage collection has yet to remove these."""
+    jobs = [names.gang_job(owner.name, role) for role in names.WORKLOAD_ROLES]
+    deleted = int(
+        kube.delete(manifests.JOBSET_API, "JobSet", owner.namespace, names.gang(owner.name))
+    )
+    return deleted + sum(kube.delete("batch/v1", "Job", owner.namespace, job) for job in jobs)
+
+
+def remove_all(kube: Kube, owner: Owner, fit_jobs: int, *, queued: bool = False) -> int:
     """Every child of the run: gang, fit Jobs, their pods, config, keys, policy, Service, RBAC."""
     jobs = [names.workload(owner.name, role) for role in names.WORKLOAD_ROLES]
     jobs += [names.fit_job(owner.name, number) for number in range(1, fit_jobs + 1)]
-    deleted = sum(kube.delete("batch/v1", "Job", owner.namespace, job) for job in jobs)
+    deleted = _delete_jobset(kube, owner) if queued else 0
+    deleted += sum(kube.delete("batch/v1", "Job", owner.namespace, job) for job in jobs)
     deleted += _delete_pods(kube, owner, None)
     account = names.account(owner.name)
     for api_version, kind, name in (

@@ -1,7 +1,13 @@
 """What the operator does for a run, level-triggered and restart-safe; kopf-free.
 
-Phases: Pending (no gang: a spec the operator cannot run yet) -> Starting (a gang created; until
-every pod of it runs) -> Running -> Succeeded | Failed, and Suspended while `spec.suspend` is true.
+Phases: Pending (no gang: a spec the operator cannot run yet) -> [Queued ->] Starting (a gang
+created; until every pod of it runs) -> Running -> Succeeded | Failed, and Suspended while
+`spec.suspend` is true.
+
+Queued is a queued run's wait for Kueue (`spec.scheduling.queueName`): its gang is one suspended
+JobSet, one Kueue workload, until Kueue admits every pod of it at once; PodsReady=False says what
+Kueue says (no quota, no such queue). Time in the queue is no startup: the startup timeout counts
+from admission. A gang Kueue evicts (preemption) is Queued again until readmitted.
 
 Starting is the wait for a shared cluster: the scheduler, an autoscaler, image pulls. While it
 lasts the PodsReady condition says why pods wait (the scheduler's message, an image that cannot
@@ -38,15 +44,16 @@ from scalerl.spec import ScaleRLRun, parse_run
 from scalerl.status.conditions import now_rfc3339, set_condition
 from scalerl.status.kubernetes import RunStatus
 
-PENDING, STARTING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
+PENDING, QUEUED, STARTING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
     "Pending",
+    "Queued",
     "Starting",
     "Running",
     "Suspended",
     "Succeeded",
     "Failed",
 )
-LIVE = (None, PENDING, STARTING, RUNNING)  # phases a gang failure or a stop applies to
+LIVE = (None, PENDING, QUEUED, STARTING, RUNNING)  # phases a gang failure or a stop applies to
 # A container waiting for one of these is being started; any other reason is what holds it.
 CREATING = (None, "ContainerCreating", "PodInitializing")
 TERMINAL = (SUCCEEDED, FAILED)
@@ -95,7 +102,7 @@ def parse(run: dict[str, Any]) -> tuple[ScaleRLRun | None, list[str]]:
         parsed = parse_run(run)
     except SpecError as err:
         return None, err.problems
-    problems = names.name_problems(parsed.name)
+    problems = names.name_problems(parsed.name, queued=parsed.queue_name is not None)
     return (None, problems) if problems else (parsed, [])
 
 
@@ -177,14 +184,37 @@ def reconcile(ctx: Context, *, new: bool = False) -> None:
             ctx.emit(run_obj, WARNING, "InvalidSpec", "; ".join(problems))
         return
     if status_of(run_obj).get("phase") in TERMINAL:
-        children.remove_workloads(ctx.kube, ctx.owner)
+        children.remove_workloads(ctx.kube, ctx.owner, queued=queued(run_obj))
         return
     attempt = int(status_of(run_obj).get("restarts", 0))
     children.ensure_static(ctx.kube, run, ctx.owner, ctx.network, attempt, new=new)
     if run.spec.suspend:
         suspend(ctx, run_obj, generation)
-    else:
+        return
+    try:
         start(ctx, run, run_obj, generation, new=new)
+    except children.NoJobSetAPI as err:
+        no_queue(ctx, run_obj, str(err))
+
+
+def queued(run_obj: dict[str, Any]) -> bool:
+    """Whether the run's gang is a JobSet in a Kueue queue (a spec that does not parse: no)."""
+    run, _ = parse(run_obj)
+    return run is not None and run.queue_name is not None
+
+
+def no_queue(ctx: Context, run_obj: dict[str, Any], message: str) -> None:
+    """A queued run on a cluster without JobSet: Pending until there is (the periodic check
+    tries again), Ready=False and a Warning saying what to install."""
+    written = transition(
+        ctx.status,
+        lambda s: s.get("phase") in (None, PENDING),
+        phase=PENDING,
+        message=message,
+        conditions=[("Ready", False, "NoJobSetAPI", message)],
+    )
+    if written and "conditions" in written:
+        ctx.emit(run_obj, WARNING, "NoJobSetAPI", message)
 
 
 def suspend(ctx: Context, run_obj: dict[str, Any], generation: dict[str, Any]) -> None:
@@ -199,7 +229,7 @@ def suspend(ctx: Context, run_obj: dict[str, Any], generation: dict[str, Any]) -
         ],
         fields=generation,
     )
-    children.remove_workloads(ctx.kube, ctx.owner)
+    children.remove_workloads(ctx.kube, ctx.owner, queued=queued(run_obj))
     if written and "phase" in written:
         ctx.emit(run_obj, NORMAL, "Suspended", "pods removed; checkpoints kept")
 
@@ -219,24 +249,27 @@ def start(
     begins = was in (None, PENDING, SUSPENDED)  # the first gang since the run last ran
     conditions: list[ConditionArgs] = [("Ready", True, "Reconciled", "children in place")]
     if begins:
-        conditions.append(gang_created(attempt))
+        conditions.append(gang_created(run, attempt))
     if was == SUSPENDED:
         conditions.append(("Suspended", False, "Resumed", "resumed from the last checkpoint"))
     written = transition(
         ctx.status,
         not_terminal,
-        phase=STARTING if begins else was,
+        phase=first_phase(run) if begins else was,
         message=f"gang attempt {attempt} created" if created else None,
         conditions=conditions,
         fields={
             **generation,
             "restarts": attempt,
-            **({"startingSince": now_rfc3339()} if begins else {}),
+            **({"startingSince": starting_since(run)} if begins else {}),
         },
     )
     if written and "phase" in written:
         reason = "Resumed" if was == SUSPENDED else "Created"
         ctx.emit(run_obj, NORMAL, reason, f"gang attempt {attempt}: {', '.join(created)}")
+    if run.queue_name is not None and was in (QUEUED, STARTING, RUNNING):
+        # Admission comes with pods (their events); an eviction takes them away quietly.
+        gang_queued(ctx, run, run_obj, attempt)
     if was == STARTING:
         # What holds the gang may change with no pod event (the Job controller failing to create
         # a pod): the periodic check looks again, and ends a start that took too long.
@@ -271,6 +304,8 @@ def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
         gang_failed(ctx, run, run_obj, pod_failure(pod), attempt)
     elif phase == SUCCEEDED and trainer0:
         finish(ctx, run_obj, "trainer 0 exited 0: the budget is reached")
+    elif status.get("phase") == QUEUED:
+        gang_queued(ctx, run, run_obj, attempt)
     elif status.get("phase") == STARTING:
         gang_starting(ctx, run, run_obj, attempt)
 
@@ -311,8 +346,54 @@ def gang_starting(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attemp
 NO_NEWS = ("PodsStarting", "PodsNotCreated")  # reasons of a gang whose pods are on their way
 
 
-def gang_created(attempt: int) -> ConditionArgs:
+def gang_created(run: ScaleRLRun, attempt: int) -> ConditionArgs:
+    if run.queue_name is not None:
+        message = f"gang attempt {attempt} queued in {run.queue_name}"
+        return ("PodsReady", False, "Queued", message)
     return ("PodsReady", False, "PodsStarting", f"gang attempt {attempt} created")
+
+
+def first_phase(run: ScaleRLRun) -> str:
+    """A new gang's phase: a queued one waits for Kueue first."""
+    return STARTING if run.queue_name is None else QUEUED
+
+
+def starting_since(run: ScaleRLRun) -> str | None:
+    """When a new gang's start begins: now, or for a queued gang at its admission (None: not
+    yet; time in the queue is no startup)."""
+    return now_rfc3339() if run.queue_name is None else None
+
+
+def gang_queued(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attempt: int) -> None:
+    """A queued gang: Starting once Kueue admitted it (the startup clock starting then, unless a
+    start that failed already runs it); until then, or again after an eviction, Queued with
+    PodsReady=False saying what Kueue says (an Event whenever that changes)."""
+    waits = children.admission(ctx.kube, ctx.owner, attempt)
+    status = status_of(run_obj)
+    if waits is None:
+        message = f"Kueue admitted gang attempt {attempt} (queue {run.queue_name})"
+        written = transition(
+            ctx.status,
+            same_attempt(attempt, (QUEUED,)),
+            phase=STARTING,
+            message=message,
+            conditions=[("PodsReady", False, "PodsStarting", message)],
+            fields={"startingSince": status.get("startingSince") or now_rfc3339()},
+        )
+        if written:
+            ctx.emit(run_obj, NORMAL, "Admitted", message)
+            gang_starting(ctx, run, run_obj, attempt)
+        return
+    reason, message = waits
+    written = transition(
+        ctx.status,
+        same_attempt(attempt, (QUEUED, STARTING, RUNNING)),
+        phase=QUEUED,
+        message=message,
+        conditions=[("PodsReady", False, reason, message)],
+    )
+    if written:  # Kueue said something new (its messages change only with the queue's state)
+        ctx.emit(run_obj, WARNING if reason == "Evicted" else NORMAL, reason, message)
 
 
 def condition_of(status: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -433,14 +514,14 @@ def gang_failed(
         fields["startupRestarts"] = int(status.get("startupRestarts", 0)) + 1
         message = f"{why}; restarting the gang while it starts (no restart used up)"
     else:
-        fields["startingSince"] = now_rfc3339()
+        fields["startingSince"] = starting_since(run)
         message = f"{why}; restarting the gang from the last checkpoint ({counted + 1}/{limit})"
     if transition(
         ctx.status,
         guard,
-        phase=STARTING,
+        phase=first_phase(run),
         message=message,
-        conditions=[gang_created(attempt + 1)],
+        conditions=[gang_created(run, attempt + 1)],
         fields=fields,
     ):
         ctx.emit(run_obj, WARNING, "GangRestart", message)
@@ -479,7 +560,7 @@ def end_failed(
         conditions=[*conditions, ("Ready", False, reason, message)],
     )
     if written:
-        children.remove_workloads(ctx.kube, ctx.owner)
+        children.remove_workloads(ctx.kube, ctx.owner, queued=queued(run_obj))
         ctx.emit(run_obj, WARNING, reason, message)
 
 
@@ -493,7 +574,7 @@ def recreate_gang(ctx: Context, run: ScaleRLRun, attempt: int) -> None:
     reconcile finishes the job. The trainer Service leaves the old gang first: its terminating
     trainer 0 is no host for the new gang to meet at."""
     children.select_attempt(ctx.kube, ctx.owner, attempt)
-    children.remove_workloads(ctx.kube, ctx.owner)
+    children.remove_workloads(ctx.kube, ctx.owner, queued=run.queue_name is not None)
     deadline = time.monotonic() + RECREATE_WAIT_S
     while True:
         try:
@@ -514,7 +595,7 @@ def finish(ctx: Context, run_obj: dict[str, Any], message: str) -> None:
         conditions=[("Ready", False, SUCCEEDED, message)],
     )
     if written:
-        children.remove_workloads(ctx.kube, ctx.owner)
+        children.remove_workloads(ctx.kube, ctx.owner, queued=queued(run_obj))
         ctx.emit(run_obj, NORMAL, "BudgetReached", message)
 
 
@@ -572,7 +653,7 @@ def stop(ctx: Context, run_obj: dict[str, Any], reason: str) -> None:
         ],
     )
     if written:
-        children.remove_workloads(ctx.kube, ctx.owner)
+        children.remove_workloads(ctx.kube, ctx.owner, queued=queued(run_obj))
         ctx.emit(run_obj, WARNING, "PredictedBelowTarget", message)
 
 
@@ -600,4 +681,6 @@ def start_fit(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any]) -> None:
 
 def cleanup(ctx: Context, run_obj: dict[str, Any]) -> int:
     """The run is being deleted: remove every child (owner references alone may lag)."""
-    return children.remove_all(ctx.kube, ctx.owner, fit_jobs(status_of(run_obj)))
+    return children.remove_all(
+        ctx.kube, ctx.owner, fit_jobs(status_of(run_obj)), queued=queued(run_obj)
+    )

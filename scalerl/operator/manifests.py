@@ -34,6 +34,7 @@ from scalerl.spec import (
     CPU_PER_GPU,
     KIND,
     MEMORY_PER_GPU_GIB,
+    QUEUE_LABEL,
     SHM_CPU_POD_GIB,
     SHM_PER_GPU_GIB,
     ReplicaSpec,
@@ -52,6 +53,7 @@ METRICS_PORT = 9400
 FIT_TTL_S = 600  # finished fit Jobs expire; their result is in status.prediction
 FIT_DEADLINE_S = 900
 GPU = "nvidia.com/gpu"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 _INDEX_VAR = "SCALERL_GENERATOR_INDEX"
 _RANK_VAR = "SCALERL_TRAINER_RANK"
 _LOCAL_RANK_VAR = "LOCAL_RANK"
@@ -164,7 +166,48 @@ def static_children(
 
 
 def workloads(run: ScaleRLRun, owner: Owner, attempt: int, images: Images) -> list[dict[str, Any]]:
-    return [workload(run, owner, role, attempt, images) for role in workload_roles(run)]
+    """The gang of `attempt`: a Job per role, or for a queued run one JobSet holding them."""
+    jobs = [workload(run, owner, role, attempt, images) for role in workload_roles(run)]
+    return jobs if run.queue_name is None else [gang_jobset(owner, attempt, jobs, run.queue_name)]
+
+
+def gang_jobset(
+    owner: Owner, attempt: int, jobs: list[dict[str, Any]], queue: str
+) -> dict[str, Any]:
+    """The gang as one JobSet in Kueue `queue`: one Kueue workload with a pod set per role, so
+    Kueue admits every pod's resources at once or none (two Jobs would be two workloads, and
+    half a gang could hold its GPUs while the other half waits).
+
+    Created suspended (Kueue's webhook would suspend it too): no Job makes a pod before Kueue
+    admits the whole. The Jobs keep their labels and pod templates, so everything that watches a
+    gang's Jobs and pods finds them as before; JobSet's own restarts are off (the operator
+    restarts a gang from its checkpoint) and so are its DNS hostnames (the pods keep the run's
+    Service as their subdomain)."""
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": owner.metadata(
+            names.gang(owner.name),
+            names.ROLE_GANG,
+            **{names.LABEL_ATTEMPT: str(attempt), QUEUE_LABEL: queue},
+        ),
+        "spec": {
+            "suspend": True,
+            "network": {"enableDNSHostnames": False},
+            "failurePolicy": {"maxRestarts": 0},
+            "replicatedJobs": [
+                {
+                    "name": job["metadata"]["labels"][names.LABEL_ROLE],
+                    "replicas": 1,
+                    "template": {
+                        "metadata": {"labels": job["metadata"]["labels"]},
+                        "spec": job["spec"],
+                    },
+                }
+                for job in jobs
+            ],
+        },
+    }
 
 
 def workload_roles(run: ScaleRLRun) -> tuple[str, ...]:
@@ -367,9 +410,10 @@ def workload(
     if not run.spec.colocated:
         mounts.append({"name": "stream-keys", "mountPath": KEYS_DIR, "readOnly": True})
         volumes.append(_keys_volume(owner, role_name))
+    image = replicas.image or _default_image(run, role_name, images)
     container = {
         "name": role_name,
-        "image": replicas.image or _default_image(run, role_name, images),
+        "image": image,
         "command": process_command(run, role_name),
         "env": [
             {"name": k, "value": v}
@@ -386,6 +430,7 @@ def workload(
         **images.pod_fields(),
         **replicas.scheduling.over(run.spec.scheduling).pod_fields(),
         "subdomain": names.service(owner.name),
+        **_run_directory_init(run, image),
         "containers": [container],
         "volumes": volumes,
     }
@@ -489,6 +534,24 @@ def _mounts(run: ScaleRLRun) -> list[dict[str, Any]]:
         {"name": "store", "mountPath": "/data", "subPath": "data", "readOnly": True},
         {"name": "store", "mountPath": RUN_DIR, "subPath": f"runs/{run.name}"},
     ]
+
+
+def _run_directory_init(run: ScaleRLRun, image: str) -> dict[str, Any]:
+    """With `checkpoint.createRunDirectory`, an init container that makes runs/<run> on the claim
+    as the pod's own user before the kubelet mounts it as a subPath (which would make a missing
+    one owned by root); every pod that mounts it, since any may start first."""
+    checkpoint = run.spec.checkpoint
+    if checkpoint.claim_name is None or not checkpoint.create_run_directory:
+        return {}
+    init = {
+        "name": "run-directory",
+        "image": image,
+        "command": ["mkdir", "-p", f"/store/runs/{run.name}"],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+        "volumeMounts": [{"name": "store", "mountPath": "/store"}],
+        "securityContext": CONTAINER_SECURITY,
+    }
+    return {"initContainers": [init]}
 
 
 def _keys_volume(owner: Owner, role_name: str) -> dict[str, Any]:

@@ -26,6 +26,10 @@ WORKLOAD_ROLES = (ROLE_TRAINER, ROLE_GENERATOR)
 MAX_RUN_NAME = 47
 RUN_NAME_PATTERN = r"^[a-z]([-a-z0-9]{0,45}[a-z0-9])?$"
 _RUN_NAME = re.compile(RUN_NAME_PATTERN)
+# A queued run's gang is a JobSet named as the run; its Jobs are "<run>-<role>-0", two more
+# characters in every pod's hostname.
+MAX_QUEUED_RUN_NAME = MAX_RUN_NAME - 2
+ROLE_GANG = "gang"
 
 
 def config(run: str) -> str:
@@ -50,6 +54,16 @@ def workload(run: str, role: str) -> str:
     return f"{run}-{role}"
 
 
+def gang(run: str) -> str:
+    """A queued run's JobSet: its whole gang, one Kueue workload."""
+    return run
+
+
+def gang_job(run: str, role: str) -> str:
+    """The Job JobSet makes of a queued gang's `role` (its replicated Job's first and only)."""
+    return f"{gang(run)}-{role}-0"
+
+
 def fit_job(run: str, number: int) -> str:
     return f"{run}-fit-{number}"
 
@@ -70,11 +84,14 @@ def labels(run: str, role: str) -> dict[str, str]:
     }
 
 
-def name_problems(run: str) -> list[str]:
-    """Why `run` cannot name a run in a cluster (scalerl.spec accepts any DNS label)."""
-    if _RUN_NAME.match(run):
+def name_problems(run: str, *, queued: bool = False) -> list[str]:
+    """Why `run` cannot name a run in a cluster (scalerl.spec accepts any DNS label); a queued
+    run's gang is a JobSet, whose pods' names are two characters longer."""
+    most = MAX_QUEUED_RUN_NAME if queued else MAX_RUN_NAME
+    if _RUN_NAME.match(run) and len(run) <= most:
         return []
+    longest = "-generator-0-<index>" if queued else "-generator-<index>"
     return [
         f"metadata.name: {run!r} must start with a letter, use a-z, 0-9 and '-', and have at "
-        f"most {MAX_RUN_NAME} characters in a cluster (child names append '-generator-<index>')"
+        f"most {most} characters in a cluster (child names append '{longest}')"
     ]

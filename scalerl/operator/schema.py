@@ -165,7 +165,7 @@ def _cel_list(items: list[str]) -> str:
 
 # --- status --------------------------------------------------------------------------------------
 
-PHASES = ("Pending", "Starting", "Running", "Suspended", "Succeeded", "Failed")
+PHASES = ("Pending", "Queued", "Starting", "Running", "Suspended", "Succeeded", "Failed")
 # At most this many evaluations stay in the status (etcd refuses objects over 1.5 MiB; about 100
 # bytes each). The sink thins to EVALUATIONS_KEPT; the schema leaves room above it.
 EVALUATIONS_KEPT = 300

@@ -1,16 +1,19 @@
 """Build the real control plane the operator's tests run against, from Go modules, once.
 
-etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of Kubernetes `K8S`, and
-helm `HELM`, go into `$SCALERL_CACHE/k8s/v<K8S>/bin` (default `~/.cache/scalerl`), with Go's module
-and build caches beside them, so a second call finds them and returns at once. Nothing of it is
-committed.
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of Kubernetes `K8S`,
+helm `HELM`, and the Kueue and JobSet controllers (`KUEUE`, `JOBSET`: gang admission) go into
+`$SCALERL_CACHE/k8s/v<K8S>/bin` (default `~/.cache/scalerl`), with Go's module and build caches
+beside them, so a second call finds them and returns at once. Nothing of it is committed.
 
 k8s.io/kubernetes cannot be `go install`ed: its go.mod requires its staging modules at v0.0.0 and
 maps them to `./staging/...`, which Go ignores in a dependency. So the binaries are built in a
 scratch module of ours that requires k8s.io/kubernetes and replaces each staging module by its
 published v0.<minor>.<patch> release; the list of staging modules is read from k8s.io/kubernetes's
 own go.mod, not written here. Helm gets a scratch module of its own, so its client-go never meets
-Kubernetes' in one module graph.
+Kubernetes' in one module graph. Kueue and JobSet are built in copies of their own modules (their
+go.mod and go.sum as released; Kueue without the kube-scheduler library, which only its
+SchedulerLibraryIntegration feature gate uses), with their CRD and webhook manifests beside them
+(`controllers_dir()`), as their releases install them.
 
     python tests/cluster/bins.py            # builds what is missing; prints the bin directory
     python tests/cluster/bins.py --check    # exit 1 (and say what) when something is missing
@@ -30,6 +33,13 @@ from pathlib import Path
 
 K8S = "1.37.2"
 HELM = "v4.3.1"
+KUEUE = "v0.19.2"
+JOBSET = "v0.12.0"
+# name -> (module, main package in it, build tags)
+CONTROLLERS = {
+    "kueue": ("sigs.k8s.io/kueue", KUEUE, "./cmd/kueue", "exclude_scheduler_library"),
+    "jobset": ("sigs.k8s.io/jobset", JOBSET, ".", ""),
+}
 STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/src/k8s\.io/[\w.-]+\s*$")
 K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
@@ -40,6 +50,17 @@ def cache_root() -> Path:
 
 def bin_dir() -> Path:
     return cache_root() / f"v{K8S}" / "bin"
+
+
+def controller_source(name: str) -> Path:
+    """The copy of controller `name`'s module it is built in; its config/ holds the CRDs and
+    webhook manifests the tests install."""
+    module, version, _, _ = CONTROLLERS[name]
+    return cache_root() / "src" / f"{module.rsplit('/', 1)[1]}@{version}"
+
+
+def controller_binary(name: str) -> Path:
+    return bin_dir() / f"{name}-{CONTROLLERS[name][1]}"
 
 
 def go_env() -> dict[str, str]:
@@ -92,6 +113,12 @@ def missing() -> list[str]:
         except (OSError, subprocess.TimeoutExpired):
             said = ""
         if wanted not in said:
+            out.append(name)
+    for name in CONTROLLERS:
+        if (
+            not controller_binary(name).exists()
+            or not (controller_source(name) / "config").is_dir()
+        ):
             out.append(name)
     return out
 
@@ -162,6 +189,33 @@ def build_helm(out: Path) -> None:
     go("build", "-ldflags", flags, "-o", str(out / "helm"), "helm.sh/helm/v4/cmd/helm", cwd=scratch)
 
 
+def build_controller(name: str) -> None:
+    """Controller `name` built in a writable copy of its released module."""
+    module, version, package, tags = CONTROLLERS[name]
+    scratch = cache_root() / "src" / "download"
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "go.mod").write_text("module scalerl.dev/download\n\ngo 1.26\n")
+    info = json.loads(go("mod", "download", "-json", f"{module}@{version}", cwd=scratch))
+    source = controller_source(name)
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.copytree(info["Dir"], source)
+    for path in (source, *source.rglob("*")):  # the module cache's files are read-only
+        path.chmod(path.stat().st_mode | 0o200)
+    flags = ["-tags", tags] if tags else []
+    go(
+        "build",
+        "-p",
+        "2",
+        *flags,
+        "-ldflags",
+        "-s -w",
+        "-o",
+        str(controller_binary(name)),
+        package,
+        cwd=source,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only say what is missing")
@@ -176,10 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     out = bin_dir()
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    if set(absent) - {"helm"}:
+    if set(absent) - {"helm", *CONTROLLERS}:
         build_kubernetes(out)
     if "helm" in absent:
         build_helm(out)
+    for name in CONTROLLERS:
+        if name in absent:
+            build_controller(name)
     still = missing()
     if still:
         raise SystemExit(f"built, yet these do not answer their version: {', '.join(still)}")

@@ -235,6 +235,8 @@ def test_the_scheduling_of_a_run_and_of_each_role_reaches_their_pods(
             },
             "resources": {"requests": {"memory": "48Gi"}},
         },
+        # A claim that ignores fsGroup: an init container makes runs/r1 as the pods' user.
+        checkpoint={"claimName": "ckpt", "createRunDirectory": True},
     )
     with operator():
         create_run(plane, ns, run)
@@ -260,6 +262,9 @@ def test_the_scheduling_of_a_run_and_of_each_role_reaches_their_pods(
     assert generator["containers"][0]["resources"]["requests"]["memory"] == "48Gi"
     shm = next(v for v in trainer["volumes"] if v["name"] == "shm")
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+    # Admitted under the namespace's restricted Pod Security, init container included.
+    for pod in (trainer, generator):
+        assert pod["initContainers"][0]["command"] == ["mkdir", "-p", "/store/runs/r1"]
 
 
 # --- the gang ------------------------------------------------------------------------------------

@@ -45,6 +45,13 @@ ADMISSION_ONLY = {("scalerl.dev", "scalerlruns/finalizers", "update")}
 # Used only when the cluster refuses to create a gang's pods (the Job controller's FailedCreate
 # Events say why; test_operator.py meets a quota), which a run's whole life here does not.
 ON_REFUSAL = {("", "events", "list")}
+# Used only by a run in a Kueue queue (test_queue.py checks them against the audit log).
+ON_QUEUE = {
+    ("jobset.x-k8s.io", "jobsets", "get"),
+    ("jobset.x-k8s.io", "jobsets", "create"),
+    ("jobset.x-k8s.io", "jobsets", "delete"),
+    ("kueue.x-k8s.io", "workloads", "list"),
+}
 
 
 def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
@@ -125,7 +132,9 @@ def test_the_cluster_role_is_exactly_what_the_operator_uses(
     allowed = granted(plane)
     assert used(events) - allowed == set(), "requests the chart's ClusterRole refuses"
     unused = allowed - used(events)
-    assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL, "permissions never used"
+    assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL | ON_QUEUE, (
+        "permissions never used"
+    )
 
 
 def test_the_cluster_role_has_no_wildcards_or_names(
@@ -170,7 +179,7 @@ def test_a_namespaced_install_grants_a_role_in_each_watched_namespace_only(
         in_ns = granted(plane, f"{RBAC}/namespaces/{ns}/roles/{TEAM}")
         assert used(events, TEAM_USER) - (cluster_wide | in_ns) == set()
         unused = in_ns - used(events, TEAM_USER)
-        assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL
+        assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL | ON_QUEUE
 
         def may(verb: str, resource: str, namespace: str) -> bool:
             answer = plane.kubectl(

@@ -37,6 +37,9 @@ RUNS = {
             checkpoint={"claimName": None},
         )
     ),
+    "nfs-claim": lambda: parse_run(
+        run_manifest("research", "nfs", checkpoint={"claimName": "nfs", "createRunDirectory": True})
+    ),
     "colocated-gpu": lambda: parse_run(
         run_manifest("research", "one-gpu", placement="colocated", generators={"replicas": 1})
     ),
@@ -109,3 +112,21 @@ def test_the_cpu_run_has_no_gpu_and_its_own_images() -> None:
     for spec in jobs.values():
         assert "nvidia.com/gpu" not in str(spec["containers"][0].get("resources"))
     assert {"name": "checkpoints", "emptyDir": {}} in jobs["trainer"]["volumes"]
+
+
+@pytest.mark.parametrize("run", ["small", "nfs-claim"])
+def test_a_queued_run_s_jobset_holds_jobs_that_pass_kubernetes_schemas(run: str) -> None:
+    queued = RUNS[run]()
+    raw = manifests.run_document(queued, "research")
+    raw["spec"]["scheduling"]["queueName"] = "gpus"
+    owner = Owner(queued.name, "research", "0b7c5a52-3f3e-4c0e-9d8e-5b1f0c2d9a11")
+    (jobset,) = manifests.workloads(parse_run(raw), owner, 0, Images())
+    for replicated in jobset["spec"]["replicatedJobs"]:
+        template = replicated["template"]
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": f"{queued.name}-{replicated['name']}-0", **template["metadata"]},
+            "spec": template["spec"],
+        }
+        kubernetes_validate.validate(job, KUBE_VERSION, strict=True)

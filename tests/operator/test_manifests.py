@@ -527,3 +527,71 @@ def test_root_or_a_name_is_no_user_id(raw: str, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("SCALERL_RUN_AS_USER", raw)
     with pytest.raises(InputError, match="SCALERL_RUN_AS_USER must be a non-root user ID"):
         images_from_environ()
+
+
+def queued(raw_changes: dict[str, Any] | None = None, **scheduling: Any) -> ScaleRLRun:
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    raw["spec"]["scheduling"] = {"queueName": "gpus", **scheduling}
+    raw.update(raw_changes or {})
+    return parse_run(raw)
+
+
+def test_a_queued_run_is_one_suspended_jobset_holding_its_two_jobs() -> None:
+    run = queued(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
+    (jobset,) = manifests.workloads(run, OWNER, 2, IMAGES)
+    assert (jobset["apiVersion"], jobset["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
+    assert jobset["metadata"]["name"] == RUN.name
+    assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpus"
+    assert jobset["metadata"]["labels"][names.LABEL_ATTEMPT] == "2"
+    assert jobset["metadata"]["ownerReferences"] == [OWNER.reference()]
+    spec = jobset["spec"]
+    assert spec["suspend"] is True  # no pod before Kueue admits the whole gang
+    assert spec["failurePolicy"] == {"maxRestarts": 0}  # the operator restarts gangs
+    assert spec["network"] == {"enableDNSHostnames": False}  # pods keep the run's subdomain
+    # Each replicated Job is the plain run's Job, labels and pod template alike.
+    for replicated in spec["replicatedJobs"]:
+        job = manifests.workload(run, OWNER, replicated["name"], 2, IMAGES)
+        assert replicated["replicas"] == 1
+        assert replicated["template"] == {
+            "metadata": {"labels": job["metadata"]["labels"]},
+            "spec": job["spec"],
+        }
+        pod = job["spec"]["template"]["spec"]
+        assert "queueName" not in pod and pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert [r["name"] for r in spec["replicatedJobs"]] == ["trainer", "generator"]
+
+
+def test_the_run_s_kueue_label_names_its_queue_and_the_spec_wins() -> None:
+    label = {"metadata": {"name": RUN.name, "labels": {"kueue.x-k8s.io/queue-name": "team-a"}}}
+    assert queued(label).queue_name == "gpus"
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    raw.update(label)
+    assert parse_run(raw).queue_name == "team-a"
+    assert RUN.queue_name is None
+    assert all(job["kind"] == "Job" for job in manifests.workloads(RUN, OWNER, 0, IMAGES))
+
+
+def test_a_queued_run_s_longest_name_fits_its_jobset_s_pods() -> None:
+    name = "r" * names.MAX_QUEUED_RUN_NAME
+    assert names.name_problems(name, queued=True) == []
+    assert names.name_problems(name + "r", queued=True)
+    assert names.name_problems(name + "r") == []  # the same name is fine without a queue
+    assert len(f"{names.gang_job(name, 'generator')}-9999") <= 63
+
+
+def test_an_init_container_makes_the_run_directory_as_the_pods_user_where_asked() -> None:
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    assert "initContainers" not in manifests.workload(RUN, OWNER, "trainer", 0, IMAGES)["spec"]
+    raw["spec"]["checkpoint"] = {"claimName": "store", "createRunDirectory": True}
+    run = parse_run(raw)
+    for role in ("trainer", "generator"):  # either may start first and mount runs/<run>
+        pod = manifests.workload(run, OWNER, role, 0, IMAGES)["spec"]["template"]["spec"]
+        (init,) = pod["initContainers"]
+        assert init["command"] == ["mkdir", "-p", f"/store/runs/{run.name}"]
+        assert init["volumeMounts"] == [{"name": "store", "mountPath": "/store"}]
+        assert init["image"] == pod["containers"][0]["image"]
+        assert init["securityContext"] == pod["containers"][0]["securityContext"]
+        assert "runAsUser" not in init["securityContext"]  # the pod's user, as the trainer's
+    raw["spec"]["checkpoint"] = {"createRunDirectory": True}  # no claim: an emptyDir, no init
+    pod = manifests.workload(parse_run(raw), OWNER, "trainer", 0, IMAGES)["spec"]["template"]
+    assert "initContainers" not in pod["spec"]
