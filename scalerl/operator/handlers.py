@@ -215,7 +215,8 @@ def register(
     )
     def workload_job_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
         job = _plain(body)
-        if type != "DELETED" and lifecycle.job_failure(job) is not None:
+        broken = lifecycle.job_failure(job) is not None or lifecycle.job_suspended(job)
+        if type != "DELETED" and broken:
             act(memo, _run_of(job), lambda ctx: lifecycle.on_workload_job(ctx, job))
 
     @kopf.on.delete(*RUNS, registry=registry, id="delete")

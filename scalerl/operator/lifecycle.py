@@ -385,12 +385,15 @@ def gang_queued(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attempt:
             gang_starting(ctx, run, run_obj, attempt)
         return
     reason, message = waits
+    evicted = status.get("phase") in (STARTING, RUNNING)  # an admitted gang taken back
     written = transition(
         ctx.status,
         same_attempt(attempt, (QUEUED, STARTING, RUNNING)),
         phase=QUEUED,
         message=message,
         conditions=[("PodsReady", False, reason, message)],
+        # No fault of the gang's: its readmission starts the startup clock afresh.
+        fields={"startingSince": None} if evicted else None,
     )
     if written:  # Kueue said something new (its messages change only with the queue's state)
         ctx.emit(run_obj, WARNING if reason == "Evicted" else NORMAL, reason, message)
@@ -450,7 +453,8 @@ def pod_failure(pod: dict[str, Any]) -> str:
 
 
 def on_workload_job(ctx: Context, job: dict[str, Any]) -> None:
-    """A trainer or generator Job of the current gang failed: the gang restarts.
+    """A trainer or generator Job of the current gang failed: the gang restarts. Or, in a queued
+    run, JobSet suspended it: Kueue took the admitted gang back (an eviction, a preemption).
 
     The Job controller counts a pod deleted before it succeeded (a drain, a preemption, an
     autoscaler's scale-down, `kubectl delete pod`) as failed and, with backoffLimit 0, fails the
@@ -459,7 +463,7 @@ def on_workload_job(ctx: Context, job: dict[str, Any]) -> None:
     """
     role = (job["metadata"].get("labels") or {}).get(names.LABEL_ROLE)
     failed = job_failure(job)
-    if failed is None or role not in names.WORKLOAD_ROLES:
+    if (failed is None and not job_suspended(job)) or role not in names.WORKLOAD_ROLES:
         return
     run_obj = ctx.read()
     if run_obj is None:
@@ -469,7 +473,12 @@ def on_workload_job(ctx: Context, job: dict[str, Any]) -> None:
     if attempt is None or not current_gang(status, attempt):
         return  # no gang's Job or an earlier one's, or a run that no longer runs
     run, _ = parse(run_obj)
-    if run is not None and not pod_reported_failure(ctx, job):
+    if run is None:
+        return
+    if failed is None:
+        if run.queue_name is not None and status.get("phase") in (STARTING, RUNNING):
+            gang_queued(ctx, run, run_obj, attempt)
+    elif not pod_reported_failure(ctx, job):
         gang_failed(ctx, run, run_obj, failed, attempt)
 
 
@@ -484,6 +493,11 @@ def pod_reported_failure(ctx: Context, job: dict[str, Any]) -> bool:
         and not p["metadata"].get("deletionTimestamp")
         for p in pods
     )
+
+
+def job_suspended(job: dict[str, Any]) -> bool:
+    """Whether the Job is suspended: a queued gang's, by its JobSet, until Kueue admits it."""
+    return bool((job.get("spec") or {}).get("suspend"))
 
 
 def job_failure(job: dict[str, Any]) -> str | None:

@@ -257,15 +257,20 @@ class ControlPlane:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def stop(self) -> None:
-        for proc in reversed(self.processes.values()):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.processes.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(list(reversed(self.processes.values())))
+
+
+def stop_processes(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each, in this order, then wait for all; kill one that is not gone in 15 s."""
+    for proc in processes:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in processes:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 NAMESPACES = ("default", "kube-system")

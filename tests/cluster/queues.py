@@ -29,7 +29,7 @@ from typing import Any
 
 import bins
 import yaml
-from controlplane import ControlPlane
+from controlplane import ControlPlane, stop_processes
 from runs import established
 
 from scalerl.ports import free_port
@@ -63,6 +63,7 @@ class Queues:
     ports: dict[str, int]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     webhook_configs: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
+    started_s: float = 0.0
 
     @classmethod
     @contextmanager
@@ -70,11 +71,13 @@ class Queues:
         work.mkdir(parents=True, exist_ok=True)
         ports = {"kueue": free_port(), "jobset": free_port()}
         queues = cls(plane, work, _certificates(work / "jobset"), ports)
+        began = time.monotonic()
         try:
             queues.install()
             queues.spawn("jobset", queues.jobset_config())
             queues.spawn("kueue", queues.kueue_config(), "--feature-gates=VisibilityOnDemand=false")
             queues.wait_serving()
+            queues.started_s = time.monotonic() - began
             yield queues
         finally:
             queues.stop()
@@ -255,15 +258,7 @@ class Queues:
         test's Jobs once its server is gone."""
         for kind, name in self.webhook_configs:
             self.plane.kubectl("delete", kind, name, "--ignore-not-found", check=False)
-        for proc in self.processes.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.processes.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(list(self.processes.values()))
 
     # --- quota, as a cluster admin sets it up ------------------------------------------------
 
@@ -306,6 +301,13 @@ class Queues:
                 "spec": {"clusterQueue": cluster_queue},
             }
         )
+
+    def activate(self, workload: dict[str, Any], active: bool) -> None:
+        """As an admin: `spec.active` of a Workload (false: Kueue evicts it and holds it)."""
+        meta = workload["metadata"]
+        path = f"/apis/{KUEUE_API}/namespaces/{meta['namespace']}/workloads/{meta['name']}"
+        code, body = self.plane.api_patch(path, {"spec": {"active": active}})
+        assert code == 200, body
 
     def workloads(self, namespace: str) -> list[dict[str, Any]]:
         code, found = self.plane.api("GET", f"/apis/{KUEUE_API}/namespaces/{namespace}/workloads")

@@ -46,6 +46,7 @@ from runs import (
 from small_run import run_manifest
 
 from scalerl.metrics import RUN_GAUGES, RunMetrics
+from scalerl.operator.manifests import Images
 from scalerl.spec import parse_run
 
 CHILDREN = {
@@ -366,6 +367,22 @@ def test_pods_the_cluster_refuses_to_create_are_named_with_its_reason(
         assert "exceeded quota: team" in message
         assert phase_is(plane, ns, "Starting")
         event_reasons(plane, ns, "Created", "FailedCreate")
+
+
+def test_pods_pod_security_refuses_are_named_with_its_admission_message(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    # An operator whose pods run as root (the chart refuses that value; a hand-made deployment
+    # might not): the namespace's `restricted` Pod Security refuses every pod.
+    with operator(check_interval_s=1.0, images=Images(run_as=0)):
+        create_run(plane, ns, run_manifest(ns))
+        wait_for(
+            lambda: (condition(plane, ns, "PodsReady") or {}).get("reason") == "FailedCreate",
+            "FailedCreate",
+        )
+        message = condition(plane, ns, "PodsReady")["message"]  # type: ignore[index]
+        assert 'violates PodSecurity "restricted:latest"' in message, message
+        assert "runAsUser=0" in message and phase_is(plane, ns, "Starting")
 
 
 def test_a_volume_a_pod_cannot_get_is_named_with_the_controllers_words(

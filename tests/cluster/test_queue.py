@@ -3,7 +3,8 @@ its gang is one workload that Kueue admits all at once or not at all.
 
 A team's ClusterQueue has two GPUs; the run's gang needs three (a trainer and two generators,
 one GPU each). The run waits Queued with Kueue's reason and no pod anywhere, the startup clock
-stopped; when the admin grants a third GPU, every pod of the gang is created at once.
+stopped; when the admin grants a third GPU, every pod of the gang is created at once. A gang
+restart goes through the queue again; a gang Kueue evicts is Queued until readmitted.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ GANG_QUOTA = {"cpu": "12", "memory": "96Gi", "nvidia.com/gpu": "3"}
 @pytest.fixture(scope="module")
 def queues(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queues]:
     with Queues.start(plane, tmp_path_factory.mktemp("queues")) as started:
+        print(f"Kueue and JobSet installed and serving in {started.started_s:.1f} s")
         yield started
 
 
@@ -138,6 +140,21 @@ def test_a_queued_gang_waits_for_quota_then_starts_whole(
             f"the events {lifecycle}",
         )
         assert any("insufficient quota" in e["message"] for e in events(plane, ns, "Queued"))
+
+        # The admin deactivates the workload: Kueue evicts the gang, JobSet suspends it and its
+        # pods go. The run is Queued again with Kueue's words, until the workload is back.
+        (workload,) = queues.workloads(ns)
+        queues.activate(workload, False)
+        wait_for(lambda: pods_ready(plane, ns).get("reason") == "Evicted", "the eviction said")
+        assert phase_is(plane, ns, "Queued") and "startingSince" not in status(plane, ns)
+        assert "deactivated" in pods_ready(plane, ns)["message"], pods_ready(plane, ns)
+        wait_for(lambda: pods(plane, ns) == [], "the evicted gang's pods gone")
+        queues.activate(workload, True)
+        gang_pods = gang_up(plane, ns, 1)  # the same attempt: no restart used up
+        wait_for(lambda: phase_is(plane, ns, "Starting"), "readmitted")
+        set_running(plane, ns, gang_pods)
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running after the eviction")
+        assert status(plane, ns)["restarts"] == 1
 
         delete_run(plane, ns)
         wait_for(lambda: owned(plane, ns) == {} and jobset(plane, ns) is None, "no children")
