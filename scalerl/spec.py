@@ -606,6 +606,19 @@ class TrainersSpec(ReplicaSpec):
     )
 
 
+class PodSecuritySpec(_Model):
+    """The run's pods' user, where it differs from the operator's setting (the chart's
+    podSecurity.runAsUser)."""
+
+    run_as_user: Int | None = Field(
+        None,
+        ge=1,
+        le=2**31 - 1,
+        description="The user (also group and fsGroup) ID the run's pods run as; null: none, the "
+        "platform assigns them (OpenShift's restricted-v2 refuses pods that name their own).",
+    )
+
+
 class CheckpointSpec(_Model):
     claim_name: str | None = Field(
         None, min_length=1, description="PVC holding checkpoints in the cluster."
@@ -641,6 +654,9 @@ class RunSpec(_Model):
     scheduling: RunSchedulingSpec = Field(
         RunSchedulingSpec(),
         description="Where the run's pods may run (trainers and generators), and its queue.",
+    )
+    pod_security: PodSecuritySpec | None = Field(
+        None, description="Absent: the pods run as the operator is set up to run them."
     )
     suspend: Bool = False
     seed: Int = Field(0, ge=0, le=2**32 - 1)

@@ -20,7 +20,7 @@ an emptyDir and do not survive a gang restart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,11 @@ class Images:
     # The user (and group, and fsGroup) the pods run as; None leaves all three to the platform
     # (OpenShift's restricted-v2 assigns them from the namespace's range and refuses fixed ones).
     run_as: int | None = RUN_AS
+
+    def for_run(self, run: ScaleRLRun) -> Images:
+        """These images with the run's own pod user where its spec.podSecurity names one."""
+        security = run.spec.pod_security
+        return self if security is None else replace(self, run_as=security.run_as_user)
 
     def pod_fields(self) -> dict[str, Any]:
         if not self.pull_secrets:
@@ -426,7 +431,7 @@ def workload(
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "securityContext": images.pod_security(),
+        "securityContext": images.for_run(run).pod_security(),
         **images.pod_fields(),
         **replicas.scheduling.over(run.spec.scheduling).pod_fields(),
         "subdomain": names.service(owner.name),
@@ -477,7 +482,7 @@ def fit_job(run: ScaleRLRun, owner: Owner, number: int, images: Images) -> dict[
                             "securityContext": CONTAINER_SECURITY,
                         }
                     ],
-                    "securityContext": images.pod_security(),
+                    "securityContext": images.for_run(run).pod_security(),
                     **images.pod_fields(),
                 },
             },

@@ -238,6 +238,7 @@ def test_the_scheduling_of_a_run_and_of_each_role_reaches_their_pods(
         },
         # A claim that ignores fsGroup: an init container makes runs/r1 as the pods' user.
         checkpoint={"claimName": "ckpt", "createRunDirectory": True},
+        podSecurity={"runAsUser": None},  # the platform's to assign, as on OpenShift
     )
     with operator():
         create_run(plane, ns, run)
@@ -263,9 +264,14 @@ def test_the_scheduling_of_a_run_and_of_each_role_reaches_their_pods(
     assert generator["containers"][0]["resources"]["requests"]["memory"] == "48Gi"
     shm = next(v for v in trainer["volumes"] if v["name"] == "shm")
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
-    # Admitted under the namespace's restricted Pod Security, init container included.
+    # Admitted under the namespace's restricted Pod Security, init container included, with no
+    # user ID of their own.
     for pod in (trainer, generator):
         assert pod["initContainers"][0]["command"] == ["mkdir", "-p", "/store/runs/r1"]
+        assert pod["securityContext"] == {
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
 
 
 # --- the gang ------------------------------------------------------------------------------------

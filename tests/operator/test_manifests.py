@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from scalerl.environment import ProcessEnv
-from scalerl.errors import InputError
+from scalerl.errors import InputError, SpecError
 from scalerl.operator import manifests, names
 from scalerl.operator.handlers import images_from_environ
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
@@ -595,3 +595,27 @@ def test_an_init_container_makes_the_run_directory_as_the_pods_user_where_asked(
     raw["spec"]["checkpoint"] = {"createRunDirectory": True}  # no claim: an emptyDir, no init
     pod = manifests.workload(parse_run(raw), OWNER, "trainer", 0, IMAGES)["spec"]["template"]
     assert "initContainers" not in pod["spec"]
+
+
+@pytest.mark.parametrize("run_as", [2000, None])
+def test_a_run_may_name_its_own_pod_user_or_leave_it_to_the_platform(run_as: int | None) -> None:
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    raw["spec"]["podSecurity"] = {"runAsUser": run_as}
+    run = parse_run(raw)
+    pods = [
+        manifests.workload(run, OWNER, "trainer", 0, IMAGES)["spec"]["template"]["spec"],
+        manifests.fit_job(run, OWNER, 1, IMAGES)["spec"]["template"]["spec"],
+    ]
+    for pod in pods:
+        ids = {k: v for k, v in pod["securityContext"].items() if k in ("runAsUser", "fsGroup")}
+        assert ids == ({} if run_as is None else {"runAsUser": run_as, "fsGroup": run_as})
+    # Without the field, the operator's setting (IMAGES: our images' user).
+    trainer = manifests.workload(RUN, OWNER, "trainer", 0, IMAGES)["spec"]["template"]["spec"]
+    assert trainer["securityContext"]["runAsUser"] == manifests.RUN_AS
+
+
+def test_a_run_s_pod_user_is_never_root() -> None:
+    raw = yaml.safe_load((ROOT / "examples" / "run.yaml").read_text())
+    raw["spec"]["podSecurity"] = {"runAsUser": 0}
+    with pytest.raises(SpecError, match="spec.podSecurity.runAsUser"):
+        parse_run(raw)
