@@ -329,13 +329,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report is None:
         print("run finished; too few evaluations for a prediction")
         return 0
-    print(
+    print(prediction_line(report))
+    return 0
+
+
+def prediction_line(report: dict[str, Any]) -> str:
+    """fit.json in one line: the law, where the run ends, its target, and "too early"."""
+    parts = [
         f"prediction: A = {report['A']:.3f} {_interval(report['A_interval'])}, "
         f"C_mid = {report['C_mid']:.4g}, B = {report['B']:.2f}, "
         f"pass rate at budget {report['budget']:.4g}: {report['predictedAtBudget']:.3f} "
         f"{_interval(report['predictedAtBudgetInterval'])}"
-    )
-    return 0
+    ]
+    if report.get("computeToTarget") is not None:
+        parts.append(f", target reached at compute {report['computeToTarget']:.4g}")
+    if report.get("confidence") == "too early":
+        parts.append(" (too early: few evaluations past fit.minCompute)")
+    return "".join(parts)
 
 
 def _interval(pair: list[float] | None) -> str:

@@ -247,6 +247,7 @@ class LocalRun:
                 self.out,
                 min_compute=self.run.spec.fit.min_compute,
                 budget=self.run.spec.budget,
+                units=self.run.spec.processes,  # process-hours, locally
             )
         except ScaleRLError as err:  # too few points yet, or a flat curve: try again later
             self.display.note(f"fit skipped: {err}")

@@ -312,6 +312,11 @@ class FitSpec(_Model):
     )
 
 
+# Points past the compute floor a prediction needs before it is more than "too early": the
+# paper fits dozens; with fewer, an extrapolation of three shape parameters rests on too little.
+PREDICTION_MIN_POINTS = 8
+
+
 class StopWhenSpec(_Model):
     """Stop a hopeless run: the point of predicting a run is not paying for the rest of it."""
 
@@ -322,7 +327,10 @@ class StopWhenSpec(_Model):
         description="Stop when the whole A interval of the fit lies below this pass rate.",
     )
     min_points: Int = Field(
-        8, ge=4, le=10_000, description="Only after the fit used at least this many evaluations."
+        PREDICTION_MIN_POINTS,
+        ge=4,
+        le=10_000,
+        description="Only after the fit used at least this many evaluations.",
     )
 
 
@@ -332,6 +340,13 @@ class BudgetSpec(_Model):
         16000, gt=0, le=1e9, description="GPU-hours (process-hours locally)."
     )
     stop_when: StopWhenSpec | None = Field(None, description="Prediction-driven early stop.")
+    target_pass_rate: Float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="A held-out pass rate to reach: the prediction says at what compute "
+        "(computeToTarget) and how soon (etaSeconds.target) the fitted curve reaches it.",
+    )
 
     def end(self, step: int, compute: float) -> tuple[float, str]:
         """Where a run that is at `step` having spent `compute` will stop: the compute of the
@@ -724,6 +739,11 @@ class RunSpec(_Model):
     def processes(self) -> int:
         """Processes (pods) of the run: a CPU run's compute units, in process-hours."""
         return 1 if self.colocated else self.trainers.replicas + self.generators.replicas
+
+    @property
+    def cluster_compute_units(self) -> int:
+        """What compute counts on a cluster: GPUs, or processes for a CPU run."""
+        return self.compute_units or self.processes
 
     @property
     def compute_units(self) -> int:

@@ -11,6 +11,7 @@ import numpy as np
 
 from scalerl.errors import ScaleRLError
 from scalerl.fit.fitter import fit_curve
+from scalerl.fit.outlook import outlook
 from scalerl.fit.plot import plot_fit
 from scalerl.spec import BudgetSpec
 
@@ -20,27 +21,31 @@ BACKTEST_MIN_EVALUATIONS = 8
 
 
 def write_fit(
-    history: list[dict[str, Any]], out: Path, *, min_compute: float | None, budget: BudgetSpec
+    history: list[dict[str, Any]],
+    out: Path,
+    *,
+    min_compute: float | None,
+    budget: BudgetSpec,
+    units: int,
 ) -> dict[str, Any]:
-    """Fit the evaluations so far; write fit.json and curve.png in `out`; return fit.json's data.
-
-    `predictedAtBudget` is the curve where the run will end: at the compute of the first budget it
-    hits (`budget`; maxSteps at the run's compute per step so far, or maxComputeHours), which is
-    `budget` in fit.json and `budgetLimit` names. `predictedAtBudgetInterval` is what an
-    evaluation there will read: the curve's bootstrap band widened by one evaluation's noise (the
-    last evaluation's standard error, `pass_rate_se`).
-    """
+    """Fit the evaluations so far; write fit.json and curve.png in `out`; return fit.json's data:
+    the fit, and the run's outlook (`scalerl.fit.outlook`: predictedAtBudget and what an
+    evaluation there will read, computeToTarget, etaSeconds at `units` compute per hour,
+    confidence), the evaluation noise taken from the last evaluation's `pass_rate_se`."""
     compute = np.array([e["compute"] for e in history], dtype=float)
     pass_rate = np.array([e["pass_rate"] for e in history], dtype=float)
     result = fit_curve(compute, pass_rate, min_compute=min_compute)
-    end, limit = budget.end(int(history[-1]["step"]), float(compute[-1]))
-    reads = result.predict_interval(end, float(history[-1].get("pass_rate_se") or 0.0))
+    end = outlook(
+        result,
+        budget,
+        step=int(history[-1]["step"]),
+        compute=float(compute[-1]),
+        units=units,
+        observation_se=float(history[-1].get("pass_rate_se") or 0.0),
+    )
     report = {
         **result.to_dict(),
-        "predictedAtBudget": result.predict(end),
-        "predictedAtBudgetInterval": None if reads is None else list(reads),
-        "budget": end,
-        "budgetLimit": limit,
+        **end,
         "evaluations": len(history),
         "lastStep": history[-1].get("step"),
         "backtest": backtest(compute, pass_rate, min_compute),
@@ -48,7 +53,7 @@ def write_fit(
     tmp = out / (FIT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out / FIT_FILE)
-    plot_fit(result, compute, pass_rate, out / PLOT_FILE, predict_to=end)
+    plot_fit(result, compute, pass_rate, out / PLOT_FILE, predict_to=end["budget"])
     return report
 
 

@@ -119,6 +119,12 @@ PRINTER_COLUMNS = [
         "description": "Compute (GPU-hours) at half of the predicted gain.",
     },
     {
+        "name": "Confidence",
+        "type": "string",
+        "jsonPath": ".status.prediction.confidence",
+        "description": "'too early' while the prediction rests on too few points.",
+    },
+    {
         "name": "Trunc",
         "type": "number",
         "jsonPath": ".status.progress.truncationRate",

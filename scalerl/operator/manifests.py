@@ -362,7 +362,7 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
         sync_port=SYNC_PORT,
         metrics_port=METRICS_PORT,
         # GPU-hours; a CPU run counts process-hours like the local runner.
-        compute_units=spec.compute_units or spec.processes,
+        compute_units=spec.cluster_compute_units,
         status=f"kubernetes:{owner.namespace}/{owner.name}",
         bind_host="0.0.0.0",  # peers reach the pod through its Service, not its hostname
         stream_keys=None if spec.colocated else Path(KEYS_DIR),  # no stream, no keys

@@ -22,15 +22,18 @@ def predict(
     *,
     min_compute: float,
     budget: BudgetSpec,
+    units: int,
     **fit_options: Any,
 ) -> dict[str, Any]:
     """status.prediction from status.evaluations; FitError/DataError when no fit can be made.
 
-    `predictedAtBudget` is at the run's end: the first budget it will hit (`BudgetSpec.end`);
-    `predictedAtBudgetInterval` is what an evaluation there will read (the curve's band widened
-    by the last evaluation's standard error).
+    The fit, and the run's outlook (`scalerl.fit.outlook`): predictedAtBudget at the first budget
+    it will hit and what an evaluation there will read (the curve's band widened by the last
+    evaluation's standard error), computeToTarget, etaSeconds at `units` compute per hour,
+    confidence.
     """
     from scalerl.fit import fit_curve  # late: scipy, only in the fit Job
+    from scalerl.fit.outlook import outlook
 
     points = sorted(evaluations, key=lambda e: e["computeHours"])
     if not points:
@@ -44,22 +47,34 @@ def predict(
     fitted = result.to_dict()
     interval = fitted["A_interval"]
     last = points[-1]
-    end, limit = budget.end(int(last["step"]), float(last["computeHours"]))
-    reads = result.predict_interval(end, float(last.get("passRateSE") or 0.0))
+    end = outlook(
+        result,
+        budget,
+        step=int(last["step"]),
+        compute=float(last["computeHours"]),
+        units=units,
+        observation_se=float(last.get("passRateSE") or 0.0),
+    )
     return {
         "A": round_value(fitted["A"]),
         "B": round_value(fitted["B"]),
         "C_mid": round_value(fitted["C_mid"]),
         "R0": round_value(fitted["R0"]),
         "A_interval": None if interval is None else [round_value(v) for v in interval],
-        "predictedAtBudget": round_value(result.predict(end)),
-        "predictedAtBudgetInterval": None if reads is None else [round_value(v) for v in reads],
-        "budget": round_value(end),
-        "budgetLimit": limit,
+        **_rounded(end),
         "points": int(fitted["points"]),
         "evaluations": len(points),
         "fittedAt": now_rfc3339(),
     }
+
+
+def _rounded(value: Any) -> Any:
+    """Every number in `value` (nested in lists and dicts) rounded for the status."""
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return round_value(value) if isinstance(value, float) else value
 
 
 def describe(prediction: dict[str, Any]) -> str:
@@ -103,7 +118,13 @@ def _predict_run(
     spec = parse_run(run).spec  # a run whose spec no longer parses gets no fit (SpecError)
     evaluations = (run.get("status") or {}).get("evaluations") or []
     floor = spec.fit.min_compute if min_compute is None else min_compute
-    return predict(evaluations, min_compute=floor, budget=spec.budget, **options)
+    return predict(
+        evaluations,
+        min_compute=floor,
+        budget=spec.budget,
+        units=spec.cluster_compute_units,
+        **options,
+    )
 
 
 def _conditions(run: dict[str, Any], ok: bool, reason: str, message: str) -> dict[str, Any] | None:

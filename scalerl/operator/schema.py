@@ -279,6 +279,26 @@ def _prediction() -> dict[str, Any]:
                 "enum": ["maxSteps", "maxComputeHours"],
                 "description": "The budget the run will hit first.",
             },
+            "computeToTarget": _num(
+                "Compute (GPU-hours) at which the fitted curve reaches budget.targetPassRate: 0 "
+                "where it starts there, null where its A does not reach it or without a target.",
+                nullable=True,
+            ),
+            "etaSeconds": {
+                "type": "object",
+                "description": "Wall seconds from the last evaluation, at the run's GPUs.",
+                "properties": {
+                    "budget": _num("To the run's end (predictedAtBudget's compute)."),
+                    "target": _num("To computeToTarget (null when there is none).", nullable=True),
+                },
+            },
+            "confidence": {
+                "type": "string",
+                "enum": ["too early", "ok"],
+                "description": f"'too early' while fewer than {_spec.PREDICTION_MIN_POINTS} "
+                "evaluations lie past fit.minCompute: the numbers are an extrapolation that "
+                "rests on too little.",
+            },
             "points": _int("Evaluations the fit used (past fit.minCompute)."),
             "evaluations": _int(
                 "Evaluations the fit read: status.evaluations, thinned evenly on log compute."

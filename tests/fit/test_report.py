@@ -27,7 +27,7 @@ def budget(max_steps: int = 10_000, max_compute_hours: float = 6.0) -> BudgetSpe
 
 
 def test_write_fit_reports_prediction_backtest_and_plot(tmp_path: Path) -> None:
-    report = write_fit(history(16), tmp_path, min_compute=0.0, budget=budget())
+    report = write_fit(history(16), tmp_path, min_compute=0.0, budget=budget(), units=1)
     on_disk = json.loads((tmp_path / "fit.json").read_text())
     assert on_disk == report
     assert abs(report["A"] - 0.9) < 0.03
@@ -44,7 +44,9 @@ def test_the_prediction_is_where_the_run_will_end_when_max_steps_comes_first(
 ) -> None:
     # 150 steps took compute 3.0: 0.02 per step, so maxSteps 200 ends the run at compute 4.0,
     # before the compute budget of 6.0.
-    report = write_fit(history(16), tmp_path, min_compute=0.0, budget=budget(max_steps=200))
+    report = write_fit(
+        history(16), tmp_path, min_compute=0.0, budget=budget(max_steps=200), units=1
+    )
     assert report["budgetLimit"] == "maxSteps"
     assert report["budget"] == 3.0 / 150 * 200
     assert abs(report["predictedAtBudget"] - sigmoid(4.0, 0.9, 2.0, 0.8, 0.15)) < 0.03
@@ -55,17 +57,20 @@ def test_the_interval_at_the_end_is_for_what_an_evaluation_there_will_read(
 ) -> None:
     # The curve's band and one evaluation's noise: at least the normal quantiles of the last
     # evaluation's standard error wide, and about that where the fit is tight.
-    report = write_fit(history(40, se=0.02), tmp_path, min_compute=0.0, budget=budget())
+    report = write_fit(history(40, se=0.02), tmp_path, min_compute=0.0, budget=budget(), units=1)
     lo, hi = report["predictedAtBudgetInterval"]
     z = statistics.NormalDist().inv_cdf(0.975)
     assert lo < report["predictedAtBudget"] < hi
     assert 2 * z * 0.02 * 0.95 <= hi - lo <= 2 * z * 0.02 * 1.6
     # Where the evaluations say nothing of their noise, the interval is the curve's band.
     quiet = [{k: v for k, v in row.items() if k != "pass_rate_se"} for row in history(16)]
-    report = write_fit(quiet, tmp_path, min_compute=0.0, budget=budget())
+    report = write_fit(quiet, tmp_path, min_compute=0.0, budget=budget(), units=1)
     lo, hi = report["predictedAtBudgetInterval"]
     assert hi - lo < 2 * z * 0.004
 
 
 def test_backtest_waits_for_eight_evaluations(tmp_path: Path) -> None:
-    assert write_fit(history(6), tmp_path, min_compute=0.0, budget=budget())["backtest"] is None
+    assert (
+        write_fit(history(6), tmp_path, min_compute=0.0, budget=budget(), units=1)["backtest"]
+        is None
+    )
