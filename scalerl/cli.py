@@ -277,9 +277,10 @@ def _count(text: str) -> int:
 def add_validate_parser(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "validate",
-        help="check a ScaleRLRun file",
-        description="Exit 0 when the ScaleRLRun is valid; otherwise print one line per bad field "
-        "(with its path, e.g. spec.recipe.loss.type) and exit 2.",
+        help="check a ScaleRLRun (or ScaleRLSweep) file",
+        description="Exit 0 when the ScaleRLRun is valid (a ScaleRLSweep: it and every "
+        "variant's run); otherwise print one line per bad field (with its path, e.g. "
+        "spec.recipe.loss.type) and exit 2.",
     )
     p.add_argument("file", help="ScaleRLRun YAML")
     p.add_argument(
@@ -293,15 +294,30 @@ def add_validate_parser(subparsers: Subparsers) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from scalerl.spec import load_run
+    from pathlib import Path
 
-    run = load_run(args.file)
+    import yaml
+
+    from scalerl.spec import SWEEP_KIND, load_run, load_sweep
+
+    try:
+        kind = (yaml.safe_load(Path(args.file).read_text()) or {}).get("kind")
+    except (OSError, yaml.YAMLError, AttributeError):
+        kind = None  # load_run says what is wrong with the file
+    if kind == SWEEP_KIND:
+        sweep = load_sweep(args.file)
+        runs = list(sweep.variant_runs().values())
+        label = f"ScaleRLSweep {sweep.name} ({len(runs)} variants)"
+    else:
+        runs = [load_run(args.file)]
+        label = f"ScaleRLRun {runs[0].name}"
     if args.deep:
         from scalerl import preflight
         from scalerl.local import resolve_paths
 
-        preflight.check(resolve_paths(run))
-    print(f"{args.file}: ScaleRLRun {run.name} is valid" + (" (deep check)" if args.deep else ""))
+        for run in runs:
+            preflight.check(resolve_paths(run))
+    print(f"{args.file}: {label} is valid" + (" (deep check)" if args.deep else ""))
     return 0
 
 
@@ -346,6 +362,37 @@ def prediction_line(report: dict[str, Any]) -> str:
     if report.get("confidence") == "too early":
         parts.append(" (too early: few evaluations past fit.minCompute)")
     return "".join(parts)
+
+
+def add_sweep_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="run a ScaleRLSweep's variants on this machine and rank them",
+        description="Run each variant (spec.base with its patch) as `scalerl run`, at most "
+        "spec.maxParallel at once; stop a variant whose A interval lies below the best "
+        "variant's (spec.earlyStop); rank them the paper's way into DIR/leaderboard.json, with "
+        "every curve in DIR/curves.png.",
+    )
+    p.add_argument("file", help="ScaleRLSweep YAML")
+    p.add_argument("--out", default=None, help="sweep directory (default: runs/<name>)")
+    p.set_defaults(handler=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from scalerl.sweep import run_sweep
+
+    board = run_sweep(Path(args.file), Path(args.out) if args.out else None)
+    for place, row in enumerate(board, 1):
+        a = "no fit" if row["A"] is None else f"A = {row['A']:.3f} {_interval(row['A_interval'])}"
+        why = (
+            f": {row['stopReason'] or row['failure']}"
+            if row["phase"] in ("Stopped", "Failed")
+            else ""
+        )
+        print(f"{place}. {row['name']} ({row['phase']}{why}) {a}")
+    return 0
 
 
 def _interval(pair: list[float] | None) -> str:
@@ -530,6 +577,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 # Each entry declares one subcommand; add new commands here.
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_run_parser,
+    add_sweep_parser,
     add_validate_parser,
     add_fit_parser,
     add_compare_parser,

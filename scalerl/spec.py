@@ -10,8 +10,9 @@ comment says otherwise. This module must stay light: no torch, no vLLM, no kopf.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -37,6 +38,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # A model validator's message that starts with this names a field below the validated model, so
 # the user reads "spec.recipe.length.interruption.enabled: ..." rather than "spec: ...".
 _AT = "@"
+T = TypeVar("T")
 
 # Numbers are strict: YAML's `true` or "1e-3" where a number belongs is a mistake, not a value,
 # and inf/NaN can only be typos. Upper bounds (`le=`) catch values that can only be typos too.
@@ -793,6 +795,101 @@ class ScaleRLRun(BaseModel):
         return self.spec.scheduling.queue_name or (str(label) if label else None)
 
 
+# --- a sweep: variants of one run, compared the paper's way --------------------------------------
+
+SWEEP_KIND = "ScaleRLSweep"
+# A variant's run is "<sweep>-<variant>": short names leave room for the run's own children.
+MAX_VARIANT_NAME = 20
+VariantName = Annotated[
+    str, Field(min_length=1, max_length=MAX_VARIANT_NAME, pattern=_DNS_LABEL.pattern)
+]
+
+
+class VariantSpec(_Model):
+    name: VariantName = Field(description="The variant; its run is <sweep>-<name>.")
+    patch: dict[str, Any] = Field(
+        default_factory=dict,
+        description="A JSON merge patch of spec.base (RFC 7386: null removes a field, so its "
+        "default applies).",
+    )
+
+
+class EarlyStopSpec(_Model):
+    """Stop a variant once its A interval lies wholly below the best variant's A interval: it
+    cannot catch up, and the rest of its budget is saved."""
+
+    min_points: Int = Field(
+        PREDICTION_MIN_POINTS,
+        ge=4,
+        le=10_000,
+        description="Judge a variant (and count one as the best) only once its fit used this "
+        "many evaluations past fit.minCompute.",
+    )
+
+
+class SweepSpec(_Model):
+    base: dict[str, Any] = Field(description="The ScaleRLRun spec every variant starts from.")
+    variants: list[VariantSpec] = Field(min_length=1, max_length=100)
+    max_parallel: Int = Field(2, ge=1, le=100, description="Variants running at once.")
+    early_stop: EarlyStopSpec | None = Field(
+        EarlyStopSpec(), description="null: every variant runs to its budget."
+    )
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> SweepSpec:
+        names = [v.name for v in self.variants]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise _at("variants", f"names must be unique; repeated: {', '.join(twice)}")
+        return self
+
+
+class ScaleRLSweep(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    api_version: Literal["scalerl.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["ScaleRLSweep"]
+    metadata: Metadata
+    spec: SweepSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def variant_runs(self) -> dict[str, ScaleRLRun]:
+        """Each variant's run, by variant name: spec.base with the variant's patch, named
+        <sweep>-<variant>. SpecError names every problem, variant by variant."""
+        runs, problems = {}, []
+        for i, variant in enumerate(self.spec.variants):
+            obj = {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "metadata": {"name": f"{self.name}-{variant.name}"}
+                | ({"namespace": self.metadata.namespace} if self.metadata.namespace else {}),
+                "spec": merge_patch(self.spec.base, variant.patch),
+            }
+            try:
+                runs[variant.name] = parse_run(obj)
+            except SpecError as err:
+                where = f"spec.variants.{i} ({variant.name}): "
+                problems += [where + problem for problem in err.problems]
+        if problems:
+            raise SpecError(problems)
+        return runs
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """`patch` applied to `target` as a JSON merge patch (RFC 7386); `target` is not changed."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
 # --- parsing at the edge -------------------------------------------------------------------------
 
 
@@ -807,8 +904,30 @@ def parse_run(obj: Any) -> ScaleRLRun:
         raise SpecError([_describe(e) for e in err.errors()]) from None
 
 
+def parse_sweep(obj: Any) -> ScaleRLSweep:
+    """Validate a ScaleRLSweep and every variant's run; SpecError lists every bad field."""
+    if not isinstance(obj, dict):
+        raise SpecError([f"a ScaleRLSweep must be a mapping, got {type(obj).__name__}"])
+    obj = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        sweep = ScaleRLSweep.model_validate(obj)
+    except ValidationError as err:
+        raise SpecError([_describe(e) for e in err.errors()]) from None
+    sweep.variant_runs()
+    return sweep
+
+
+def load_sweep(path: str | Path) -> ScaleRLSweep:
+    """Read and validate a YAML file holding one ScaleRLSweep."""
+    return _load(path, parse_sweep)
+
+
 def load_run(path: str | Path) -> ScaleRLRun:
     """Read and validate a YAML file holding one ScaleRLRun."""
+    return _load(path, parse_run)
+
+
+def _load(path: str | Path, parse: Callable[[Any], T]) -> T:
     path = Path(path)
     try:
         text = path.read_text()
@@ -819,7 +938,7 @@ def load_run(path: str | Path) -> ScaleRLRun:
     except yaml.YAMLError as err:
         raise InputError(f"{path}: not valid YAML ({err})") from None
     try:
-        return parse_run(obj)
+        return parse(obj)
     except SpecError as err:
         raise SpecError([f"{path}: {p}" for p in err.problems]) from None
 

@@ -90,7 +90,13 @@ def _refit_b(name: str, fit: FitResult, data: tuple[ArrayLike, ArrayLike], A: fl
     compute, pass_rate = data
     try:
         refit = fit_curve(
-            compute, pass_rate, min_compute=fit.min_compute, r0=r0, bootstrap=0, a_fixed=A
+            compute,
+            pass_rate,
+            min_compute=fit.min_compute,
+            r0=r0,
+            bootstrap=0,
+            a_fixed=A,
+            sigma=fit.sigma,
         )
     except FitError as err:  # e.g. the shared A is at or below this run's R0
         raise FitError(f"run {name}: the refit at the shared A = {A:.4f} failed: {err}") from None

@@ -23,9 +23,14 @@ The procedure (paper, Sec. "fitting"; our additions marked):
    factor e^30 ~ 1e13 of the fitted compute range: a flat or falling curve would otherwise push
    C_mid towards infinity). The paper's reported C_mid values lie off its grid, so its code
    refines too.
-5. (ours) Bootstrap: residuals of the fit are resampled with replacement (rescaled by
-   sqrt(n / (n - p)) for the degrees of freedom used) and added to the fitted curve; each replicate
-   is refitted from the full-data solution, all replicates at once, without a grid. Resampling
+   (ours) With `sigma` (each evaluation's standard error, e.g. a mean@k's from its per-prompt
+   means), every step weighs a point by 1 / its standard error: a pass rate near 0 or 1 varies
+   less than one near 0.5, and the curve should follow the surer points. Weights are relative
+   to the median standard error, and one below a quarter of it counts as a quarter (a pass rate
+   that every prompt agreed on measures 0). Without `sigma` all points weigh alike.
+5. (ours) Bootstrap: residuals of the fit (weighted, with `sigma`) are resampled with
+   replacement (rescaled by sqrt(n / (n - p)) for the degrees of freedom used) and added to the
+   fitted curve (each at its point's own scale); each replicate is refitted from the full-data solution, all replicates at once, without a grid. Resampling
    residuals rather than points keeps every replicate's compute range — the points at the largest
    compute decide the asymptote, and resampling points would drop them from some replicates.
    A measured R0 (`r0="fixed"`) is one noisy evaluation too, so each replicate also perturbs it by
@@ -72,6 +77,8 @@ MIN_DISTINCT_COMPUTE = 3
 COARSE_B = np.geomspace(0.05, 20.0, 40)
 # ln C_mid may leave the fitted compute range by this much (e^30 ~ 1e13) on either side.
 C_MID_SPAN = 30.0
+# A standard error below this fraction of the median one weighs as if it were that fraction.
+SIGMA_FLOOR = 0.25
 
 IntArray = NDArray[np.intp]
 FloatArray = NDArray[np.float64]
@@ -81,12 +88,14 @@ Box = tuple[FloatArray, FloatArray]
 
 @dataclass(frozen=True)
 class _Problem:
-    """Least-squares residuals of the law: one or many targets (bootstrap) or base rows (grid)."""
+    """Least-squares residuals of the law, each scaled by its point's weight (1 / its standard
+    error, relative): one or many targets (bootstrap) or base rows (grid)."""
 
     compute: FloatArray  # (n,)
     targets: FloatArray  # (1, n) shared, or (K, n): one row per problem
     base: FloatArray  # (1, 4) shared, or (K, 4): values of the parameters that are not free
     free: NDArray[np.bool_]  # (4,)
+    weights: FloatArray  # (n,)
 
     def __call__(self, theta: FloatArray, rows: IntArray) -> tuple[FloatArray, FloatArray]:
         full = np.array(self.base if self.base.shape[0] == 1 else self.base[rows], dtype=float)
@@ -95,9 +104,9 @@ class _Problem:
         A, B, log_c_mid, R0 = (full[:, i : i + 1] for i in range(4))
         parts = gradient(self.compute, A, B, log_c_mid, R0)
         targets = self.targets if self.targets.shape[0] == 1 else self.targets[rows]
-        resid = R0 + (A - R0) * parts[0] - targets
+        resid = (R0 + (A - R0) * parts[0] - targets) * self.weights
         jac = np.stack([p for p, f in zip(parts, self.free, strict=True) if f], axis=-1)
-        return resid, jac
+        return resid, jac * self.weights[:, None]
 
 
 def fit_curve(
@@ -112,21 +121,25 @@ def fit_curve(
     a_grid: ArrayLike | None = None,
     c_mid_grid: ArrayLike | None = None,
     a_fixed: float | None = None,
+    sigma: ArrayLike | None = None,
 ) -> FitResult:
     """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to evaluations sorted by compute.
 
     `a_fixed` pins A (the comparison rule refits at a shared A). `a_grid` and `c_mid_grid`
     replace the default grids (e.g. `PAPER_A_GRID`). `bootstrap=0` skips the intervals.
+    `sigma`: each point's standard error; the fit weighs points by it (see the module's text).
     Raises DataError for bad points, InputError for bad options, FitError when too few points
     remain or the law cannot be fitted to them; never anything else.
     """
     c, y = check_points(compute, pass_rate)
     _check_options(min_compute, r0, bootstrap, seed, level, a_fixed)
+    weights = _weights(sigma, c.size)
     cutoff = MIN_COMPUTE_FRACTION * float(c[-1]) if min_compute is None else float(min_compute)
     r0_value = float(np.mean(y[c == c[0]])) if isinstance(r0, str) else float(r0)
+    r0_weight = float(np.mean(weights[c == c[0]]))
     used = c >= cutoff
     _check_enough(c, used, cutoff)
-    c, y = c[used], y[used]
+    c, y, weights = c[used], y[used], weights[used]
     free = np.array([a_fixed is None, True, True, r0 == "fit"])
     grid_a = _a_grid(a_grid, r0_value, y) if a_fixed is None else np.array([float(a_fixed)])
     grid_c = _c_mid_grid(c_mid_grid, c)
@@ -134,12 +147,13 @@ def fit_curve(
     # and are handled by the finiteness checks below rather than reported as warnings.
     with np.errstate(all="ignore"):
         box = _bounds(c)
-        start = _grid_search(c, y, r0_value, grid_a, grid_c, box)
-        best = _refine(c, y, start, free, box)
-        problem = _Problem(c, y[None, :], best[None, :], free)
+        start = _grid_search(c, y, weights, r0_value, grid_a, grid_c, box)
+        best = _refine(c, y, weights, start, free, box)
+        problem = _Problem(c, y[None, :], best[None, :], free, weights)
         resid = problem(best[free][None, :], np.zeros(1, dtype=np.intp))[0][0]
         _check_estimate(best, resid)
-        draws, failed = _bootstrap(problem, best, resid, box, int(bootstrap), int(seed), r0)
+        fixed_r0 = r0_weight if r0 == "fixed" else None
+        draws, failed = _bootstrap(problem, best, resid, box, int(bootstrap), int(seed), fixed_r0)
     return FitResult.build(
         params=best,
         draws=draws,
@@ -151,7 +165,28 @@ def fit_curve(
         r0_mode="fit" if r0 == "fit" else "fixed",
         fit_range=(float(c[0]), float(c[-1])),
         bootstrap_failed=failed,
+        sigma=None if sigma is None else np.array(sigma, dtype=float).ravel(),
     )
+
+
+def _weights(sigma: ArrayLike | None, n: int) -> FloatArray:
+    """Each point's weight, 1 / its standard error relative to the median one (all 1 without
+    `sigma`). A standard error below SIGMA_FLOOR of the median (a pass rate of 0 or 1 measures
+    0: all prompts agreed) counts as that floor, so that no point pins the curve alone."""
+    if sigma is None:
+        return np.ones(n)
+    try:
+        se = np.array(sigma, dtype=float).ravel()
+    except (TypeError, ValueError) as err:
+        raise InputError(f"sigma must be an array of numbers ({err})") from None
+    if se.size != n or not np.all(np.isfinite(se) & (se >= 0)):
+        raise InputError(f"sigma must hold {n} finite standard errors >= 0, one per point")
+    positive = se[se > 0]
+    if positive.size == 0:
+        return np.ones(n)
+    typical = float(np.median(positive))
+    weights: FloatArray = typical / np.maximum(se, SIGMA_FLOOR * typical)
+    return weights
 
 
 def _real(value: object) -> float | None:
@@ -245,14 +280,21 @@ def _bounds(c: FloatArray) -> Box:
 
 
 def _grid_search(
-    c: FloatArray, y: FloatArray, r0: float, grid_a: FloatArray, grid_c: FloatArray, box: Box
+    c: FloatArray,
+    y: FloatArray,
+    w: FloatArray,
+    r0: float,
+    grid_a: FloatArray,
+    grid_c: FloatArray,
+    box: Box,
 ) -> FloatArray:
-    """The paper's grid: best B for every (A, C_mid) cell, then the cell with the lowest SSE."""
+    """The paper's grid: best B for every (A, C_mid) cell, then the cell with the lowest
+    (weighted) SSE."""
     log_c_mid = np.log(grid_c)
     cells_a, cells_lc = (g.ravel() for g in np.meshgrid(grid_a, log_c_mid, indexing="ij"))
-    b0 = _coarse_b(c, y, r0, grid_a, log_c_mid).ravel()
+    b0 = _coarse_b(c, y, w, r0, grid_a, log_c_mid).ravel()
     base = np.column_stack([cells_a, b0, cells_lc, np.full(cells_a.size, r0)])
-    problem = _Problem(c, y[None, :], base, np.array([False, True, False, False]))
+    problem = _Problem(c, y[None, :], base, np.array([False, True, False, False]), w)
     # A cell that ran out of iterations still has a valid B and SSE: only non-finite cells are out.
     b = solve_batched(problem, b0[:, None], box[0][1:2], box[1][1:2], max_iter=50).theta
     resid = problem(b, np.arange(b.shape[0]))[0]
@@ -265,18 +307,25 @@ def _grid_search(
 
 
 def _coarse_b(
-    c: FloatArray, y: FloatArray, r0: float, grid_a: FloatArray, log_c_mid: FloatArray
+    c: FloatArray,
+    y: FloatArray,
+    w: FloatArray,
+    r0: float,
+    grid_a: FloatArray,
+    log_c_mid: FloatArray,
 ) -> FloatArray:
     """For every (A, C_mid) cell, the best B of a coarse log-spaced grid: the start of its B fit.
 
     For fixed B and C_mid the law is linear in A - R0, so SSE(A) = T - 2 a S1 + a^2 S2 gives every
-    A's SSE from two sums, and the whole (A, B, C_mid) cube costs one (B, C_mid, n) evaluation.
+    A's SSE from two sums (each term weighted by w^2), and the whole (A, B, C_mid) cube costs one
+    (B, C_mid, n) evaluation.
     """
     log_c = log_compute(c)
     z = COARSE_B[:, None, None] * (log_c[None, None, :] - log_c_mid[None, :, None])
     s = expit(z)  # (nB, nC, n)
-    dev = y - r0
-    s1, s2, total = s @ dev, np.einsum("bcn,bcn->bc", s, s), float(dev @ dev)
+    dev, w2 = y - r0, w * w
+    s1 = s @ (w2 * dev)
+    s2, total = np.einsum("bcn,bcn,n->bc", s, s, w2), float(dev @ (w2 * dev))
     a = (grid_a - r0)[:, None, None]
     sse = total - 2.0 * a * s1[None] + a * a * s2[None]  # (nA, nB, nC)
     # A non-finite SSE (an inf from a C_mid grid overflow) must not win argmin: rank it last.
@@ -286,10 +335,15 @@ def _coarse_b(
 
 
 def _refine(
-    c: FloatArray, y: FloatArray, start: FloatArray, free: NDArray[np.bool_], box: Box
+    c: FloatArray,
+    y: FloatArray,
+    w: FloatArray,
+    start: FloatArray,
+    free: NDArray[np.bool_],
+    box: Box,
 ) -> FloatArray:
     """Continuous least-squares refinement of the free parameters from the best grid cell."""
-    problem = _Problem(c, y[None, :], start[None, :], free)
+    problem = _Problem(c, y[None, :], start[None, :], free, w)
     lo, hi = box[0][free], box[1][free]
     # least_squares wants a strictly feasible start; grid cells may sit on a bound (A = 1).
     x0 = np.clip(start[free], lo + 1e-9, hi - 1e-9)
@@ -324,26 +378,29 @@ def _bootstrap(
     box: Box,
     replicates: int,
     seed: int,
-    r0: object,
+    r0_weight: float | None,
 ) -> tuple[FloatArray, int]:
     """Parameters (A, B, C_mid, R0) refitted on `replicates` residual-bootstrap samples, and the
     number of replicates whose refit failed (dropped from the draws).
 
-    With `r0="fixed"`, R0 — one measured pass rate, as noisy as any other — also gets a resampled
-    residual per replicate; holding it still would understate the spread of A and C_mid.
+    The residuals are weighted ones (each divided by its point's relative standard error), so
+    they are alike; a resampled one goes back to a point at that point's own scale.
+    With a measured R0 (`r0_weight`, the weight of the point it was read from), R0 — one
+    evaluation, as noisy as any other — also gets a resampled residual per replicate; holding it
+    still would understate the spread of A and C_mid.
     """
     if replicates == 0:
         return np.empty((0, 4)), 0
-    n, p = resid.size, int(problem.free.sum())
-    fitted = problem.targets[0] + resid
+    n, p, w = resid.size, int(problem.free.sum()), problem.weights
+    fitted = problem.targets[0] + resid / w
     centred = (resid - resid.mean()) * math.sqrt(n / max(n - p, 1))
     rng = np.random.default_rng(seed)
     noise = centred[rng.integers(0, n, size=(replicates, n + 1))]
-    targets = fitted[None, :] - noise[:, :n]
+    targets = fitted[None, :] - noise[:, :n] / w
     base = np.tile(best, (replicates, 1))
-    if r0 == "fixed":
-        base[:, 3] = np.clip(best[3] - noise[:, n], 0.0, 1.0)
-    batch = _Problem(problem.compute, targets, base, problem.free)
+    if r0_weight is not None:
+        base[:, 3] = np.clip(best[3] - noise[:, n] / r0_weight, 0.0, 1.0)
+    batch = _Problem(problem.compute, targets, base, problem.free, w)
     theta0 = np.tile(best[problem.free], (replicates, 1))
     free = problem.free
     solution = solve_batched(batch, theta0, box[0][free], box[1][free])

@@ -36,7 +36,10 @@ def plot_fit(
     xlabel: str = "compute",
 ) -> Path:
     """Write a PNG of the fit to `path` (see `figure_of_fit`) and return the path."""
-    fig = figure_of_fit(result, compute, pass_rate, predict_to, xlabel=xlabel)
+    return _save(figure_of_fit(result, compute, pass_rate, predict_to, xlabel=xlabel), path)
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
     out = Path(path)
     try:
         fig.savefig(out, format="png", dpi=110)
@@ -80,6 +83,42 @@ def figure_of_fit(
     ax.grid(alpha=0.3, which="both")
     ax.legend(loc="lower right", fontsize="small")
     return fig
+
+
+def plot_curves(
+    curves: list[tuple[str, FitResult | None, ArrayLike, ArrayLike]],
+    path: str | Path,
+    *,
+    xlabel: str = "compute",
+) -> Path:
+    """One PNG of several runs (a sweep's variants): each one's points, and where it has a fit,
+    its law and bootstrap band, in one colour per run, compute on a log axis. `curves` holds
+    (name, fit or None, compute, pass_rate) per run."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8.0, 5.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    for i, (name, result, compute, pass_rate) in enumerate(curves):
+        c, y = np.asarray(compute, dtype=float), np.asarray(pass_rate, dtype=float)
+        color = f"C{i % 10}"
+        on_axis = c > 0
+        label = name if result is None else f"{name}: A = {result.A:.3f}"
+        ax.plot(c[on_axis], y[on_axis], "o", color=color, markersize=3, label=label)
+        if result is None or not on_axis.any():
+            continue
+        span = np.geomspace(float(c[on_axis].min()), float(c[on_axis].max()), 200)
+        ax.plot(span, result.predict(span), "-", color=color)
+        band = result.predict_interval(span)
+        if band is not None:
+            ax.fill_between(span, band[0], band[1], color=color, alpha=0.15, linewidth=0)
+    ax.set_xlabel(f"{xlabel} (log scale)")
+    ax.set_ylabel("held-out pass rate")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="lower right", fontsize="small")
+    return _save(fig, path)
 
 
 def _compute_span(result: FitResult, c: np.ndarray) -> tuple[float, float]:

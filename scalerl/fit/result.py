@@ -45,6 +45,9 @@ class FitResult:
     draws: NDArray[np.float64] = field(
         default_factory=lambda: np.empty((0, 4)), repr=False, compare=False
     )
+    # The per-point standard errors the fit was weighted by (None: all points alike), for refits
+    # of the same points (the comparison rule's).
+    sigma: NDArray[np.float64] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -134,4 +137,5 @@ class FitResult:
             "fit_range": pair(self.fit_range),
             "bootstrap": int(self.draws.shape[0]),
             "bootstrap_failed": self.bootstrap_failed,
+            "weighted": self.sigma is not None,
         }

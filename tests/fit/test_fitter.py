@@ -106,9 +106,12 @@ def test_grid_b_fits_agree_with_curve_fit_per_cell() -> None:
     cells = [(0.60, 2000.0), (0.61, 2500.0), (0.65, 3000.0), (0.70, 4000.0), (0.55, 1800.0)]
     a = np.array([x for x, _ in cells])
     log_c_mid = np.log([m for _, m in cells])
-    b0 = np.array([_coarse_b(c, y, r0, a[i : i + 1], log_c_mid[i : i + 1])[0, 0] for i in range(5)])
+    w = np.ones(c.size)  # unweighted, as curve_fit without sigma
+    b0 = np.array(
+        [_coarse_b(c, y, w, r0, a[i : i + 1], log_c_mid[i : i + 1])[0, 0] for i in range(5)]
+    )
     base = np.column_stack([a, b0, log_c_mid, np.full(5, r0)])
-    problem = _Problem(c, y[None, :], base, np.array([False, True, False, False]))
+    problem = _Problem(c, y[None, :], base, np.array([False, True, False, False]), w)
     solution = solve_batched(problem, b0[:, None], np.array([1e-6]), np.array([np.inf]))
     assert solution.ok.all()
     ours = solution.theta[:, 0]

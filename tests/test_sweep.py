@@ -1,0 +1,102 @@
+"""A ScaleRLSweep: its variants' runs (the base with each patch), checked variant by variant, and
+run on this machine: the crippled variant stopped early, the rest ranked, every curve drawn."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scalerl.errors import SpecError
+from scalerl.spec import merge_patch, parse_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = yaml.safe_load((ROOT / "examples" / "sweep.yaml").read_text())
+
+
+def sweep(**changes: Any) -> dict[str, Any]:
+    body = copy.deepcopy(EXAMPLE)
+    body["spec"].update(changes)
+    return body
+
+
+def test_each_variant_is_the_base_with_its_patch() -> None:
+    runs = parse_sweep(EXAMPLE).variant_runs()
+    assert list(runs) == ["pipelinerl-8", "ppo-off-policy-1", "crippled-lr"]
+    ppo = runs["ppo-off-policy-1"]
+    assert ppo.name == "demo-sweep-ppo-off-policy-1"
+    assert (ppo.spec.recipe.algorithm, ppo.spec.recipe.max_off_policy_steps) == (
+        "ppo-off-policy",
+        1,
+    )
+    assert ppo.spec.recipe.optimizer.lr == runs["pipelinerl-8"].spec.recipe.optimizer.lr
+    assert runs["crippled-lr"].spec.recipe.optimizer.lr == 1e-8
+    assert runs["crippled-lr"].spec.recipe.optimizer.warmup_steps == 5  # the rest is the base's
+
+
+def test_a_patch_is_a_json_merge_patch() -> None:
+    base = {"budget": {"maxSteps": 10, "stopWhen": {"predictedABelow": 0.5}}, "seed": 1}
+    patched = merge_patch(base, {"budget": {"stopWhen": None}, "seed": 2})
+    assert patched == {"budget": {"maxSteps": 10}, "seed": 2}
+    assert base["budget"]["stopWhen"] == {"predictedABelow": 0.5}  # the base is not changed
+
+
+def test_a_bad_variant_is_named_with_its_field() -> None:
+    variants = [
+        {"name": "ok"},
+        {"name": "bad", "patch": {"recipe": {"optimizer": {"lr": "fast"}}}},
+        {"name": "ok"},
+    ]
+    with pytest.raises(SpecError) as raised:
+        parse_sweep(sweep(variants=variants))
+    assert raised.value.problems == ["spec.variants: names must be unique; repeated: ok"]
+    with pytest.raises(SpecError) as raised:
+        parse_sweep(sweep(variants=variants[:2]))
+    (problem,) = raised.value.problems
+    assert problem.startswith("spec.variants.1 (bad): spec.recipe.optimizer.lr: ")
+
+
+@pytest.mark.slow
+def test_a_local_sweep_stops_the_crippled_variant_and_ranks_the_rest(tmp_path: Path) -> None:
+    from scalerl.sweep import run_sweep
+
+    path = tmp_path / "sweep.yaml"
+    body = sweep()
+    body["spec"]["base"]["budget"]["maxSteps"] = 40
+    path.write_text(yaml.safe_dump(body))
+    board = run_sweep(path, tmp_path / "out", poll_s=1.0)
+    by_name = {row["name"]: row for row in board}
+    crippled = by_name["crippled-lr"]
+    assert crippled["phase"] == "Stopped", board
+    assert "lies below" in crippled["stopReason"] and crippled["computeSaved"] > 0
+    assert [row["name"] for row in board][-1] == "crippled-lr"
+    leaders = [row for row in board if row["name"] != "crippled-lr"]
+    assert all(row["phase"] == "Succeeded" for row in leaders), board
+    # The paper's rule, by hand from each variant's history: a higher A wins; within 0.02, the
+    # higher B once both are refitted at their mean A.
+    first, second = leaders
+    if abs(first["A"] - second["A"]) > 0.02:
+        assert first["A"] > second["A"]
+    else:
+        shared = (first["A"] + second["A"]) / 2
+        b = {row["name"]: refit_b(tmp_path / "out" / row["name"], shared) for row in leaders}
+        assert b[first["name"]] >= b[second["name"]]
+    on_disk = json.loads((tmp_path / "out" / "leaderboard.json").read_text())
+    assert on_disk == board
+    assert (tmp_path / "out" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    # Its checkpoint stays: the same `scalerl run` resumes it.
+    assert list((tmp_path / "out" / "crippled-lr" / "checkpoints").glob("step-*"))
+
+
+def refit_b(run_dir: Path, A: float) -> float:
+    from scalerl.fit import fit_curve
+    from scalerl.status.history import read_history
+
+    rows = read_history(run_dir / "history.jsonl")
+    compute = [r["compute"] for r in rows]
+    rates = [r["pass_rate"] for r in rows]
+    return fit_curve(compute, rates, min_compute=0.0, bootstrap=0, a_fixed=A).B
