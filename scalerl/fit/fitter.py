@@ -28,15 +28,16 @@ The procedure (paper, Sec. "fitting"; our additions marked):
    less than one near 0.5, and the curve should follow the surer points. Weights are relative
    to the median standard error, and one below a quarter of it counts as a quarter (a pass rate
    that every prompt agreed on measures 0). Without `sigma` all points weigh alike.
-5. (ours) Bootstrap: residuals of the fit (weighted, with `sigma`) are resampled with
-   replacement (rescaled by sqrt(n / (n - p)) for the degrees of freedom used) and added to the
-   fitted curve (each at its point's own scale); each replicate is refitted from the full-data solution, all replicates at once, without a grid. Resampling
-   residuals rather than points keeps every replicate's compute range — the points at the largest
-   compute decide the asymptote, and resampling points would drop them from some replicates.
-   A measured R0 (`r0="fixed"`) is one noisy evaluation too, so each replicate also perturbs it by
-   a resampled residual; `r0="fit"` refits it; a given float stays. Intervals are percentiles
-   (nominal 95 %; on Table 1's curves with noise 0.006 they cover the truth about 90 % of the time:
-   percentile intervals of a nonlinear fit from ~50 points run a little narrow).
+5. (ours) Bootstrap: residuals of the fit (weighted, with `sigma`) are resampled with replacement
+   (rescaled by sqrt(n / (n - p)) for the degrees of freedom used) and added to the fitted curve
+   (each at its point's own scale); each replicate is refitted from the full-data solution, all
+   replicates at once, without a grid. Resampling residuals rather than points keeps every
+   replicate's compute range — the points at the largest compute decide the asymptote, and
+   resampling points would drop them from some replicates. A measured R0 (`r0="fixed"`) is one noisy
+   evaluation too, so each replicate also perturbs it by a resampled residual; `r0="fit"` refits it;
+   a given float stays. Intervals are percentiles (nominal 95 %; on Table 1's curves with noise
+   0.006 they cover the truth about 90 % of the time: percentile intervals of a nonlinear fit from
+   ~50 points run a little narrow).
    A replicate whose refit fails (does not converge, or to non-finite values: it happens on a
    handful of noisy points) is dropped and counted in `FitResult.bootstrap_failed`; when all fail
    the fit is returned without intervals.
