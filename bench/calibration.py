@@ -19,6 +19,9 @@ Prints, per scenario and fit, the coverage of each nominal 95 % interval (with i
 standard error over the draws) and the median width. The target is coverage of at least 90 %
 with intervals no wider than needed; a fit that fails counts as a miss and is reported.
 
+Each scenario is backtested twice: every point weighed alike, and every point weighed by its
+standard error as a run measures it (binomial from the observed pass rate; `fit_curve(sigma=)`).
+
 `--runs 1 2 3` also backtests real local runs, one per seed (an evaluation is seed-locked: one
 seed re-reads the same draws every time), of the demo and of chat-arith in one process
 (`placement: colocated`, an evaluation every 5 steps): fitted on the evaluations of the first
@@ -108,7 +111,9 @@ class Tally:
         return f"  {label:<36}{cover:>8.1%} ± {se:>5.1%}{width:>14.4f}"
 
 
-def backtest(scenario: Scenario, draws: int, seed: int) -> dict[str, Tally]:
+def backtest(scenario: Scenario, draws: int, seed: int, weighted: bool) -> dict[str, Tally]:
+    """Coverage over `draws` runs; `weighted`: each point weighed by its standard error as a run
+    measures it (binomial, from the observed pass rate), else all alike."""
     rng = np.random.default_rng(seed)
     labels = (
         "half: A",
@@ -122,9 +127,11 @@ def backtest(scenario: Scenario, draws: int, seed: int) -> dict[str, Tally]:
     true_end = float(scenario.truth(np.array(scenario.end)))
     for i in range(draws):
         compute, pass_rate = scenario.draw(rng)
+        trials = scenario.prompts * scenario.samples
+        se = np.sqrt(pass_rate * (1 - pass_rate) / trials) if weighted else None
         half = compute <= scenario.end / 2
-        early = _fit(compute[half], pass_rate[half], seed + i)
-        whole = _fit(compute, pass_rate, seed + i)
+        early = _fit(compute[half], pass_rate[half], seed + i, None if se is None else se[half])
+        whole = _fit(compute, pass_rate, seed + i, se)
         failures += (early is None) + (whole is None)
         band = early.predict_interval(scenario.end) if early else None
         reads = early.predict_interval(scenario.end, scenario.noise(early)) if early else None
@@ -138,9 +145,11 @@ def backtest(scenario: Scenario, draws: int, seed: int) -> dict[str, Tally]:
     return tallies
 
 
-def _fit(compute: np.ndarray, pass_rate: np.ndarray, seed: int) -> FitResult | None:
+def _fit(
+    compute: np.ndarray, pass_rate: np.ndarray, seed: int, sigma: np.ndarray | None
+) -> FitResult | None:
     try:
-        return fit_curve(compute, pass_rate, seed=seed)
+        return fit_curve(compute, pass_rate, seed=seed, sigma=sigma)
     except ScaleRLError:
         return None
 
@@ -157,7 +166,10 @@ REAL_RUNS = {
 
 def backtest_runs(seeds: list[int], work: Path) -> None:
     """Each real run fitted on its first half; the last evaluation against the interval for it."""
-    print(f"real runs, colocated, seeds {seeds}: half-run fit, the last evaluation's interval")
+    print(
+        f"real runs, colocated, seeds {seeds}: half-run fit weighted by each evaluation's SE, "
+        "the last evaluation's interval"
+    )
     print(f"  {'run':<20}{'last eval':>10}{'SE':>8}{'predicted':>11}{'95 % interval':>19}  in")
     hits, widths = 0, []
     for name, (example, changes) in REAL_RUNS.items():
@@ -165,8 +177,9 @@ def backtest_runs(seeds: list[int], work: Path) -> None:
             history = _run(example, changes, seed, work / f"{name}-{seed}")
             compute = np.array([row["compute"] for row in history])
             pass_rate = np.array([row["pass_rate"] for row in history])
+            sigma = np.array([row.get("pass_rate_se") or 0.0 for row in history])
             half = compute <= compute[-1] / 2
-            early = fit_curve(compute[half], pass_rate[half], seed=seed)
+            early = fit_curve(compute[half], pass_rate[half], seed=seed, sigma=sigma[half])
             last, se = float(pass_rate[-1]), float(history[-1]["pass_rate_se"])
             lo, hi = early.predict_interval(float(compute[-1]), se) or (math.nan, math.nan)
             inside = lo <= last <= hi
@@ -204,9 +217,11 @@ def main() -> None:
             f"mean@{scenario.samples} over {scenario.prompts} prompts (noise <= {noise:.4f}); "
             f"{args.draws} draws"
         )
-        print(f"  {'nominal 95 % interval':<36}{'coverage':>17}{'median width':>14}")
-        for label, tally in backtest(scenario, args.draws, args.seed).items():
-            print(tally.row(label))
+        for weighted in (False, True):
+            how = "points weighed by their SE" if weighted else "points alike"
+            print(f"  {f'nominal 95 % interval, {how}':<36}{'coverage':>17}{'median width':>14}")
+            for label, tally in backtest(scenario, args.draws, args.seed, weighted).items():
+                print(tally.row(label))
     if args.runs:
         with tempfile.TemporaryDirectory() as work:
             backtest_runs(args.runs, Path(work))

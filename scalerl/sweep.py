@@ -30,6 +30,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.leaderboard import Entry, losers, rank
 from scalerl.fit.plot import plot_curves
+from scalerl.fit.points import standard_errors
 from scalerl.fit.report import FIT_FILE
 from scalerl.runfile import run_command
 from scalerl.spec import ScaleRLRun, ScaleRLSweep, load_sweep
@@ -64,11 +65,13 @@ class Variant:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
-    def history(self) -> tuple[np.ndarray, np.ndarray]:
+    def history(self) -> tuple[np.ndarray, np.ndarray, list[float] | None]:
+        """Its evaluations: compute, pass rate, and their standard errors (None: some lack one)."""
         rows = read_history(self.out / HISTORY_FILE) if (self.out / HISTORY_FILE).exists() else []
         return (
             np.array([r["compute"] for r in rows], dtype=float),
             np.array([r["pass_rate"] for r in rows], dtype=float),
+            standard_errors(rows, "pass_rate_se"),
         )
 
 
@@ -168,9 +171,11 @@ def write_leaderboard(variants: list[Variant], out: Path) -> list[dict[str, Any]
 
 
 def entry_of(variant: Variant) -> Entry:
-    compute, pass_rate = variant.history()
+    compute, pass_rate, sigma = variant.history()
     try:
-        fit = fit_curve(compute, pass_rate, min_compute=variant.run.spec.fit.min_compute)
+        fit = fit_curve(
+            compute, pass_rate, min_compute=variant.run.spec.fit.min_compute, sigma=sigma
+        )
     except ScaleRLError:  # too few points (a variant stopped or failed early)
         fit = None
     return Entry(variant.name, fit, compute, pass_rate)

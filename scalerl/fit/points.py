@@ -10,7 +10,7 @@ import csv
 import json
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,14 @@ def _check_ranges(
             f"{where(i)}: compute {c[i]:g} is smaller than the previous point's {c[i - 1]:g}; "
             "points must be sorted by increasing compute"
         )
+
+
+def standard_errors(rows: Sequence[Mapping[str, Any]], key: str) -> list[float] | None:
+    """Each evaluation's standard error (`key` of every row), for a fit weighted by them; None
+    when one lacks it (an older history): a partial set would weigh the others wrongly."""
+    values = [row.get(key) for row in rows]
+    numbers = [float(v) for v in values if isinstance(v, (int, float))]
+    return numbers if values and len(numbers) == len(values) else None
 
 
 def load_curve(path: str | Path) -> Curve:

@@ -13,6 +13,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.outlook import outlook
 from scalerl.fit.plot import plot_fit
+from scalerl.fit.points import standard_errors
 from scalerl.spec import BudgetSpec
 
 FIT_FILE = "fit.json"
@@ -34,7 +35,8 @@ def write_fit(
     confidence), the evaluation noise taken from the last evaluation's `pass_rate_se`."""
     compute = np.array([e["compute"] for e in history], dtype=float)
     pass_rate = np.array([e["pass_rate"] for e in history], dtype=float)
-    result = fit_curve(compute, pass_rate, min_compute=min_compute)
+    sigma = standard_errors(history, "pass_rate_se")
+    result = fit_curve(compute, pass_rate, min_compute=min_compute, sigma=sigma)
     end = outlook(
         result,
         budget,
@@ -48,7 +50,7 @@ def write_fit(
         **end,
         "evaluations": len(history),
         "lastStep": history[-1].get("step"),
-        "backtest": backtest(compute, pass_rate, min_compute),
+        "backtest": backtest(compute, pass_rate, min_compute, sigma),
     }
     tmp = out / (FIT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
@@ -58,7 +60,10 @@ def write_fit(
 
 
 def backtest(
-    compute: np.ndarray, pass_rate: np.ndarray, min_compute: float | None
+    compute: np.ndarray,
+    pass_rate: np.ndarray,
+    min_compute: float | None,
+    sigma: list[float] | None = None,
 ) -> dict[str, float] | None:
     """How well the first half of the evaluations predicts the last one: the trust to put in an
     extrapolation from this run. None until there are 8 evaluations."""
@@ -66,7 +71,13 @@ def backtest(
         return None
     half = len(compute) // 2
     try:
-        early = fit_curve(compute[:half], pass_rate[:half], min_compute=min_compute, bootstrap=0)
+        early = fit_curve(
+            compute[:half],
+            pass_rate[:half],
+            min_compute=min_compute,
+            bootstrap=0,
+            sigma=None if sigma is None else sigma[:half],
+        )
     except ScaleRLError:
         return None
     predicted = early.predict(float(compute[-1]))

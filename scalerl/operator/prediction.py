@@ -34,6 +34,7 @@ def predict(
     """
     from scalerl.fit import fit_curve  # late: scipy, only in the fit Job
     from scalerl.fit.outlook import outlook
+    from scalerl.fit.points import standard_errors
 
     points = sorted(evaluations, key=lambda e: e["computeHours"])
     if not points:
@@ -42,6 +43,7 @@ def predict(
         [e["computeHours"] for e in points],
         [e["passRate"] for e in points],
         min_compute=min_compute,
+        sigma=standard_errors(points, "passRateSE"),
         **fit_options,
     )
     fitted = result.to_dict()

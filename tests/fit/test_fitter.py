@@ -237,3 +237,36 @@ def test_bad_options_raise_input_error(options) -> None:
     compute, pass_rate = curve(n=20)
     with pytest.raises(InputError):
         fit_curve(compute, pass_rate, **options)
+
+
+def test_equal_standard_errors_weigh_as_no_standard_errors() -> None:
+    compute, pass_rate = curve(n=30)
+    plain = fit_curve(compute, pass_rate, bootstrap=50)
+    alike = fit_curve(compute, pass_rate, bootstrap=50, sigma=np.full(compute.size, 0.01))
+    assert (alike.A, alike.B, alike.C_mid) == pytest.approx((plain.A, plain.B, plain.C_mid))
+    assert alike.A_interval == pytest.approx(plain.A_interval)
+    assert alike.to_dict()["weighted"] and not plain.to_dict()["weighted"]
+
+
+def test_points_weigh_by_their_standard_errors() -> None:
+    # The truth, measured precisely, except four late points that are far off and say so (a
+    # standard error 20 times the others'): weighted, the fit follows the sure points.
+    truth = {"A": 0.61, "B": 1.9, "C_mid": 2500.0, "R0": 0.2}
+    compute = np.linspace(0.0, 50_000.0, 41)
+    pass_rate = np.asarray(sigmoid(compute, *truth.values()), dtype=float)
+    sigma = np.full(compute.size, 0.002)
+    off = [34, 36, 38, 40]
+    pass_rate[off] -= 0.08
+    sigma[off] = 0.04
+    plain = fit_curve(compute, pass_rate, bootstrap=0)
+    weighted = fit_curve(compute, pass_rate, bootstrap=0, sigma=sigma)
+    assert abs(weighted.A - truth["A"]) < 0.005 < abs(plain.A - truth["A"])
+
+
+@pytest.mark.parametrize(
+    "sigma", [[0.01] * 5, [0.01] * 9 + [-0.01], [0.01] * 9 + [math.nan], ["x"] * 10]
+)
+def test_bad_standard_errors_are_refused(sigma: list[object]) -> None:
+    compute, pass_rate = np.linspace(0, 10, 10), np.linspace(0.2, 0.6, 10)
+    with pytest.raises(InputError, match="sigma"):
+        fit_curve(compute, pass_rate, sigma=sigma)  # type: ignore[arg-type]
