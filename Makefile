@@ -58,6 +58,9 @@ bench: setup
 crds: setup
 	$(BIN)/python -m scalerl.operator.crd --out crds/scalerlruns.scalerl.dev.yaml
 	$(BIN)/python -m scalerl.operator.crd --out helm/scalerl/crds/scalerlruns.scalerl.dev.yaml
+	$(BIN)/python -m scalerl.operator.crd --resource sweep --out crds/scalerlsweeps.scalerl.dev.yaml
+	$(BIN)/python -m scalerl.operator.crd --resource sweep \
+		--out helm/scalerl/crds/scalerlsweeps.scalerl.dev.yaml
 
 # The operator's (it also runs the fit Job), the generator's and the trainer's images, tagged with
 # pyproject.toml's version as the chart and the operator name them. Needs a Docker engine; where

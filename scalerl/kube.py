@@ -39,6 +39,7 @@ PLURALS = {
     "JobSet": "jobsets",
     "Workload": "workloads",
     "ScaleRLRun": "scalerlruns",
+    "ScaleRLSweep": "scalerlsweeps",
 }
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 VERSION = "0.1.0"

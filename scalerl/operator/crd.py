@@ -19,7 +19,7 @@ import yaml
 
 from scalerl.operator import schema
 from scalerl.operator.names import MAX_RUN_NAME, RUN_NAME_PATTERN
-from scalerl.spec import RunSpec
+from scalerl.spec import RunSpec, SweepSpec
 
 GROUP = "scalerl.dev"
 VERSION = "v1alpha1"
@@ -204,16 +204,89 @@ def _root_schema() -> dict[str, Any]:
     }
 
 
-def render_crd() -> str:
-    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
+SWEEP_KIND, SWEEP_PLURAL = "ScaleRLSweep", "scalerlsweeps"
+SWEEP_CRD_FILE = Path("crds") / f"{SWEEP_PLURAL}.{GROUP}.yaml"
+CHART_SWEEP_CRD_FILE = Path("helm/scalerl") / SWEEP_CRD_FILE
+SWEEP_PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {
+        "name": "Leader",
+        "type": "string",
+        "jsonPath": ".status.leader",
+        "description": "The best variant so far by the paper's rule.",
+    },
+    {"name": "A", "type": "number", "jsonPath": ".status.leaderA"},
+    {"name": "Running", "type": "integer", "jsonPath": ".status.running"},
+    {"name": "Stopped", "type": "integer", "jsonPath": ".status.stopped"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+]
+
+
+def build_sweep_crd() -> dict[str, Any]:
+    """The ScaleRLSweep CRD: its spec from scalerl.spec (the base and patches are free-form
+    there; the operator checks every variant's run and says so in the status)."""
+    spec = schema.convert(SweepSpec.model_json_schema(by_alias=True, mode="validation"))
+    spec["description"] = (
+        "Variants of one ScaleRLRun spec, run, fitted, ranked; see scalerl/spec.py."
+    )
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{SWEEP_PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": SWEEP_KIND,
+                "listKind": f"{SWEEP_KIND}List",
+                "plural": SWEEP_PLURAL,
+                "singular": SWEEP_KIND.lower(),
+                "shortNames": ["srls"],
+                "categories": [CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": SWEEP_PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "ScaleRLSweep: variants of a recipe compared the "
+                            "paper's way.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": schema.sweep_status_schema(),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd(resource: str = "run") -> str:
+    crd = build_sweep_crd() if resource == "sweep" else build_crd()
+    return HEADER + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write (or check) the ScaleRLRun CRD file.")
+    parser = argparse.ArgumentParser(
+        description="Write (or check) the ScaleRLRun (or ScaleRLSweep) CRD file."
+    )
     parser.add_argument("--out", type=Path, default=CRD_FILE, help=f"default {CRD_FILE}")
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    parser.add_argument("--resource", choices=("run", "sweep"), default="run")
     args = parser.parse_args(argv)
-    text = render_crd()
+    text = render_crd(args.resource)
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""
         if current != text:

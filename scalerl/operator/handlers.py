@@ -24,11 +24,12 @@ import kopf
 from scalerl.errors import InputError
 from scalerl.kube import Kube, KubeError
 from scalerl.metrics import RunMetrics
-from scalerl.operator import lifecycle, names
+from scalerl.operator import lifecycle, names, sweeps
 from scalerl.operator.children import StaleWorkload
 from scalerl.operator.manifests import Images, NetworkSettings
 
 RUNS = ("scalerl.dev", "v1alpha1", "scalerlruns")
+SWEEPS = ("scalerl.dev", "v1alpha1", "scalerlsweeps")
 FINALIZER = "scalerl.dev/cleanup"
 ANNOTATIONS = "scalerl.dev"  # kopf's bookkeeping annotations live under our own prefix
 CHECK_INTERVAL_S = 30.0  # the periodic level-triggered check that catches missed events
@@ -119,6 +120,19 @@ def act(memo: Any, run: Any, what: Callable[[lifecycle.Context], object]) -> Non
             what(context)
     except StaleWorkload as err:
         raise kopf.TemporaryError(f"waiting for the old gang to go: {err}", delay=2) from None
+    except KubeError as err:
+        if err.transient or err.conflict:
+            raise kopf.TemporaryError(str(err), delay=5) from None
+        raise kopf.PermanentError(f"the API server refused: {err}") from None
+
+
+def act_sweep(memo: Any, sweep: Any, what: Callable[[sweeps.SweepContext], object]) -> None:
+    """Run `what` for the sweep under its lock; API errors mapped to kopf's retry semantics."""
+    meta = sweep["metadata"]
+    context = sweeps.SweepContext(memo.kube, meta["namespace"], meta["name"], post_event)
+    try:
+        with run_lock(meta["namespace"], f"sweep/{meta['name']}"):
+            what(context)
     except KubeError as err:
         if err.transient or err.conflict:
             raise kopf.TemporaryError(str(err), delay=5) from None
@@ -218,6 +232,25 @@ def register(
         broken = lifecycle.job_failure(job) is not None or lifecycle.job_suspended(job)
         if type != "DELETED" and broken:
             act(memo, _run_of(job), lambda ctx: lifecycle.on_workload_job(ctx, job))
+
+    # A sweep acts on its runs' predictions: the periodic check reads them (a run's status
+    # changes every step; a sweep's decisions need not follow each one).
+    @kopf.on.create(*SWEEPS, registry=registry, id="sweep-create")
+    @kopf.on.resume(*SWEEPS, registry=registry, id="sweep-resume")
+    @kopf.on.update(*SWEEPS, registry=registry, id="sweep-update", field="spec")
+    @kopf.timer(
+        *SWEEPS,
+        registry=registry,
+        id="sweep-check",
+        interval=check_interval_s,
+        initial_delay=check_interval_s,
+    )
+    def sweep_reconcile(body: kopf.Body, memo: Any, **_: Any) -> None:
+        act_sweep(memo, body, sweeps.reconcile)
+
+    @kopf.on.delete(*SWEEPS, registry=registry, id="sweep-delete")
+    def sweep_deleted(body: kopf.Body, memo: Any, **_: Any) -> None:
+        act_sweep(memo, body, sweeps.cleanup)
 
     @kopf.on.delete(*RUNS, registry=registry, id="delete")
     def delete(body: kopf.Body, memo: Any, **_: Any) -> None:

@@ -191,6 +191,15 @@ def _interval(description: str) -> dict[str, Any]:
     }
 
 
+def _conditions() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "items": _condition(),
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+    }
+
+
 def _condition() -> dict[str, Any]:
     return {
         "type": "object",
@@ -327,12 +336,7 @@ def status_schema() -> dict[str, Any]:
                 "description": "When the first gang since the run last ran was created (the "
                 "startup timeout counts from it).",
             },
-            "conditions": {
-                "type": "array",
-                "items": _condition(),
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-list-map-keys": ["type"],
-            },
+            "conditions": _conditions(),
             "progress": _progress(),
             "evaluationCount": _int("Evaluations made (status.evaluations may be thinned)."),
             "evaluations": _evaluations(),
@@ -345,5 +349,40 @@ def status_schema() -> dict[str, Any]:
                     "evaluations": _int("evaluationCount when the last fit Job was created."),
                 },
             },
+        },
+    }
+
+
+def sweep_status_schema() -> dict[str, Any]:
+    """status of a ScaleRLSweep, written by the operator (scalerl/operator/sweeps.py)."""
+    row = {
+        "type": "object",
+        "properties": {
+            "variant": {"type": "string"},
+            "run": {"type": "string", "nullable": True},
+            "state": {"type": "string", "enum": ["Pending", "Running", "Stopped", "Done"]},
+            "phase": {"type": "string", "nullable": True, "description": "Its run's phase."},
+            "A": _num("Its predicted A.", nullable=True),
+            "A_interval": _interval("Its A interval."),
+            "B": _num("Its B.", nullable=True),
+            "C_mid": _num("Its C_mid.", nullable=True),
+            "points": {"type": "integer", "nullable": True},
+            "computeHours": _num("Compute its run spent (its last evaluation's)."),
+            "stopReason": {"type": "string", "nullable": True},
+            "computeSaved": _num("Compute its early stop saved (to its budget).", nullable=True),
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "phase": {"type": "string", "enum": ["Running", "Succeeded", "Failed"]},
+            "message": {"type": "string"},
+            "leader": {"type": "string", "nullable": True},
+            "leaderA": _num("The leader's A.", nullable=True),
+            "running": {"type": "integer"},
+            "stopped": {"type": "integer"},
+            "computeSaved": _num("Compute the early stops saved, all variants."),
+            "leaderboard": {"type": "array", "items": row, "description": "Best first."},
+            "conditions": _conditions(),
         },
     }

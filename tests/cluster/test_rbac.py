@@ -41,10 +41,23 @@ Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb), 
 # Checked by an admission plugin on requests that name other resources, never requested itself:
 # OwnerReferencesPermissionEnforcement lets a child carry blockOwnerDeletion only for a client
 # that may update its owner's finalizers.
-ADMISSION_ONLY = {("scalerl.dev", "scalerlruns/finalizers", "update")}
+ADMISSION_ONLY = {
+    ("scalerl.dev", "scalerlruns/finalizers", "update"),
+    ("scalerl.dev", "scalerlsweeps/finalizers", "update"),  # a sweep's runs point at it
+}
 # Used only when the cluster refuses to create a gang's pods (the Job controller's FailedCreate
 # Events say why; test_operator.py meets a quota), which a run's whole life here does not.
 ON_REFUSAL = {("", "events", "list")}
+# Used only by sweeps (test_sweeps.py checks them against the audit log).
+ON_SWEEP = {
+    ("scalerl.dev", "scalerlsweeps", "list"),  # kopf's watch, where the sweeps' CRD is served
+    ("scalerl.dev", "scalerlsweeps", "watch"),
+    ("scalerl.dev", "scalerlsweeps", "get"),
+    ("scalerl.dev", "scalerlsweeps", "patch"),
+    ("scalerl.dev", "scalerlsweeps/status", "patch"),
+    ("scalerl.dev", "scalerlruns", "create"),
+    ("scalerl.dev", "scalerlruns", "delete"),
+}
 # Used only by a run in a Kueue queue (test_queue.py checks them against the audit log).
 ON_QUEUE = {
     ("jobset.x-k8s.io", "jobsets", "get"),
@@ -132,7 +145,7 @@ def test_the_cluster_role_is_exactly_what_the_operator_uses(
     allowed = granted(plane)
     assert used(events) - allowed == set(), "requests the chart's ClusterRole refuses"
     unused = allowed - used(events)
-    assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL | ON_QUEUE, (
+    assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL | ON_QUEUE | ON_SWEEP, (
         "permissions never used"
     )
 
@@ -179,7 +192,7 @@ def test_a_namespaced_install_grants_a_role_in_each_watched_namespace_only(
         in_ns = granted(plane, f"{RBAC}/namespaces/{ns}/roles/{TEAM}")
         assert used(events, TEAM_USER) - (cluster_wide | in_ns) == set()
         unused = in_ns - used(events, TEAM_USER)
-        assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL | ON_QUEUE
+        assert ADMISSION_ONLY <= unused <= ADMISSION_ONLY | ON_REFUSAL | ON_QUEUE | ON_SWEEP
 
         def may(verb: str, resource: str, namespace: str) -> bool:
             answer = plane.kubectl(

@@ -33,10 +33,31 @@ def with_spec(**spec: Any) -> dict[str, Any]:
     return run
 
 
-@pytest.mark.parametrize("path", [crd.CRD_FILE, crd.CHART_CRD_FILE], ids=str)
-def test_committed_crd_files_are_a_fresh_generation(path: Path) -> None:
+@pytest.mark.parametrize(
+    ("path", "resource"),
+    [
+        (crd.CRD_FILE, "run"),
+        (crd.CHART_CRD_FILE, "run"),
+        (crd.SWEEP_CRD_FILE, "sweep"),
+        (crd.CHART_SWEEP_CRD_FILE, "sweep"),
+    ],
+    ids=str,
+)
+def test_committed_crd_files_are_a_fresh_generation(path: Path, resource: str) -> None:
     committed = (ROOT / path).read_text()
-    assert committed == crd.render_crd(), f"{path} is stale: run `make crds`"
+    assert committed == crd.render_crd(resource), f"{path} is stale: run `make crds`"
+
+
+def test_the_sweep_crd_is_named_as_documented() -> None:
+    sweep = crd.build_sweep_crd()
+    names = sweep["spec"]["names"]
+    assert (names["kind"], names["plural"], names["shortNames"]) == (
+        "ScaleRLSweep",
+        "scalerlsweeps",
+        ["srls"],
+    )
+    columns = [c["name"] for c in sweep["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns[:5] == ["Phase", "Leader", "A", "Running", "Stopped"]
 
 
 def test_crd_names_the_resource_as_documented() -> None:
