@@ -350,7 +350,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def prediction_line(report: dict[str, Any]) -> str:
-    """fit.json in one line: the law, where the run ends, its target, and "too early"."""
+    """fit.json in one line: the law, where the run ends, its target, and TooEarly."""
+    from scalerl.fit.outlook import TOO_EARLY
+
     parts = [
         f"prediction: A = {report['A']:.3f} {_interval(report['A_interval'])}, "
         f"C_mid = {report['C_mid']:.4g}, B = {report['B']:.2f}, "
@@ -359,7 +361,7 @@ def prediction_line(report: dict[str, Any]) -> str:
     ]
     if report.get("computeToTarget") is not None:
         parts.append(f", target reached at compute {report['computeToTarget']:.4g}")
-    if report.get("confidence") == "too early":
+    if report.get("confidence") == TOO_EARLY:
         parts.append(" (too early: few evaluations past fit.minCompute)")
     return "".join(parts)
 

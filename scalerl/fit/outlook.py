@@ -10,7 +10,8 @@ from scalerl.fit.law import compute_to_reach
 from scalerl.fit.result import FitResult
 from scalerl.spec import PREDICTION_MIN_POINTS, BudgetSpec
 
-TOO_EARLY, OK = "too early", "ok"
+# One word each: a kubectl column splits on spaces.
+TOO_EARLY, OK = "TooEarly", "OK"
 
 
 def outlook(
@@ -31,8 +32,8 @@ def outlook(
     - computeToTarget: the compute at which the curve reaches budget.targetPassRate (0 where it
       starts there; null where its A does not reach it, or without a target).
     - etaSeconds: wall seconds from now to the budget and to the target, at `units`.
-    - confidence: "too early" with fewer than PREDICTION_MIN_POINTS points past the compute
-      floor (the extrapolation rests on too little), else "ok".
+    - confidence: TooEarly with fewer than PREDICTION_MIN_POINTS points past the compute
+      floor (the extrapolation rests on too little), else OK.
     """
     end, limit = budget.end(step, compute)
     reads = result.predict_interval(end, observation_se)

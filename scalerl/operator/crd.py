@@ -25,7 +25,6 @@ GROUP = "scalerl.dev"
 VERSION = "v1alpha1"
 KIND = "ScaleRLRun"
 PLURAL = "scalerlruns"
-SINGULAR = "scalerlrun"
 SHORT_NAME = "srl"
 CATEGORY = "scalerl"
 CRD_FILE = Path("crds") / f"{PLURAL}.{GROUP}.yaml"
@@ -97,7 +96,7 @@ ROOT_RULES = [
     }
 ]
 
-PRINTER_COLUMNS = [
+PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
     {
@@ -122,7 +121,7 @@ PRINTER_COLUMNS = [
         "name": "Confidence",
         "type": "string",
         "jsonPath": ".status.prediction.confidence",
-        "description": "'too early' while the prediction rests on too few points.",
+        "description": "TooEarly while the prediction rests on too few points.",
     },
     {
         "name": "Trunc",
@@ -159,19 +158,26 @@ def spec_schema() -> dict[str, Any]:
 
 
 def build_crd() -> dict[str, Any]:
+    return _crd(KIND, PLURAL, SHORT_NAME, PRINTER_COLUMNS, _root_schema())
+
+
+def _crd(
+    kind: str, plural: str, short_name: str, columns: list[dict[str, Any]], root: dict[str, Any]
+) -> dict[str, Any]:
+    """A namespaced CRD of ours: one served version with a status subresource."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "metadata": {"name": f"{plural}.{GROUP}"},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": [SHORT_NAME],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short_name],
                 "categories": [CATEGORY],
             },
             "versions": [
@@ -180,8 +186,8 @@ def build_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": _root_schema()},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": root},
                 }
             ],
         },
@@ -204,10 +210,10 @@ def _root_schema() -> dict[str, Any]:
     }
 
 
-SWEEP_KIND, SWEEP_PLURAL = "ScaleRLSweep", "scalerlsweeps"
+SWEEP_KIND, SWEEP_PLURAL, SWEEP_SHORT_NAME = "ScaleRLSweep", "scalerlsweeps", "srls"
 SWEEP_CRD_FILE = Path("crds") / f"{SWEEP_PLURAL}.{GROUP}.yaml"
 CHART_SWEEP_CRD_FILE = Path("helm/scalerl") / SWEEP_CRD_FILE
-SWEEP_PRINTER_COLUMNS = [
+SWEEP_PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {
         "name": "Leader",
@@ -230,47 +236,19 @@ def build_sweep_crd() -> dict[str, Any]:
     spec["description"] = (
         "Variants of one ScaleRLRun spec, run, fitted, ranked; see scalerl/spec.py."
     )
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{SWEEP_PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": SWEEP_KIND,
-                "listKind": f"{SWEEP_KIND}List",
-                "plural": SWEEP_PLURAL,
-                "singular": SWEEP_KIND.lower(),
-                "shortNames": ["srls"],
-                "categories": [CATEGORY],
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": SWEEP_PRINTER_COLUMNS,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "ScaleRLSweep: variants of a recipe compared the "
-                            "paper's way.",
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec,
-                                "status": schema.sweep_status_schema(),
-                            },
-                        }
-                    },
-                }
-            ],
+    root = {
+        "type": "object",
+        "description": "ScaleRLSweep: variants of a recipe compared the paper's way.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": schema.sweep_status_schema(),
         },
     }
+    return _crd(SWEEP_KIND, SWEEP_PLURAL, SWEEP_SHORT_NAME, SWEEP_PRINTER_COLUMNS, root)
 
 
 def render_crd(resource: str = "run") -> str:

@@ -116,10 +116,18 @@ def act(memo: Any, run: Any, what: Callable[[lifecycle.Context], object]) -> Non
     network = getattr(memo, "network", None) or NetworkSettings()
     context = lifecycle.Context(memo.kube, memo.images, owner, post_event, network)
     try:
-        with run_lock(owner.namespace, owner.name):
+        with run_lock(owner.namespace, owner.name), kube_errors():
             what(context)
     except StaleWorkload as err:
         raise kopf.TemporaryError(f"waiting for the old gang to go: {err}", delay=2) from None
+
+
+@contextmanager
+def kube_errors() -> Iterator[None]:
+    """API errors as kopf's retry semantics: transient ones and conflicts again soon, the rest
+    never (the handler's error says what the server refused)."""
+    try:
+        yield
     except KubeError as err:
         if err.transient or err.conflict:
             raise kopf.TemporaryError(str(err), delay=5) from None
@@ -130,13 +138,8 @@ def act_sweep(memo: Any, sweep: Any, what: Callable[[sweeps.SweepContext], objec
     """Run `what` for the sweep under its lock; API errors mapped to kopf's retry semantics."""
     meta = sweep["metadata"]
     context = sweeps.SweepContext(memo.kube, meta["namespace"], meta["name"], post_event)
-    try:
-        with run_lock(meta["namespace"], f"sweep/{meta['name']}"):
-            what(context)
-    except KubeError as err:
-        if err.transient or err.conflict:
-            raise kopf.TemporaryError(str(err), delay=5) from None
-        raise kopf.PermanentError(f"the API server refused: {err}") from None
+    with run_lock(meta["namespace"], f"sweep/{meta['name']}"), kube_errors():
+        what(context)
 
 
 def register(

@@ -303,8 +303,8 @@ def _prediction() -> dict[str, Any]:
             },
             "confidence": {
                 "type": "string",
-                "enum": ["too early", "ok"],
-                "description": f"'too early' while fewer than {_spec.PREDICTION_MIN_POINTS} "
+                "enum": ["TooEarly", "OK"],
+                "description": f"TooEarly while fewer than {_spec.PREDICTION_MIN_POINTS} "
                 "evaluations lie past fit.minCompute: the numbers are an extrapolation that "
                 "rests on too little.",
             },

@@ -691,7 +691,17 @@ def test_kubectl_get_srl_shows_the_prediction_columns(
             },
         )
         out = plane.kubectl("get", "srl", "-n", ns).splitlines()
-    assert out[0].split() == ["NAME", "PHASE", "STEP", "PASSRATE", "A", "C_MID", "TRUNC", "AGE"]
+    assert out[0].split() == [
+        "NAME",
+        "PHASE",
+        "STEP",
+        "PASSRATE",
+        "A",
+        "C_MID",
+        "CONFIDENCE",
+        "TRUNC",
+        "AGE",
+    ]
     assert out[1].split()[:7] == ["r1", "Starting", "420", "0.52", "0.61", "2542", "0.031"]
 
 

@@ -34,7 +34,7 @@ def test_the_compute_and_time_to_a_target_are_where_the_curve_reaches_it() -> No
     # Already past it at compute 3.0: no time left. The budget, 3 compute-hours away at 4
     # units (GPUs) per wall hour: 45 minutes.
     assert said["etaSeconds"] == {"budget": pytest.approx(3.0 / 4 * 3600), "target": 0.0}
-    assert said["confidence"] == "ok"
+    assert said["confidence"] == "OK"
 
 
 def test_a_target_ahead_is_reached_at_the_run_s_rate() -> None:
@@ -68,5 +68,5 @@ def test_too_few_points_past_the_floor_is_too_early() -> None:
     early = fit_curve(compute, rates, min_compute=float(floor))
     assert early.points == PREDICTION_MIN_POINTS - 1
     said = outlook(early, BudgetSpec(), step=150, compute=3.0, units=1)
-    assert said["confidence"] == "too early"
+    assert said["confidence"] == "TooEarly"
     assert math.isfinite(said["predictedAtBudget"])

@@ -76,7 +76,7 @@ def test_printer_columns_show_phase_progress_and_prediction() -> None:
         "PassRate": ".status.progress.evalPassRate",
         "A": ".status.prediction.A",
         "C_mid": ".status.prediction.C_mid",
-        "Confidence": ".status.prediction.confidence",  # "too early" says the numbers are not
+        "Confidence": ".status.prediction.confidence",  # TooEarly says the numbers are not
         "Trunc": ".status.progress.truncationRate",
         "Age": ".metadata.creationTimestamp",
         "Message": ".status.message",  # -o wide only: why the run is in its phase
