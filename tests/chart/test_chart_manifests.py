@@ -113,10 +113,14 @@ def test_every_built_in_object_passes_kubernetes_schemas(
         validate_builtin(obj)
 
 
-def test_the_crd_passes_kubernetes_schemas() -> None:
+def test_the_crds_pass_kubernetes_schemas() -> None:
     found = crds()
-    assert [crd["kind"] for crd in found] == ["CustomResourceDefinition"]
+    assert sorted(crd["metadata"]["name"] for crd in found) == [
+        "scalerlruns.scalerl.dev",
+        "scalerlsweeps.scalerl.dev",
+    ]
     for crd in found:
+        assert crd["kind"] == "CustomResourceDefinition"
         validate_builtin(crd)
 
 
