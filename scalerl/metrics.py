@@ -90,6 +90,8 @@ RUN_GAUGES = {
     "predicted_r0": "Pass rate at zero compute the fit anchors the curve at (R0).",
     "target_asymptote": "The run's target: spec.budget.stopWhen.predictedABelow (absent if none).",
     "gang_restarts": "Gang restarts from the last checkpoint so far.",
+    "sweep_variant_stopped": "1 once the run's ScaleRLSweep stopped it (a variant whose A "
+    "interval lies below the best one's), else 0; absent for a run of no sweep.",
 }
 # Fit result key -> the gauge it sets.
 FIT_GAUGES = {
@@ -198,6 +200,13 @@ class RunMetrics:
             self._remove("target_asymptote", namespace, run)
         else:
             self._gauges["target_asymptote"].labels(namespace, run).set(target)
+
+    def set_sweep_stopped(self, namespace: str, run: str, stopped: bool | None) -> None:
+        """Whether the run's sweep stopped it (None: the run belongs to no sweep)."""
+        if stopped is None:
+            self._remove("sweep_variant_stopped", namespace, run)
+        else:
+            self._gauges["sweep_variant_stopped"].labels(namespace, run).set(float(stopped))
 
     def set_restarts(self, namespace: str, run: str, restarts: int) -> None:
         self._gauges["gang_restarts"].labels(namespace, run).set(restarts)

@@ -55,11 +55,13 @@ def in_use(metrics: TrainerMetrics | GeneratorMetrics) -> TrainerMetrics | Gener
 
 
 def run_metrics(run: str, namespace: str = "team-a") -> RunMetrics:
-    """The runner's (or operator's) gauges once a run has a fit, a target and a restart."""
+    """The runner's (or operator's) gauges once a run (a sweep's variant) has a fit, a target
+    and a restart."""
     metrics = RunMetrics()
     metrics.set_prediction(namespace, run, {"A": 0.8, "B": 1.5, "C_mid": 120.0, "R0": 0.1})
     metrics.set_target(namespace, run, 0.5)
     metrics.set_restarts(namespace, run, 1)
+    metrics.set_sweep_stopped(namespace, run, False)
     return metrics
 
 
@@ -137,6 +139,7 @@ def test_same_named_runs_in_two_namespaces_keep_separate_run_series() -> None:
         metrics.set_prediction(namespace, "foo", {"A": a, "B": 1.0, "C_mid": 10.0, "R0": 0.1})
         metrics.set_target(namespace, "foo", target)
         metrics.set_restarts(namespace, "foo", restarts)
+        metrics.set_sweep_stopped(namespace, "foo", namespace == "team-b")
 
     def sample(name: str, namespace: str) -> float | None:
         labels = {"namespace": namespace, "run": "foo"}
@@ -144,12 +147,18 @@ def test_same_named_runs_in_two_namespaces_keep_separate_run_series() -> None:
 
     both = {
         name: (sample(name, "team-a"), sample(name, "team-b"))
-        for name in ("predicted_asymptote", "target_asymptote", "gang_restarts")
+        for name in (
+            "predicted_asymptote",
+            "target_asymptote",
+            "gang_restarts",
+            "sweep_variant_stopped",
+        )
     }
     assert both == {
         "predicted_asymptote": (0.8, 0.6),
         "target_asymptote": (0.5, 0.7),
         "gang_restarts": (1, 3),
+        "sweep_variant_stopped": (0, 1),
     }
     # Deleting foo in team-a takes its series only.
     metrics.forget("team-a", "foo")

@@ -89,13 +89,18 @@ def network_from_environ() -> NetworkSettings:
 
 
 def export_metrics(metrics: RunMetrics, run: dict[str, Any], deleted: bool) -> None:
-    """The run-level gauges (prediction, target, gang restarts) from the run's own object."""
-    namespace, name = run["metadata"]["namespace"], run["metadata"]["name"]
+    """The run-level gauges (prediction, target, gang restarts, whether its sweep stopped it)
+    from the run's own object."""
+    meta = run["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
     if deleted:
         metrics.forget(namespace, name)
         return
     status = run.get("status") or {}
     metrics.set_restarts(namespace, name, int(status.get("restarts") or 0))
+    in_sweep = sweeps.LABEL_SWEEP in (meta.get("labels") or {})
+    stopped = sweeps.STOPPED_BY in (meta.get("annotations") or {})
+    metrics.set_sweep_stopped(namespace, name, stopped if in_sweep else None)
     if status.get("prediction"):
         metrics.set_prediction(namespace, name, status["prediction"])
     # Read raw, not parsed: a gauge must not wait for an invalid spec to be fixed.

@@ -51,6 +51,7 @@ ALERTS = [
     "ScaleRLPredictedBelowTarget",
     "ScaleRLPredictionFalling",
     "ScaleRLGangRestarted",
+    "ScaleRLSweepVariantStopped",
 ]
 TEAM = "team-a"  # the namespace of the run's pods in the cluster examples
 LOCAL_NAMESPACE = "local"  # a local run's (ScaleRLRun.namespace)
@@ -208,9 +209,12 @@ def test_every_metric_a_rule_reads_is_exported() -> None:
 
 
 def test_every_rule_aggregates_per_run_and_has_the_severity() -> None:
-    for alert, rule in rules_by_alert(rule_groups({"alerts": {"severity": "page"}})).items():
+    values = {"alerts": {"severity": "page", "sweepStopped": {"severity": "note"}}}
+    for alert, rule in rules_by_alert(rule_groups(values)).items():
         assert "by (namespace, run" in rule["expr"], alert
-        assert rule["labels"] == {"severity": "page"}, alert
+        # A sweep's stop is its decision, not a fault: news, at its own severity.
+        own = "note" if alert == "ScaleRLSweepVariantStopped" else "page"
+        assert rule["labels"] == {"severity": own}, alert
 
 
 def test_every_label_a_rule_reads_is_one_the_code_sets() -> None:
@@ -591,6 +595,21 @@ EXAMPLES = [
         [],
         id="restarted-quiet-when-the-run-is-created-again",
     ),
+    # ScaleRLSweepVariantStopped (at once; its own severity)
+    pytest.param(
+        "ScaleRLSweepVariantStopped",
+        local("scalerl_sweep_variant_stopped", "0x10 1x30"),
+        "15m",
+        [labels("r1", severity="info")],
+        id="sweep-stopped-fires-once-stopped",
+    ),
+    pytest.param(
+        "ScaleRLSweepVariantStopped",
+        local("scalerl_sweep_variant_stopped", "0x40"),
+        "15m",
+        [],
+        id="sweep-stopped-quiet-while-in-the-race",
+    ),
 ]
 
 
@@ -673,6 +692,12 @@ ANNOTATIONS = {
         "Run local/r1 restarted from its last checkpoint",
         "Gang restarts of run local/r1 from its last checkpoint over the last 1h: 1.",
     ),
+    "ScaleRLSweepVariantStopped": (
+        "Run local/r1 was stopped early by its sweep",
+        "Its ScaleRLSweep stopped run local/r1, one of its variants: its predicted A interval lies"
+        " below the best variant's. Its checkpoints are kept; kubectl get srls shows the leader,"
+        " and the run's annotation scalerl.dev/stopped-by-sweep says why.",
+    ),
 }
 
 
@@ -691,7 +716,7 @@ def test_annotations_name_the_run(promtool: Path, tmp_path: Path) -> None:
         summary, description = ANNOTATIONS[alert]
         expanded = {"summary": summary, "description": description}
         tests.append(unit_test(series, check(alert, at, fires, expanded)))
-    # All ten in one promtool run: with annotations this time.
+    # All of them in one promtool run: with annotations this time.
     run_unit_tests(promtool, tmp_path, rule_groups(), tests)
 
 

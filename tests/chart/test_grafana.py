@@ -40,6 +40,8 @@ REQUIRED_PANELS = [
     "Predicted A and C_mid",
     "Held-out pass rate (mean@k)",
     "Train batch pass rate",
+    "Sweep variants: predicted A",
+    "Sweep variants stopped early",
 ]
 
 # Non-default values for every knob the Grafana objects read.

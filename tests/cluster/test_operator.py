@@ -719,6 +719,7 @@ def test_the_operator_exports_each_runs_prediction_target_and_restarts(
         wait_for(lambda: sample("gang_restarts") == 0, "the restarts gauge")
         assert sample("target_asymptote") == 0.5
         assert sample("predicted_asymptote") is None  # no fit yet: no series, not a zero
+        assert sample("sweep_variant_stopped") is None  # a run of no sweep
         fit = {"A": 0.61, "B": 1.4, "C_mid": 2542.0, "R0": 0.05, "points": 5}
         patch_run_status(plane, ns, {"prediction": fit})
         wait_for(lambda: sample("predicted_asymptote") == 0.61, "the prediction")

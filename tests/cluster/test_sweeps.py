@@ -25,6 +25,7 @@ from runs import (
 from small_run import run_manifest
 from test_rbac import ON_SWEEP, used
 
+from scalerl.metrics import RunMetrics
 from scalerl.operator.names import LABEL_ROLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +80,15 @@ def test_a_sweep_runs_its_variants_stops_the_loser_and_reports_the_leader(
     plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/scalerlsweeps.scalerl.dev.yaml"))
     established(plane, "scalerlsweeps.scalerl.dev")
     since = time.time()
-    with in_thread(plane, operator_kubeconfig, namespaces=[], check_interval_s=1.0):
+    metrics = RunMetrics()
+
+    def stopped(run: str) -> float | None:
+        labels = {"namespace": ns, "run": run}
+        return metrics.registry.get_sample_value("scalerl_sweep_variant_stopped", labels)
+
+    with in_thread(
+        plane, operator_kubeconfig, namespaces=[], check_interval_s=1.0, metrics=metrics
+    ):
         code, body = plane.api("POST", f"{SWEEPS}/{ns}/scalerlsweeps", sweep_manifest(ns))
         assert code == 201, body
         # maxParallel 2: the first two variants' runs, owned by the sweep; not the third yet.
@@ -123,6 +132,9 @@ def test_a_sweep_runs_its_variants_stops_the_loser_and_reports_the_leader(
             in bad["metadata"]["annotations"]["scalerl.dev/stopped-by-sweep"]
         )
         wait_for(lambda: gang(plane, ns, "sw-bad") == [], "the loser's pods gone")
+        # What the dashboard's sweep row and ScaleRLSweepVariantStopped read.
+        wait_for(lambda: stopped("sw-bad") == 1.0, "the loser's gauge")
+        assert stopped("sw-good") == 0.0
         # Its slot is free: the third variant starts.
         wait_for(lambda: get_run(plane, ns, "sw-third"), "the third variant's run")
         wait_for(lambda: sweep_status(plane, ns).get("stopped") == 1, "the sweep's count")
