@@ -148,9 +148,14 @@ def act_sweep(memo: Any, sweep: Any, what: Callable[[sweeps.SweepContext], objec
 
 
 def register(
-    registry: kopf.OperatorRegistry, *, check_interval_s: float = CHECK_INTERVAL_S
+    registry: kopf.OperatorRegistry,
+    *,
+    check_interval_s: float = CHECK_INTERVAL_S,
+    sweep_interval_s: float | None = None,
 ) -> None:
-    """Register every handler of the operator in `registry`."""
+    """Register every handler of the operator in `registry`: the runs' periodic check every
+    `check_interval_s`, the sweeps' every `sweep_interval_s` (default the same)."""
+    sweep_every = check_interval_s if sweep_interval_s is None else sweep_interval_s
 
     @kopf.on.startup(registry=registry, id="configure")
     def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
@@ -250,8 +255,8 @@ def register(
         *SWEEPS,
         registry=registry,
         id="sweep-check",
-        interval=check_interval_s,
-        initial_delay=check_interval_s,
+        interval=sweep_every,
+        initial_delay=sweep_every,
     )
     def sweep_reconcile(body: kopf.Body, memo: Any, **_: Any) -> None:
         act_sweep(memo, body, sweeps.reconcile)

@@ -127,18 +127,20 @@ def in_thread(
     *,
     metrics: RunMetrics | None = None,
     check_interval_s: float = 3600.0,
+    sweep_interval_s: float | None = None,
     images: Images | None = None,
 ) -> Iterator[OperatorThread]:
     """The operator's handlers in kopf, in a thread, as the chart's ServiceAccount.
 
-    The periodic check is off by default: tests prove the event-driven paths."""
+    The periodic checks are off by default: tests prove the event-driven paths. A sweep acts on
+    its periodic check only (`sweep_interval_s`, default the runs')."""
     import kopf
 
     from scalerl.operator.handlers import register
     from scalerl.operator.main import only_these_namespaces
 
     registry = kopf.OperatorRegistry()
-    register(registry, check_interval_s=check_interval_s)
+    register(registry, check_interval_s=check_interval_s, sweep_interval_s=sweep_interval_s)
     only_these_namespaces(registry, namespaces)
     user = json.loads(kubeconfig.read_text())["users"][0]["user"]
 
