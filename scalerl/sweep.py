@@ -103,7 +103,8 @@ def start_due(sweep: ScaleRLSweep, variants: list[Variant], out: Path) -> None:
         if variant.phase != PENDING:
             continue
         spec_path = out / "specs" / f"{variant.name}.yaml"
-        document = variant.run.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # Nulls kept: a null is a choice (thinkEnd: null is a model that does not think).
+        document = variant.run.model_dump(by_alias=True, mode="json")
         spec_path.write_text(yaml.safe_dump(document, sort_keys=False))
         with (out / f"{variant.name}.log").open("ab") as log_file:
             variant.proc = subprocess.Popen(

@@ -100,3 +100,23 @@ def refit_b(run_dir: Path, A: float) -> float:
     compute = [r["compute"] for r in rows]
     rates = [r["pass_rate"] for r in rows]
     return fit_curve(compute, rates, min_compute=0.0, bootstrap=0, a_fixed=A).B
+
+
+def test_a_null_in_the_base_stays_a_choice_in_every_variant(tmp_path: Path) -> None:
+    # A model that does not think says thinkEnd: null; left out, the default would make it one.
+    from scalerl.spec import load_run
+    from scalerl.sweep import Variant, start_due
+
+    body = sweep(variants=[{"name": "plain"}], maxParallel=1)
+    body["spec"]["base"]["model"]["thinkEnd"] = None
+    body["spec"]["base"]["recipe"]["length"]["interruption"] = {"enabled": False}
+    parsed = parse_sweep(body)
+    (run,) = parsed.variant_runs().values()
+    assert run.spec.model.think_end is None
+    variant = Variant("plain", run, tmp_path / "plain")
+    (tmp_path / "specs").mkdir()
+    start_due(parsed, [variant], tmp_path)
+    assert variant.proc is not None
+    variant.proc.kill()
+    variant.proc.wait()
+    assert load_run(tmp_path / "specs" / "plain.yaml").spec.model.think_end is None

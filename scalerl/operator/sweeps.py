@@ -143,7 +143,7 @@ def run_object(sweep_obj: dict[str, Any], variant: str, run: ScaleRLRun) -> dict
                 }
             ],
         },
-        "spec": run.spec.model_dump(by_alias=True, mode="json", exclude_none=True),
+        "spec": run.spec.model_dump(by_alias=True, mode="json"),  # nulls are choices too
     }
 
 
