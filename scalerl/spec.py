@@ -763,11 +763,20 @@ class Metadata(BaseModel):
     namespace: str | None = None
 
 
-class ScaleRLRun(BaseModel):
+class _Resource(BaseModel):
+    """A scalerl.dev object: its apiVersion, kind and metadata as Kubernetes has them."""
+
     model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
     api_version: Literal["scalerl.dev/v1alpha1"] = Field(alias="apiVersion")
-    kind: Literal["ScaleRLRun"]
     metadata: Metadata
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+class ScaleRLRun(_Resource):
+    kind: Literal["ScaleRLRun"]
     spec: RunSpec
 
     @model_validator(mode="after")
@@ -776,10 +785,6 @@ class ScaleRLRun(BaseModel):
         if len(name) > 63 or not _DNS_LABEL.match(name):
             raise ValueError(f"metadata.name {name!r} must be a DNS-1123 label (a-z, 0-9, '-')")
         return self
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
     @property
     def namespace(self) -> str:
@@ -844,16 +849,9 @@ class SweepSpec(_Model):
         return self
 
 
-class ScaleRLSweep(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
-    api_version: Literal["scalerl.dev/v1alpha1"] = Field(alias="apiVersion")
+class ScaleRLSweep(_Resource):
     kind: Literal["ScaleRLSweep"]
-    metadata: Metadata
     spec: SweepSpec
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
     def variant_runs(self) -> dict[str, ScaleRLRun]:
         """Each variant's run, by variant name: spec.base with the variant's patch, named

@@ -184,12 +184,12 @@ def reconcile(ctx: Context, *, new: bool = False) -> None:
             ctx.emit(run_obj, WARNING, "InvalidSpec", "; ".join(problems))
         return
     if status_of(run_obj).get("phase") in TERMINAL:
-        children.remove_workloads(ctx.kube, ctx.owner, queued=queued(run_obj))
+        children.remove_workloads(ctx.kube, ctx.owner, queued=run.queue_name is not None)
         return
     attempt = int(status_of(run_obj).get("restarts", 0))
     children.ensure_static(ctx.kube, run, ctx.owner, ctx.network, attempt, new=new)
     if run.spec.suspend:
-        suspend(ctx, run_obj, generation)
+        suspend(ctx, run, run_obj, generation)
         return
     try:
         start(ctx, run, run_obj, generation, new=new)
@@ -217,7 +217,9 @@ def no_queue(ctx: Context, run_obj: dict[str, Any], message: str) -> None:
         ctx.emit(run_obj, WARNING, "NoJobSetAPI", message)
 
 
-def suspend(ctx: Context, run_obj: dict[str, Any], generation: dict[str, Any]) -> None:
+def suspend(
+    ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], generation: dict[str, Any]
+) -> None:
     written = transition(
         ctx.status,
         not_terminal,
@@ -229,7 +231,7 @@ def suspend(ctx: Context, run_obj: dict[str, Any], generation: dict[str, Any]) -
         ],
         fields=generation,
     )
-    children.remove_workloads(ctx.kube, ctx.owner, queued=queued(run_obj))
+    children.remove_workloads(ctx.kube, ctx.owner, queued=run.queue_name is not None)
     if written and "phase" in written:
         ctx.emit(run_obj, NORMAL, "Suspended", "pods removed; checkpoints kept")
 

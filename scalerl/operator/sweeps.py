@@ -63,17 +63,20 @@ def reconcile(ctx: SweepContext) -> None:
         if write_status(ctx, sweep_obj, {"phase": "Failed", "message": message}, False, message):
             ctx.emit(sweep_obj, "Warning", "InvalidSpec", "; ".join(err.problems)[:1024])
         return
+    # One list of the runs a check: the create and the patch below answer with the object.
     existing = ctx.runs()
     for variant, run in start_due(sweep, runs, existing).items():
-        ctx.kube.create(run_object(sweep_obj, variant, run))
+        created = ctx.kube.create(run_object(sweep_obj, variant, run))
+        if created is None:  # it was there already: a check that raced this one made it
+            continue
+        existing[variant] = created
         ctx.emit(sweep_obj, "Normal", "VariantStarted", f"run {run.name} for variant {variant}")
-    existing = ctx.runs()
     for variant, reason in stop_losers(sweep, existing).items():
         body = {"metadata": {"annotations": {STOPPED_BY: reason}}, "spec": {"suspend": True}}
         name = existing[variant]["metadata"]["name"]
-        ctx.kube.patch(API_VERSION, KIND, ctx.namespace, name, body)
+        existing[variant] = ctx.kube.patch(API_VERSION, KIND, ctx.namespace, name, body)
         ctx.emit(sweep_obj, "Normal", "VariantStopped", f"variant {variant} stopped: {reason}")
-    board = leaderboard(sweep, ctx.runs())
+    board = leaderboard(sweep, existing)
     write_status(ctx, sweep_obj, summary(sweep, board), True, "runs in place")
 
 
