@@ -99,7 +99,8 @@ def refit_b(run_dir: Path, A: float) -> float:
     rows = read_history(run_dir / "history.jsonl")
     compute = [r["compute"] for r in rows]
     rates = [r["pass_rate"] for r in rows]
-    return fit_curve(compute, rates, min_compute=0.0, bootstrap=0, a_fixed=A).B
+    errors = [r["pass_rate_se"] for r in rows]  # fits weigh each evaluation by its own SE
+    return fit_curve(compute, rates, min_compute=0.0, bootstrap=0, a_fixed=A, sigma=errors).B
 
 
 def test_a_null_in_the_base_stays_a_choice_in_every_variant(tmp_path: Path) -> None:
