@@ -1,7 +1,7 @@
 """Benchmark: are the fit's 95 % intervals 95 %? Backtests on synthetic runs drawn from the law
 with the noise our evaluations have.
 
-    .venv/bin/python bench/calibration.py [--draws N] [--seed S] [--runs SEED ...]
+    .venv/bin/python bench/calibration.py [--draws N] [--seed S] [--runs SEED ... [--work DIR]]
 
 Each scenario is a run's curve (the demo's fit, the paper's Table 1 8B row, and a curve still far
 from its asymptote at the run's end). A draw evaluates it every few steps the way a run does:
@@ -15,6 +15,10 @@ below R (1 - R)), so these draws are no easier than a run's. For each draw the f
   last evaluation a run would observe?
 - the whole run: does its A interval hold the true A?
 
+and the half-run fit's own check (`scalerl.fit.backtest`: its first half, a quarter of the run,
+asked what the half-way evaluation would read): how often it says Misfit on runs that follow the
+law (a false alarm), and how often the predictive interval holds when it says OK.
+
 Prints, per scenario and fit, the coverage of each nominal 95 % interval (with its binomial
 standard error over the draws) and the median width. The target is coverage of at least 90 %
 with intervals no wider than needed; a fit that fails counts as a miss and is reported.
@@ -26,7 +30,8 @@ standard error as a run measures it (binomial from the observed pass rate; `fit_
 seed re-reads the same draws every time), of the demo and of chat-arith in one process
 (`placement: colocated`, an evaluation every 5 steps): fitted on the evaluations of the first
 half of the run's compute, does the interval for what the last evaluation will read hold what it
-read? A few minutes per run on 2 cores.
+read? And what the half-run fit's own check said: the runs it calls Misfit are those a user
+was told not to trust. A few minutes per run on 2 cores.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import numpy as np
 
 from scalerl.errors import ScaleRLError
 from scalerl.fit import FitResult, fit_curve, sigmoid
+from scalerl.fit.backtest import backtest as self_check
 from scalerl.runfile import run_command, write_variant
 from scalerl.status.history import read_history
 
@@ -104,8 +110,13 @@ class Tally:
         self.widths.append(interval[1] - interval[0])
         self.hits += interval[0] <= value <= interval[1]
 
+    def count(self, happened: bool) -> None:
+        """A rate rather than a coverage: `hits` counts the draws where it happened."""
+        self.trials += 1
+        self.hits += happened
+
     def row(self, label: str) -> str:
-        cover = self.hits / self.trials
+        cover = self.hits / self.trials if self.trials else math.nan
         se = math.sqrt(cover * (1 - cover) / self.trials)
         width = statistics.median(self.widths) if self.widths else math.nan
         return f"  {label:<36}{cover:>8.1%} ± {se:>5.1%}{width:>14.4f}"
@@ -120,6 +131,8 @@ def backtest(scenario: Scenario, draws: int, seed: int, weighted: bool) -> dict[
         "half: truth at end",
         "half: last eval, curve's band",
         "half: last eval, predictive",
+        "half: said Misfit (false alarm)",
+        "half: last eval, predictive, if OK",
         "all: A",
     )
     tallies = {label: Tally() for label in labels}
@@ -139,6 +152,13 @@ def backtest(scenario: Scenario, draws: int, seed: int, weighted: bool) -> dict[
         tallies["half: truth at end"].add(band, true_end)
         tallies["half: last eval, curve's band"].add(band, float(pass_rate[-1]))
         tallies["half: last eval, predictive"].add(reads, float(pass_rate[-1]))
+        check = self_check(
+            compute[half], pass_rate[half], sigma=None if se is None else se[half], seed=seed + i
+        )
+        misfit = check is not None and check.inside is False
+        tallies["half: said Misfit (false alarm)"].count(misfit)
+        if not misfit:
+            tallies["half: last eval, predictive, if OK"].add(reads, float(pass_rate[-1]))
         tallies["all: A"].add(whole.A_interval if whole else None, scenario.A)
     if failures:
         print(f"  ({failures} fits of {2 * draws} failed and count as misses)")
@@ -165,13 +185,17 @@ REAL_RUNS = {
 
 
 def backtest_runs(seeds: list[int], work: Path) -> None:
-    """Each real run fitted on its first half; the last evaluation against the interval for it."""
+    """Each real run fitted on its first half; the last evaluation against the interval for it,
+    and what the half-run fit's own check (its first quarter against its last point) said."""
     print(
         f"real runs, colocated, seeds {seeds}: half-run fit weighted by each evaluation's SE, "
-        "the last evaluation's interval"
+        "the last evaluation's interval; what the half-run fit's own check said"
     )
-    print(f"  {'run':<20}{'last eval':>10}{'SE':>8}{'predicted':>11}{'95 % interval':>19}  in")
-    hits, widths = 0, []
+    print(
+        f"  {'run':<20}{'last eval':>10}{'SE':>8}{'predicted':>11}{'95 % interval':>19}  "
+        f"{'in':<5}half said"
+    )
+    hits, widths, trusted = 0, [], []
     for name, (example, changes) in REAL_RUNS.items():
         for seed in seeds:
             history = _run(example, changes, seed, work / f"{name}-{seed}")
@@ -180,20 +204,31 @@ def backtest_runs(seeds: list[int], work: Path) -> None:
             sigma = np.array([row.get("pass_rate_se") or 0.0 for row in history])
             half = compute <= compute[-1] / 2
             early = fit_curve(compute[half], pass_rate[half], seed=seed, sigma=sigma[half])
+            check = self_check(compute[half], pass_rate[half], sigma=sigma[half], seed=seed)
+            said = "-" if check is None else "OK" if check.inside else "Misfit"
             last, se = float(pass_rate[-1]), float(history[-1]["pass_rate_se"])
             lo, hi = early.predict_interval(float(compute[-1]), se) or (math.nan, math.nan)
             inside = lo <= last <= hi
             hits += inside
             widths.append(hi - lo)
+            if said != "Misfit":
+                trusted.append(inside)
             print(
                 f"  {f'{name} seed {seed}':<20}{last:>10.3f}{se:>8.3f}"
                 f"{early.predict(float(compute[-1])):>11.3f}     [{lo:.3f}, {hi:.3f}]  "
-                f"{'yes' if inside else 'NO'}"
+                f"{'yes' if inside else 'NO':<5}{said}"
             )
     print(f"  {hits} of {len(widths)} inside; median width {statistics.median(widths):.3f}")
+    print(
+        f"  of the {len(trusted)} the half-run check did not call Misfit, {sum(trusted)} inside; "
+        f"{len(widths) - len(trusted)} called Misfit"
+    )
 
 
 def _run(example: Path, changes: dict[str, object], seed: int, out: Path) -> list[dict[str, Any]]:
+    """The run's history; a run already in `out` (a finished one, `--work`) is read again."""
+    if (out / "history.jsonl").exists():
+        return read_history(out / "history.jsonl")
     spec = write_variant(example, out.with_suffix(".yaml"), changes, {"seed": seed},
                          {"evaluation": {"everySteps": 5}})  # fmt: skip
     subprocess.run(run_command(spec, out), check=True, capture_output=True, timeout=1800)
@@ -206,6 +241,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--runs", type=int, nargs="*", metavar="SEED", help="also backtest real runs, one a seed"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="keep the real runs here; a run already there is read, not run again",
     )
     args = parser.parse_args()
     started = time.perf_counter()
@@ -222,7 +263,9 @@ def main() -> None:
             print(f"  {f'nominal 95 % interval, {how}':<36}{'coverage':>17}{'median width':>14}")
             for label, tally in backtest(scenario, args.draws, args.seed, weighted).items():
                 print(tally.row(label))
-    if args.runs:
+    if args.runs and args.work:
+        backtest_runs(args.runs, args.work)
+    elif args.runs:
         with tempfile.TemporaryDirectory() as work:
             backtest_runs(args.runs, Path(work))
     print(f"{time.perf_counter() - started:.0f} s")

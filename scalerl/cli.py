@@ -352,6 +352,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def prediction_line(report: dict[str, Any]) -> str:
     """fit.json in one line: the law, where the run ends, its target, and TooEarly."""
     from scalerl.fit.outlook import TOO_EARLY
+    from scalerl.operator.prediction import misfit_note
 
     parts = [
         f"prediction: A = {report['A']:.3f} {_interval(report['A_interval'])}, "
@@ -363,6 +364,7 @@ def prediction_line(report: dict[str, Any]) -> str:
         parts.append(f", target reached at compute {report['computeToTarget']:.4g}")
     if report.get("confidence") == TOO_EARLY:
         parts.append(" (too early: few evaluations past fit.minCompute)")
+    parts.append(misfit_note(report))
     return "".join(parts)
 
 

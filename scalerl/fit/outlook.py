@@ -1,17 +1,18 @@
 """Where a fitted run is heading, in numbers a user can act on: the pass rate it will end at, the
 compute at which it reaches its target, how long each is away, and whether there are enough
-points to say any of it."""
+points to say any of it and the run is following the law (`scalerl.fit.backtest`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from scalerl.fit.backtest import Backtest
 from scalerl.fit.law import compute_to_reach
 from scalerl.fit.result import FitResult
 from scalerl.spec import PREDICTION_MIN_POINTS, BudgetSpec
 
 # One word each: a kubectl column splits on spaces.
-TOO_EARLY, OK = "TooEarly", "OK"
+TOO_EARLY, MISFIT, OK = "TooEarly", "Misfit", "OK"
 
 
 def outlook(
@@ -22,6 +23,7 @@ def outlook(
     compute: float,
     units: int,
     observation_se: float = 0.0,
+    backtest: Backtest | None = None,
 ) -> dict[str, Any]:
     """The run's outlook from `result`, for a run at `step` having spent `compute`, whose
     compute grows by `units` per wall hour (its GPUs; processes locally).
@@ -33,7 +35,10 @@ def outlook(
       starts there; null where its A does not reach it, or without a target).
     - etaSeconds: wall seconds from now to the budget and to the target, at `units`.
     - confidence: TooEarly with fewer than PREDICTION_MIN_POINTS points past the compute
-      floor (the extrapolation rests on too little), else OK.
+      floor (the extrapolation rests on too little); else Misfit when the run's `backtest` (its
+      first half's fit) did not hold its last evaluation (the run is not following the law, and
+      the intervals assume it does); else OK.
+    - backtest: that check, as `Backtest.to_dict` (null until there is one).
     """
     end, limit = budget.end(step, compute)
     reads = result.predict_interval(end, observation_se)
@@ -49,8 +54,17 @@ def outlook(
         "budgetLimit": limit,
         "computeToTarget": to_target,
         "etaSeconds": {"budget": eta(end), "target": eta(to_target)},
-        "confidence": TOO_EARLY if result.points < PREDICTION_MIN_POINTS else OK,
+        "confidence": _confidence(result, backtest),
+        "backtest": None if backtest is None else backtest.to_dict(),
     }
+
+
+def _confidence(result: FitResult, backtest: Backtest | None) -> str:
+    if result.points < PREDICTION_MIN_POINTS:
+        return TOO_EARLY
+    if backtest is not None and backtest.inside is False:
+        return MISFIT
+    return OK
 
 
 def _compute_to(result: FitResult, target: float | None) -> float | None:

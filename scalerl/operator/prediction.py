@@ -30,22 +30,20 @@ def predict(
     The fit, and the run's outlook (`scalerl.fit.outlook`): predictedAtBudget at the first budget
     it will hit and what an evaluation there will read (the curve's band widened by the last
     evaluation's standard error), computeToTarget, etaSeconds at `units` compute per hour,
-    confidence.
+    confidence and the half-run backtest it rests on.
     """
     from scalerl.fit import fit_curve  # late: scipy, only in the fit Job
+    from scalerl.fit.backtest import backtest
     from scalerl.fit.outlook import outlook
     from scalerl.fit.points import standard_errors
 
     points = sorted(evaluations, key=lambda e: e["computeHours"])
     if not points:
         raise FitError("no evaluations yet")
-    result = fit_curve(
-        [e["computeHours"] for e in points],
-        [e["passRate"] for e in points],
-        min_compute=min_compute,
-        sigma=standard_errors(points, "passRateSE"),
-        **fit_options,
-    )
+    compute = [e["computeHours"] for e in points]
+    pass_rate = [e["passRate"] for e in points]
+    sigma = standard_errors(points, "passRateSE")
+    result = fit_curve(compute, pass_rate, min_compute=min_compute, sigma=sigma, **fit_options)
     fitted = result.to_dict()
     interval = fitted["A_interval"]
     last = points[-1]
@@ -56,6 +54,7 @@ def predict(
         compute=float(last["computeHours"]),
         units=units,
         observation_se=float(last.get("passRateSE") or 0.0),
+        backtest=backtest(compute, pass_rate, sigma=sigma, min_compute=min_compute, **fit_options),
     )
     return {
         "A": round_value(fitted["A"]),
@@ -88,6 +87,21 @@ def describe(prediction: dict[str, Any]) -> str:
         f"{prediction['evaluations']} in status.evaluations; "
         f"{prediction['predictedAtBudget']:.3f} predicted at the run's end "
         f"({prediction['budgetLimit']}, compute {prediction['budget']:.4g})"
+        f"{misfit_note(prediction)}"
+    )
+
+
+def misfit_note(fit: dict[str, Any]) -> str:
+    """What a Misfit confidence means for this fit ('' for any other), to add to its summary."""
+    test = fit.get("backtest")
+    if fit.get("confidence") != "Misfit" or not test or not test.get("interval"):
+        return ""
+    lo, hi = test["interval"]
+    return (
+        f"; Misfit: fitted on the first half of the compute, the law predicted "
+        f"{test['predicted']:.3f} [{lo:.3f}, {hi:.3f}] for the last evaluation, which read "
+        f"{test['actual']:.3f}: the run is not following the law yet, and its intervals are "
+        f"too narrow"
     )
 
 

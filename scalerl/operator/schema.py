@@ -303,10 +303,34 @@ def _prediction() -> dict[str, Any]:
             },
             "confidence": {
                 "type": "string",
-                "enum": ["TooEarly", "OK"],
+                "enum": ["TooEarly", "Misfit", "OK"],
                 "description": f"TooEarly while fewer than {_spec.PREDICTION_MIN_POINTS} "
                 "evaluations lie past fit.minCompute: the numbers are an extrapolation that "
-                "rests on too little.",
+                "rests on too little. Misfit when the backtest's last evaluation lies outside "
+                "its interval: the run is not following the law (yet), and the intervals, "
+                "which assume it does, are too narrow. Else OK.",
+            },
+            "backtest": {
+                "type": "object",
+                "nullable": True,
+                "description": "The fit of the evaluations in the first half of the compute, "
+                "asked what the last evaluation would read (null until there are 8 "
+                "evaluations and that half can be fitted).",
+                "properties": {
+                    "fittedOn": _int("Evaluations at compute up to half the last one's."),
+                    "compute": _num("The last evaluation's compute (GPU-hours)."),
+                    "predicted": _num("The first half's curve there."),
+                    "interval": _interval(
+                        "What an evaluation there would read, by the first half's fit."
+                    ),
+                    "actual": _num("What the last evaluation read."),
+                    "error": _num("predicted - actual."),
+                    "inside": {
+                        "type": "boolean",
+                        "nullable": True,
+                        "description": "Whether actual lies in interval (null without one).",
+                    },
+                },
             },
             "points": _int("Evaluations the fit used (past fit.minCompute)."),
             "evaluations": _int(

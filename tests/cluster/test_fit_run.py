@@ -76,8 +76,38 @@ def test_the_fit_writes_the_prediction_and_a_predicted_condition(
     assert lo < prediction["predictedAtBudget"] < hi
     assert hi - lo == pytest.approx(2 * statistics.NormalDist().inv_cdf(0.975) * SE, rel=0.1)
     assert prediction["evaluations"] == 20
+    assert prediction["confidence"] == "OK" and prediction["backtest"]["inside"] is True
     predicted = condition(plane, ns, "Predicted")
     assert predicted["status"] == "True" and predicted["reason"] == "Fitted"
+
+
+def test_a_run_off_the_law_is_told_its_prediction_is_a_misfit(plane: ControlPlane, ns: str) -> None:
+    # A run whose pass rate climbs straight in compute (the demo's does): the law fitted to its
+    # first half bends too early, and the last evaluation reads above that fit's interval.
+    straight = [
+        {"step": 10 * i, "computeHours": 50.0 * i, "passRate": 0.18 + 0.0365 * i, "passRateSE": SE}
+        for i in range(21)
+    ]
+    patch(plane, ns, {"status": {"evaluations": straight, "evaluationCount": 21}}, "/status")
+    assert fit(ns) == 0
+    prediction = status(plane, ns)["prediction"]
+    test = prediction["backtest"]  # stored as the schema has it: nothing pruned
+    assert set(test) == {
+        "fittedOn",
+        "compute",
+        "predicted",
+        "interval",
+        "actual",
+        "error",
+        "inside",
+    }
+    assert (test["fittedOn"], test["compute"]) == (11, 1000.0)
+    assert test["actual"] == pytest.approx(0.91)
+    assert test["interval"][1] < 0.9 and test["inside"] is False
+    assert prediction["confidence"] == "Misfit"
+    predicted = condition(plane, ns, "Predicted")
+    assert "Misfit: fitted on the first half of the compute" in predicted["message"]
+    assert "Misfit" in plane.kubectl("get", "srl", "r1", "-n", ns)
 
 
 def test_the_prediction_is_at_max_steps_when_the_run_gets_there_first(

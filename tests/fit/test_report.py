@@ -36,6 +36,8 @@ def test_write_fit_reports_prediction_backtest_and_plot(tmp_path: Path) -> None:
     backtest = report["backtest"]
     assert backtest["fittedOn"] == 8 and backtest["compute"] == 3.0
     assert abs(backtest["error"]) < 0.03
+    # The run follows the law: its last evaluation lies where its first half said.
+    assert backtest["inside"] is True and report["confidence"] == "OK"
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
