@@ -131,6 +131,7 @@ def backtest(scenario: Scenario, draws: int, seed: int, weighted: bool) -> dict[
         "half: truth at end",
         "half: last eval, curve's band",
         "half: last eval, predictive",
+        "half: own check ran",
         "half: said Misfit (false alarm)",
         "half: last eval, predictive, if OK",
         "all: A",
@@ -156,6 +157,7 @@ def backtest(scenario: Scenario, draws: int, seed: int, weighted: bool) -> dict[
             compute[half], pass_rate[half], sigma=None if se is None else se[half], seed=seed + i
         )
         misfit = check is not None and check.inside is False
+        tallies["half: own check ran"].count(check is not None)
         tallies["half: said Misfit (false alarm)"].count(misfit)
         if not misfit:
             tallies["half: last eval, predictive, if OK"].add(reads, float(pass_rate[-1]))

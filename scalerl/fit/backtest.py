@@ -14,6 +14,7 @@ evaluation lies outside the interval the first half gave for it, the prediction'
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +24,8 @@ from numpy.typing import ArrayLike
 from scalerl.errors import InputError, ScaleRLError
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.points import check_points
-from scalerl.fit.result import Interval
-
-# Evaluations before a backtest is tried: its half must still hold enough points to fit.
-BACKTEST_MIN_EVALUATIONS = 8
+from scalerl.fit.result import FitResult, Interval
+from scalerl.spec import PREDICTION_MIN_POINTS
 
 
 @dataclass(frozen=True)
@@ -69,14 +68,18 @@ def backtest(
     """Fit the evaluations at compute <= half the last one's (with the run's `min_compute`,
     `sigma` and `fit_options` of `fit_curve`, as its own fit), and ask it what the last
     evaluation would read: the curve's band widened by that evaluation's standard error (its
-    `sigma`; none: the band alone). Points must be sorted by compute, as for `fit_curve`.
+    `sigma`; without one, the first half's residual standard error, since the band alone holds
+    the curve and not an evaluation of it). Points must be sorted by compute, as `fit_curve`
+    wants them.
 
-    None with fewer than BACKTEST_MIN_EVALUATIONS evaluations, or when the first half cannot be
-    fitted (too few points past the floor, a flat start): there is nothing to check yet.
+    None when the first half cannot be fitted or holds fewer than PREDICTION_MIN_POINTS points
+    past the floor: a prediction from that half would itself be TooEarly, and its interval from
+    a handful of residuals runs narrow (on law-following draws whose half held 5 points, a
+    fifth of such checks missed: `bench/calibration.py`'s early-stop scenario).
     """
     c, y = check_points(compute, pass_rate)
-    if c.size < BACKTEST_MIN_EVALUATIONS:
-        return None
+    if c.size < PREDICTION_MIN_POINTS:
+        return None  # not even the whole run holds enough for a first half to
     se = None if sigma is None else np.asarray(sigma, dtype=float).ravel()
     if se is not None and se.size != c.size:
         raise InputError(f"sigma must hold {c.size} standard errors, one per point")
@@ -91,7 +94,9 @@ def backtest(
         )
     except ScaleRLError:
         return None
-    observation_se = 0.0 if se is None else float(se[-1])
+    if early.points < PREDICTION_MIN_POINTS:
+        return None
+    observation_se = float(se[-1]) if se is not None else _residual_se(early)
     return Backtest(
         fitted_on=int(half.sum()),
         compute=float(c[-1]),
@@ -99,3 +104,9 @@ def backtest(
         interval=early.predict_interval(float(c[-1]), observation_se),
         actual=float(y[-1]),
     )
+
+
+def _residual_se(fit: FitResult) -> float:
+    """One evaluation's noise as the fit's residuals tell it: sqrt(SSE / degrees of freedom)."""
+    free = 3 + (fit.r0_mode == "fit")
+    return math.sqrt(fit.sse / max(fit.points - free, 1))
