@@ -579,6 +579,39 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
 
 # Each entry declares one subcommand; add new commands here.
+# --- scalerl export --------------------------------------------------------------------------
+
+
+def add_export_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "export",
+        help="write a checkpoint's model (or LoRA adapter) as a folder to serve",
+        description="Copy CHECKPOINT's model into OUT without the run's state (optimizer, "
+        "scheduler, state.json). A LoRA checkpoint gives its adapter (PEFT format), or with "
+        "--merge the base with the adapter merged in: a plain Hugging Face model.",
+    )
+    p.add_argument("checkpoint", help="a checkpoint folder, e.g. runs/x/checkpoints/step-000100")
+    p.add_argument("out", help="the folder to write (new or empty)")
+    p.add_argument("--merge", action="store_true", help="LoRA: merge the adapter into its base")
+    p.add_argument(
+        "--base",
+        default=None,
+        help="LoRA with --merge: the base model folder (default: the one the adapter names)",
+    )
+    p.set_defaults(handler=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from scalerl.trainer.export import export_checkpoint
+
+    base = Path(args.base) if args.base else None
+    wrote = export_checkpoint(Path(args.checkpoint), Path(args.out), merge=args.merge, base=base)
+    print(f"wrote {wrote}")
+    return 0
+
+
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_run_parser,
     add_sweep_parser,
@@ -586,6 +619,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_fit_parser,
     add_compare_parser,
     add_evaluate_parser,
+    add_export_parser,
     add_process_parsers,
     add_operator_parser,
 )

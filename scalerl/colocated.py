@@ -42,6 +42,7 @@ from scalerl.rollout.pipe import GENERATOR, GeneratorEnd, TrainerEnd, pipe
 from scalerl.rollout.records import Failure, MoreRollouts
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.trainer.main import build_trainer
+from scalerl.trainer.publish import Published, tensor_bytes
 from scalerl.trainer.shard import Ranks
 
 if TYPE_CHECKING:
@@ -95,12 +96,17 @@ class InMemoryPublisher:
     def start(self, channel: TrainerChannel | TrainerEnd, generators: int) -> None:
         self.channel = channel
 
-    def publish(self, policy: Policy, version: int) -> float:
+    def publish(self, policy: Policy, version: int) -> Published:
         if self.channel is None:
             raise WeightSyncError(f"version {version} published before the engine said hello")
-        seconds = self.colocation.load(policy.named_weights(), version, self.timeout_s)
+        if policy.adapter is not None:  # LoRA: only the adapter, as a folder in memory
+            moved = list(policy.named_weights(cast=False))  # as PEFT saves it: float32
+            seconds = self.colocation.load_adapter(policy.save_adapter, version, self.timeout_s)
+        else:
+            moved = list(policy.named_weights())
+            seconds = self.colocation.load(moved, version, self.timeout_s)
         self.channel.broadcast(MoreRollouts(version=version))
-        return seconds
+        return Published(seconds, tensor_bytes(moved))
 
     def device(self) -> AbstractContextManager[None]:
         return self.colocation.train()

@@ -72,6 +72,9 @@ TRAINER_GAUGES = {
     "importance_ratio_max": "Largest trainer/generator token probability ratio, last step.",
     "clip_fraction": "Fraction of trained tokens whose ratio the loss capped or clipped.",
     "max_off_policy_steps": "The run's maxOffPolicySteps: the policy lag it allows.",
+    "weight_sync_bytes": (
+        "Bytes of the last policy version handed to the generators (with LoRA: the adapter alone)."
+    ),
     "curriculum_dropped_prompts": (
         "Train prompts the run's no-positive-resampling curriculum removed (pass rate >= the"
         " threshold in the latest group a step took)."

@@ -73,6 +73,35 @@ class _Model(BaseModel):
 # --- model and data -----------------------------------------------------------------------------
 
 
+# The ranks vLLM's engine can serve (its max_lora_rank takes these); an adapter of a rank in
+# between is served with the next one up.
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class LoraSpec(_Model):
+    """Train a LoRA adapter instead of the whole model (PEFT on the trainers, vLLM's LoRA on the
+    generators): the base stays frozen, only the adapter is trained, checkpointed and sent."""
+
+    rank: Int = Field(16, ge=1, le=LORA_RANKS[-1], description="The adapter's rank r.")
+    alpha: Int = Field(
+        32, ge=1, le=1 << 20, description="LoRA's alpha: the update is scaled by alpha / rank."
+    )
+    dropout: Float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Dropout on the adapter's input in the trainer's training pass (the "
+        "generators sample without it).",
+    )
+    target_modules: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None,
+        min_length=1,
+        description="Names of the linear layers to adapt (e.g. q_proj); null: every linear "
+        "layer of the model's decoder blocks (its attention and MLP projections), found from "
+        "the model. The LM head is never adapted.",
+    )
+
+
 class ModelSpec(_Model):
     path: str = Field(
         min_length=1, description="Local directory of a Hugging Face format model (the base)."
@@ -90,6 +119,9 @@ class ModelSpec(_Model):
         min_length=1,
         description="The model's end-of-thinking marker, one token of its tokenizer; null for a "
         "model that does not think (the whole completion is the answer).",
+    )
+    lora: LoraSpec | None = Field(
+        None, description="Train a LoRA adapter on the frozen model; absent: train every weight."
     )
 
 
@@ -710,6 +742,17 @@ class RunSpec(_Model):
                 "generators.gpus",
                 f"must equal trainers.gpus ({self.trainers.gpus}) with placement colocated: the "
                 f"engine shares the trainer's device; got {self.generators.gpus}",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _lora_on_one_trainer_rank(self) -> RunSpec:
+        if self.model.lora is not None and self.trainers.replicas * self.ranks_per_trainer > 1:
+            raise _at(
+                "model.lora",
+                "needs one trainer rank (trainers.replicas 1 with at most 1 GPU): adapters on "
+                f"sharded trainer ranks are not supported yet; got {self.trainers.replicas} "
+                f"replicas of {self.trainers.gpus} GPUs",
             )
         return self
 

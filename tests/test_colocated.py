@@ -11,6 +11,7 @@ import torch
 from scalerl.colocated import InMemoryPublisher
 from scalerl.generator.colocation import Colocation
 from scalerl.rollout.records import MoreRollouts
+from scalerl.trainer.publish import Published
 
 
 class Recorder:
@@ -34,7 +35,8 @@ def test_a_published_version_is_loaded_in_memory_then_announced() -> None:
     publisher = InMemoryPublisher(colocation, timeout_s=1.0)
     publisher.start(wire, generators=1)  # type: ignore[arg-type]
     policy: Any = type("P", (), {"named_weights": lambda self: iter([("w", torch.ones(1))])})()
-    assert publisher.publish(policy, 3) == 0.25
+    policy.adapter = None
+    assert publisher.publish(policy, 3) == Published(seconds=0.25, bytes=4)  # one float32
     assert wire.seen == [("loaded", ["w"], 3), MoreRollouts(version=3)]
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from scalerl.errors import WeightSyncError
@@ -84,6 +86,10 @@ class InMemoryEngine(Protocol):
 
     def load_in_memory(self, weights: Iterable[tuple[str, Tensor]], version: int) -> float: ...
 
+    def adapter_folder(self, version: int) -> Path: ...
+
+    def load_adapter(self, folder: Path, version: int) -> float: ...
+
 
 @dataclass
 class Colocation:
@@ -114,9 +120,25 @@ class Colocation:
         """The trainer's thread: load `weights` (by reference) into the engine as `version`,
         between two engine steps; returns the seconds it took. A resumed run's first load may
         come while the engine is still starting: it waits up to `timeout_s` for it."""
+        engine = self._started_engine(version, timeout_s)
+        with self.turnstile.hold(sleep=False):
+            return engine.load_in_memory(weights, version)
+
+    def load_adapter(self, save: Callable[[Path], None], version: int, timeout_s: float) -> float:
+        """LoRA, the trainer's thread: `save` the adapter as a folder where the engine keeps
+        them (in memory), then load it into the engine's adapter slot as `version`, between two
+        engine steps; returns the seconds both took."""
+        engine = self._started_engine(version, timeout_s)
+        started = time.monotonic()
+        folder = engine.adapter_folder(version)
+        save(folder)
+        with self.turnstile.hold(sleep=False):
+            engine.load_adapter(folder, version)
+        return time.monotonic() - started
+
+    def _started_engine(self, version: int, timeout_s: float) -> InMemoryEngine:
         if not self.started.wait(timeout_s) or self.engine is None:
             raise WeightSyncError(
                 f"the engine did not start within {timeout_s:g} s to load version {version}"
             )
-        with self.turnstile.hold(sleep=False):
-            return self.engine.load_in_memory(weights, version)
+        return self.engine

@@ -34,6 +34,7 @@ import hashlib
 import itertools
 import os
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Iterable, Sequence
@@ -42,16 +43,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from scalerl.errors import DataError, InputError, PeerError, ScaleRLError, WeightSyncError
+from scalerl.generator import adapters
 from scalerl.generator.colocation import Colocation
 from scalerl.generator.inproc import InprocLLM
 from scalerl.generator.length import LengthControl, Sampler, Segment
 from scalerl.generator.tokens import eos_ids, think_end_id
 from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
-from scalerl.spec import INTERRUPTION_PHRASE, THINK_END
+from scalerl.spec import INTERRUPTION_PHRASE, THINK_END, LoraSpec
 
 if TYPE_CHECKING:
     from torch import Tensor
+    from vllm.lora.request import LoRARequest
     from vllm.outputs import CompletionOutput
     from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -77,6 +80,8 @@ class EngineConfig:
     temperature; recorded log-probs are of the tempered distribution. `seed`: seeds vLLM and the
     cutoff draws. `kv_cache_gib`: KV cache size on CPU (ignored on GPUs, which size it from
     free memory). `run_dir`: where vLLM's IPC sockets go (a fresh temporary directory if None).
+    `lora`: serve the base with one adapter slot; each version is an adapter
+    (`scalerl.generator.adapters`).
     """
 
     model_path: str
@@ -90,6 +95,7 @@ class EngineConfig:
     think_end: str | None = THINK_END  # None: a model that does not think (one answer phase)
     kv_cache_gib: int = 1
     run_dir: str | None = None
+    lora: LoraSpec | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -147,6 +153,10 @@ class GenerationEngine:
         self._rng = random.Random(config.seed)
         self._request_ids = itertools.count()
         self._update_lock = asyncio.Lock()
+        # With LoRA: the adapter every request names (None until the first version arrives: a
+        # fresh adapter is the base), and where version folders are written.
+        self._adapter: LoRARequest | None = None
+        self._scratch: Path | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -195,6 +205,7 @@ class GenerationEngine:
             # Colocated on a GPU: the engine's memory is released while the trainer steps.
             enable_sleep_mode=colocation is not None and colocation.sleep,
             **_whole_prefills(config),
+            **adapters.engine_args(config.lora),
         )
 
     def _length_control(self, tokenizer: Any) -> LengthControl:
@@ -220,6 +231,8 @@ class GenerationEngine:
             except ScaleRLError:
                 pass  # the engine is going away regardless
         llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     # --- sampling ------------------------------------------------------------------------------
 
@@ -323,7 +336,7 @@ class GenerationEngine:
         final = None
         salt = cache_salt or _cache_salt(self.version)
         prompt = TokensPrompt(prompt_token_ids=prompt_ids, cache_salt=salt)
-        async for output in llm.generate(prompt, params, request_id):
+        async for output in llm.generate(prompt, params, request_id, lora_request=self._adapter):
             final = output
         if final is None or not final.outputs or final.outputs[0].finish_reason == "abort":
             raise PeerError(f"vLLM aborted request {request_id} (engine shutting down?)")
@@ -386,7 +399,15 @@ class GenerationEngine:
 
     async def _swap(self, llm: AsyncLLM, version: int, timeout_s: float) -> None:
         keep = f"generation continues on version {self.version}"
-        rpc = llm.collective_rpc("receive_weights", args=(timeout_s, version))
+        lora = self.config.lora
+        if lora is None:
+            rpc = llm.collective_rpc("receive_weights", args=(timeout_s, version))
+        else:
+            folder = self.adapter_folder(version)
+            shape = (lora.rank, lora.alpha, lora.dropout, self.config.model_path)
+            rpc = llm.collective_rpc(
+                "receive_adapter", args=(timeout_s, version, str(folder), *shape)
+            )
         try:
             applied = await asyncio.wait_for(rpc, timeout_s + RPC_GRACE_S)
         except TimeoutError:
@@ -399,6 +420,10 @@ class GenerationEngine:
             ) from err
         if list(applied) != [version] * len(applied):
             raise WeightSyncError(f"workers applied versions {applied}, expected {version}")
+        if lora is not None:
+            await self._control(llm.add_lora(adapters.adapter_request(folder, reload=True)),
+                                "loading the adapter")  # fmt: skip
+            self._use_adapter(folder)
         # Still paused: every token sampled from here on carries the new label (module doc).
         await self._control(llm.update_weight_version(str(version)), "labelling weights")
         self.version = version
@@ -419,6 +444,35 @@ class GenerationEngine:
         llm.engine.set_weight_version(str(version))
         self.version = version
         return time.monotonic() - started
+
+    def load_adapter(self, folder: Path, version: int) -> float:
+        """Colocated with LoRA, like `load_in_memory`: load the adapter folder `folder` (the
+        trainer's, written in memory) into the adapter slot as `version`."""
+        llm = self._ready()[0]
+        assert isinstance(llm, InprocLLM), "only an in-process engine loads adapters in memory"
+        started = time.monotonic()
+        try:
+            llm.engine.add_lora(adapters.adapter_request(folder, reload=True))
+        except Exception as err:
+            raise WeightSyncError(
+                f"loading the adapter of version {version} failed: {_worker_message(err)}"
+            ) from err
+        self._use_adapter(folder)
+        llm.engine.set_weight_version(str(version))
+        self.version = version
+        return time.monotonic() - started
+
+    def adapter_folder(self, version: int) -> Path:
+        """Where version `version`'s adapter folder goes (LoRA)."""
+        if self._scratch is None:
+            self._scratch = adapters.scratch_directory()
+        return adapters.version_folder(self._scratch, version)
+
+    def _use_adapter(self, folder: Path) -> None:
+        """Requests from now on name the adapter loaded from `folder`; older folders go."""
+        self._adapter = adapters.adapter_request(folder)
+        if self._scratch is not None:
+            adapters.prune(self._scratch)
 
     # --- helpers -------------------------------------------------------------------------------
 

@@ -51,13 +51,15 @@ class InprocLLM:
 
     # --- requests --------------------------------------------------------------------------------
 
-    async def generate(self, prompt: Any, params: Any, request_id: str) -> AsyncIterator[Any]:
+    async def generate(
+        self, prompt: Any, params: Any, request_id: str, lora_request: Any = None
+    ) -> AsyncIterator[Any]:
         """The request's final output (FINAL_ONLY requests are all we send)."""
         if self._failure is not None:
             raise PeerError(f"the in-process vLLM engine failed: {self._failure}")
         done = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = done
-        self.engine.add_request(request_id, prompt, params)
+        self.engine.add_request(request_id, prompt, params, lora_request=lora_request)
         self._work.set()
         self._ensure_stepper()
         try:

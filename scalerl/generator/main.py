@@ -89,6 +89,7 @@ def engine_config(spec: RunSpec, env: ProcessEnv, max_model_len: int) -> EngineC
             enabled=length.interruption.enabled,
         ),
         run_dir=str(env.run_dir / f"vllm-{env.generator_index}"),
+        lora=spec.model.lora,
     )
 
 

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from scalerl.errors import WeightSyncError
+from scalerl.generator.adapters import write_adapter
 from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
+from scalerl.spec import LoraSpec
 from scalerl.sync import SyncGroup, WeightReceiver, connect
 
 log = logging.getLogger("scalerl.generator.worker")
@@ -70,6 +72,32 @@ class WeightSyncExtension:
                 "announced; keeping the previous weights"
             )
         self.load_weights_in_memory(named)
+        return version
+
+    def receive_adapter(
+        self,
+        timeout_s: float,
+        expected_version: int,
+        folder: str,
+        rank: int,
+        alpha: int,
+        dropout: float,
+        base: str,
+    ) -> int:
+        """LoRA: receive one version's adapter and write it as an adapter folder at `folder`,
+        which the driver then loads into the adapter slot; return its version. As with
+        `receive_weights`, nothing is written unless the version arrived intact."""
+        group = self._scalerl_group
+        if group is None:
+            raise WeightSyncError("receive_adapter called before init_weight_sync")
+        version, named = WeightReceiver(group).receive(timeout_s=timeout_s)
+        if version != expected_version:
+            raise WeightSyncError(
+                f"the trainer sent version {version} but version {expected_version} was "
+                "announced; keeping the previous adapter"
+            )
+        lora = LoraSpec(rank=rank, alpha=alpha, dropout=dropout)
+        write_adapter(Path(folder), named, lora, base)
         return version
 
     def load_weights_in_memory(self, named: Iterable[tuple[str, Any]]) -> None:

@@ -171,8 +171,9 @@ class Trainer:
             self.channel.broadcast(MoreRollouts(version=version))
             return
         with self.phases.timing("broadcast"):
-            seconds = self.publisher.publish(self.policy, version)
-            self.metrics.weight_sync_seconds.observe(seconds)
+            published = self.publisher.publish(self.policy, version)
+            self.metrics.weight_sync_seconds.observe(published.seconds)
+            self.metrics.weight_sync_bytes.set(published.bytes)
         self.broadcast_version = version
 
     # --- training --------------------------------------------------------------------------------
@@ -486,6 +487,7 @@ def build_learner(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> Learner:
         temperature=spec.recipe.sampling.temperature,
         device=ranks.device,
         master_weights=ranks.device.type == "cuda",
+        lora=spec.model.lora,
     )
     newest = latest_checkpoint(env.run_dir / "checkpoints")
     if newest is not None:

@@ -27,10 +27,13 @@ from torch import Tensor, nn
 
 from scalerl.errors import DataError, InputError
 from scalerl.recipe import token_entropy
+from scalerl.trainer import adapter
 
 if TYPE_CHECKING:
+    from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from scalerl.spec import LoraSpec
     from scalerl.trainer.batch import Batch
 
 DTYPES: dict[str, torch.dtype] = {
@@ -66,6 +69,13 @@ class Policy:
         self.temperature = temperature
         self.path = path
         self.scorer = Scorer(model, fp32_lm_head, temperature)
+        # With LoRA (`attach`): PEFT's wrapper of `model`, whose adapter is all that trains,
+        # travels and is saved (scalerl.trainer.adapter).
+        self.adapter: PeftModel | None = None
+
+    def attach(self, lora: LoraSpec) -> None:
+        """Freeze the policy and train a fresh LoRA adapter on it instead."""
+        self.adapter = adapter.attach_adapter(self.model, lora)
 
     @property
     def device(self) -> torch.device:
@@ -110,7 +120,12 @@ class Policy:
         Names are those of the safetensors checkpoint: tied weights appear once, under the name
         HF saves them by, and non-persistent buffers (rotary tables) are left out. ``cast=False``
         keeps each tensor's own dtype (the FP32 head stays float32, as checkpoints store it).
+        With LoRA: the adapter's tensors alone, by the names of a saved adapter.
         """
+        if self.adapter is not None:
+            for name, tensor in adapter.adapter_weights(self.adapter):
+                yield name, tensor.to(self.dtype) if cast else tensor
+            return
         seen: set[int] = set()
         for name, tensor in self.model.state_dict(keep_vars=True).items():
             if id(tensor) in seen:
@@ -127,12 +142,27 @@ class Policy:
 
         The FP32 head is saved in float32 so a resumed run keeps its exact master copy;
         `load_policy` reads it back at full precision, and HF loaders simply cast it.
+        With LoRA: the adapter folder (and the tokenizer), not the base.
         """
+        if self.adapter is not None:
+            self.save_adapter(directory)
+            self.tokenizer.save_pretrained(str(directory))
+            return
         self.model.save_pretrained(str(directory), safe_serialization=True, state_dict=weights)
         self.tokenizer.save_pretrained(str(directory))
 
+    def save_adapter(self, directory: Path) -> None:
+        """LoRA: the adapter alone, as a PEFT adapter folder in ``directory``."""
+        if self.adapter is None:
+            raise InputError("the policy has no LoRA adapter to save")
+        adapter.save_adapter(self.adapter, directory)
+
     def load_weights(self, directory: Path) -> None:
-        """Copy the weights saved in ``directory`` (safetensors) into this policy, in place."""
+        """Copy the weights saved in ``directory`` (safetensors) into this policy, in place
+        (with LoRA: the adapter saved there)."""
+        if self.adapter is not None:
+            adapter.load_adapter(self.adapter, directory)
+            return
         state = read_safetensors(directory)
         result = self.model.load_state_dict(state, strict=False)
         tied = set(_tied_names(self.model))
@@ -268,6 +298,7 @@ def load_policy(
     device: str | torch.device = "cpu",
     temperature: float = 1.0,
     master_weights: bool = False,
+    lora: LoraSpec | None = None,
 ) -> Policy:
     """Load an HF-format causal LM and its tokenizer from the local directory ``path``.
 
@@ -275,7 +306,8 @@ def load_policy(
     ``master_weights`` the dtype it computes in (FSDP's mixed precision, scalerl.trainer.shard)
     from float32 parameters, which the optimizer then keeps in float32 too. Either way weights go
     out (broadcast, HF export) in ``dtype``. ``temperature`` is the generators' sampling
-    temperature (paper: not stated, 1.0). Raises DataError naming the path and what is missing or
+    temperature (paper: not stated, 1.0). With ``lora`` the model is frozen and a fresh adapter
+    trains on it (`Policy.attach`). Raises DataError naming the path and what is missing or
     unreadable; InputError for a bad dtype or temperature.
     """
     torch_dtype = DTYPES.get(dtype)
@@ -298,6 +330,8 @@ def load_policy(
     if fp32_lm_head:
         _upcast_head(policy)
         policy._restore_fp32_head(root)
+    if lora is not None:
+        policy.attach(lora)
     return policy
 
 

@@ -9,6 +9,7 @@ whole policy (a LoRA adapter) is a third implementation of the same four methods
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -21,11 +22,26 @@ from scalerl.sync.weights import WeightSender
 from scalerl.trainer.shard import GatheredWeights, Ranks
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from scalerl.rollout.pipe import TrainerEnd
     from scalerl.rollout.stream import TrainerChannel
     from scalerl.trainer.policy import Policy
 
     Channel = TrainerChannel | TrainerEnd
+
+
+@dataclass(frozen=True)
+class Published:
+    """What handing one version over took: wall seconds (`weight_sync_seconds`) and the bytes
+    of tensors that moved (`weight_sync_bytes`: the adapter alone with LoRA)."""
+
+    seconds: float
+    bytes: int
+
+
+def tensor_bytes(named: Iterable[tuple[str, Tensor]]) -> int:
+    return sum(tensor.numel() * tensor.element_size() for _, tensor in named)
 
 
 class WeightPublisher(Protocol):
@@ -35,9 +51,8 @@ class WeightPublisher(Protocol):
         """Once every generator has said hello on `channel`: get ready to publish."""
         ...
 
-    def publish(self, policy: Policy, version: int) -> float:
-        """Hand `policy` to the generators as `version`, telling them on the channel; returns
-        the seconds the weights took (the `weight_sync_seconds` metric)."""
+    def publish(self, policy: Policy, version: int) -> Published:
+        """Hand `policy` to the generators as `version`, telling them on the channel."""
         ...
 
     def device(self) -> AbstractContextManager[None]:
@@ -78,11 +93,12 @@ class BroadcastPublisher:
         )
         self.sender = WeightSender(self.group)
 
-    def publish(self, policy: Policy, version: int) -> float:
+    def publish(self, policy: Policy, version: int) -> Published:
         if self.channel is None or self.sender is None:
             raise WeightSyncError(f"version {version} published before the sync group formed")
         self.channel.broadcast(UpdateWeights(version=version))
-        return self.sender.send(GatheredWeights(policy, self.ranks), version).seconds
+        sent = self.sender.send(GatheredWeights(policy, self.ranks), version)
+        return Published(sent.seconds, sent.bytes)
 
     def device(self) -> AbstractContextManager[None]:
         return nullcontext()  # the generators have devices of their own

@@ -13,6 +13,7 @@ from scalerl.errors import ScaleRLError
 from scalerl.metrics import TrainerMetrics
 from scalerl.spec import parse_run
 from scalerl.status import FileStatus
+from scalerl.sync.weights import SendStats
 from scalerl.trainer.batch import BatchStats
 from scalerl.trainer.history import TrainerState
 from scalerl.trainer.main import Trainer
@@ -88,9 +89,9 @@ class Recorder:
     def broadcast(self, message: object) -> None:
         self.sent.append(message)
 
-    def send(self, weights: object, version: int) -> object:
+    def send(self, weights: object, version: int) -> SendStats:
         self.sent.append(("weights", version))
-        return type("Stats", (), {"seconds": 0.0})()
+        return SendStats(version=version, bytes=0, buckets=0, seconds=0.0)
 
 
 def test_an_unchanged_policy_is_not_broadcast(tmp_path: Path) -> None:
