@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python bench/step_profile.py
 	$(BIN)/python bench/step_profile.py --placement colocated
 	$(BIN)/python bench/update_bench.py
+	$(BIN)/python bench/lora_bench.py --runs
 	$(BIN)/python bench/stability_bench.py
 	$(BIN)/python bench/trainer_bench.py
 	$(BIN)/python bench/trl_bench.py --eval-every 5

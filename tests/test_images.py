@@ -291,7 +291,15 @@ ENTRY_MODULES = {
         "scalerl.status.kubernetes",
         "scalerl.kube",
     ],
-    "generator": ["scalerl.cli", "scalerl.generator.main", "scalerl.generator.engine"],
+    # `scalerl generator`, and a colocated pod's `scalerl colocated` (the trainer with its
+    # in-process engine; PEFT with LoRA, imported late).
+    "generator": [
+        "scalerl.cli",
+        "scalerl.generator.main",
+        "scalerl.generator.engine",
+        "scalerl.colocated",
+        "scalerl.trainer.adapter",
+    ],
 }
 # Imports in that code that the image's processes never reach.
 NEVER_RUN = {

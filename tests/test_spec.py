@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalerl.errors import InputError, SpecError
-from scalerl.spec import INTERRUPTION_PHRASE, load_run, parse_run
+from scalerl.spec import INTERRUPTION_PHRASE, LoraSpec, load_run, parse_run
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MINIMAL = {
@@ -119,7 +119,7 @@ def test_status_is_ignored_when_loading() -> None:
     assert parse_run(obj).name == "math-8b"
 
 
-@pytest.mark.parametrize("name", ["run.yaml", "local.yaml", "colocated.yaml"])
+@pytest.mark.parametrize("name", ["run.yaml", "local.yaml", "colocated.yaml", "lora.yaml"])
 def test_examples_are_valid(name: str) -> None:
     assert load_run(EXAMPLES / name).spec.model.path
 
@@ -295,3 +295,26 @@ def test_affinity_and_class_names_are_checked_where_they_are_written() -> None:
         "Execution.nodeSelectorTerms.0.matchExpressions.0.values",
         "spec.generators.scheduling.priorityClassName",
     ]
+
+
+def with_model(**model: object) -> dict:
+    """MINIMAL with `model` fields, on one trainer rank (one GPU)."""
+    obj = copy.deepcopy(MINIMAL)
+    obj["spec"]["model"].update(model)
+    obj["spec"]["trainers"] = {"replicas": 1, "gpus": 1}
+    return obj
+
+
+def test_lora_defaults_and_its_one_trainer_rank() -> None:
+    spec = parse_run(with_model(lora={})).spec
+    assert spec.model.lora == LoraSpec(rank=16, alpha=32, dropout=0.0, target_modules=None)
+    # The default trainers (2 replicas of 8 GPUs) are 16 ranks: refused, saying why.
+    sharded = copy.deepcopy(MINIMAL)
+    sharded["spec"]["model"]["lora"] = {"rank": 8}
+    assert problems(sharded) == [
+        "spec.model.lora: needs one trainer rank (trainers.replicas 1 with at most 1 GPU): "
+        "adapters on sharded trainer ranks are not supported yet; got 2 replicas of 8 GPUs"
+    ]
+    for bad, field in (({"rank": 0}, "rank"), ({"dropout": 1.0}, "dropout"),
+                       ({"targetModules": []}, "targetModules"), ({"alpha": 0.5}, "alpha")):  # fmt: skip
+        assert problems(with_model(lora=bad))[0].startswith(f"spec.model.lora.{field}:"), bad

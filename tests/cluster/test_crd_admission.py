@@ -80,7 +80,7 @@ def with_spec(**spec: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "example", ["run.yaml", "local.yaml", "colocated.yaml", "tiny-cluster.yaml"]
+    "example", ["run.yaml", "local.yaml", "colocated.yaml", "lora.yaml", "tiny-cluster.yaml"]
 )
 def test_examples_are_admitted(server: Server, example: str) -> None:
     assert server.rejected(yaml.safe_load((ROOT / "examples" / example).read_text())) == ""

@@ -177,3 +177,21 @@ def test_bad_target_modules_are_refused(model_dir: Path) -> None:
         load_policy(model_dir, fp32_lm_head=True, lora=LoraSpec(target_modules=["lm_head"]))
     with pytest.raises(DataError, match="targetModules"):
         load_policy(model_dir, fp32_lm_head=True, lora=LoraSpec(target_modules=["c_attn"]))
+
+
+def test_adapter_dropout_acts_in_the_trainer_s_pass_only_when_asked(
+    model_dir: Path, make_group: Factory
+) -> None:
+    def twice(dropout: float) -> tuple[torch.Tensor, torch.Tensor]:
+        policy = load_policy(model_dir, fp32_lm_head=True, lora=LoraSpec(rank=4, dropout=dropout))
+        with torch.no_grad():
+            for name, parameter in policy.model.named_parameters():
+                if ".lora_B." in name:
+                    parameter.normal_(0.0, 0.1)
+            batch = batch_of(make_group, policy)
+            return policy.completion_logprobs(batch)[0], policy.completion_logprobs(batch)[0]
+
+    first, second = twice(0.0)
+    torch.testing.assert_close(first, second, atol=0, rtol=0)  # eval mode: one function
+    first, second = twice(0.5)
+    assert not torch.equal(first, second)  # the adapter's input dropped at random
