@@ -578,7 +578,6 @@ def cmd_operator(args: argparse.Namespace) -> int:
     )
 
 
-# Each entry declares one subcommand; add new commands here.
 # --- scalerl export --------------------------------------------------------------------------
 
 
@@ -612,6 +611,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# Each entry declares one subcommand; add new commands here.
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_run_parser,
     add_sweep_parser,

@@ -332,11 +332,11 @@ def test_colocated_ppo_off_policy_survives_a_kill_and_resumes(tmp_path: Path) ->
 def test_a_lora_run_learns_survives_a_kill_and_resumes_its_adapter(tmp_path: Path) -> None:
     out = tmp_path / "run"
     lora = {
-        # examples/lora.yaml at the demo's batch (16 x 8) for 30 of its 100 steps.
+        # examples/lora.yaml at the demo's batch (16 x 8) for 20 of its 100 steps.
         "recipe": {"batch": {"prompts": 16, "generationsPerPrompt": 8}},
-        "data": {"validation": {"prompts": 128}},
+        "data": {"validation": {"prompts": 64}},
         "evaluation": {"everySteps": 10, "generationsPerPrompt": 8},
-        "budget": {"maxSteps": 30},
+        "budget": {"maxSteps": 20},
         "checkpoint": {"everySteps": 10},
     }
     with running(write_spec(tmp_path, "lora.yaml", **lora), out) as proc:
@@ -348,7 +348,7 @@ def test_a_lora_run_learns_survives_a_kill_and_resumes_its_adapter(tmp_path: Pat
     assert "restarting from the last checkpoint (1/3)" in output
     assert (out / "logs" / "trainer-0.log").read_text().count("resumed from") == 1
     # Each version moved the adapter alone: rank 16 on the 7 projections of 2 layers, float32.
-    checkpoint = out / "checkpoints" / "step-000030"
+    checkpoint = out / "checkpoints" / "step-000020"
     adapter = checkpoint / "adapter_model.safetensors"
     assert not (checkpoint / "model.safetensors").exists()
     with safe_open(str(adapter), "pt") as handle:
@@ -356,9 +356,10 @@ def test_a_lora_run_learns_survives_a_kill_and_resumes_its_adapter(tmp_path: Pat
     base = Path(load_run(out / "run.yaml").spec.model.path) / "model.safetensors"
     assert sent < base.stat().st_size / 4
     history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == [0, 10, 20, 30]
-    # LoRA at lr 1e-3 on the demo: 0.20 -> 0.57 (step 20) -> 0.80 (step 30) in the README's
-    # run; full fine-tuning at its lr 1e-4 reached 0.54 at step 30. The bar: +0.2.
+    assert [e["step"] for e in history] == [0, 10, 20]
+    # LoRA at lr 1e-3 on the demo read 0.20 -> 0.57-0.58 at step 20 in the README's runs (both
+    # placements); full fine-tuning at its lr 1e-4, 0.36-0.43. The bar, 512 samples an
+    # evaluation (standard error about 0.02): +0.2.
     assert history[-1]["pass_rate"] >= history[0]["pass_rate"] + 0.2, history
     assert main(["export", str(checkpoint), str(tmp_path / "merged"), "--merge"]) == 0
     assert (tmp_path / "merged" / "model.safetensors").is_file()

@@ -3,8 +3,8 @@ whoever builds the trainer, so the training loop never asks which transport it i
 
 `BroadcastPublisher` (the trainer's own process): every version crosses torch.distributed to the
 generators' engines (`scalerl.sync`). The colocated process builds its own publisher, which loads
-the policy into the engine in memory (`scalerl.colocated`). A publisher that sends less than the
-whole policy (a LoRA adapter) is a third implementation of the same four methods.
+the policy into the engine in memory (`scalerl.colocated`). Under LoRA both hand over the adapter
+alone: the policy's weights are then its adapter's (`Policy.named_weights`).
 """
 
 from __future__ import annotations
