@@ -315,6 +315,11 @@ def test_lora_defaults_and_its_one_trainer_rank() -> None:
         "spec.model.lora: needs one trainer rank (trainers.replicas 1 with at most 1 GPU): "
         "adapters on sharded trainer ranks are not supported yet; got 2 replicas of 8 GPUs"
     ]
-    for bad, field in (({"rank": 0}, "rank"), ({"dropout": 1.0}, "dropout"),
-                       ({"targetModules": []}, "targetModules"), ({"alpha": 0.5}, "alpha")):  # fmt: skip
+    wrong = [
+        ({"rank": 0}, "rank"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"targetModules": []}, "targetModules"),
+        ({"alpha": 0.5}, "alpha"),
+    ]
+    for bad, field in wrong:
         assert problems(with_model(lora=bad))[0].startswith(f"spec.model.lora.{field}:"), bad
