@@ -22,7 +22,12 @@ per optimizer step.
     .venv/bin/python bench/trl_bench.py [--spec examples/local.yaml] [--cap-minutes 15]
                                         [--only trl|colocated|disaggregated] [--eval-every N]
                                         [--extra-evals 2] [--repeats R] [--gains 0.1,0.2,0.3]
-                                        [--json FILE] [--keep DIR]
+                                        [--lora] [--json FILE] [--keep DIR]
+
+With `--lora` every system trains a LoRA adapter instead of the whole model: ours with the spec's
+`model.lora`, TRL with the same PEFT config (rank, alpha, dropout, the same layers); a spec without
+one gets rank 16, alpha 32 and 10x its learning rate. Our LoRA checkpoints are adapters, which
+`scalerl.hfeval` reads merged into the base.
 
 With `--repeats R` the systems run R rounds, one after the other, in rotating order (the machine's
 load drifts); each round gets its own rows and ratios, and the median ratio is printed. Besides
@@ -206,17 +211,26 @@ class Result:
 
 
 def bench_spec(
-    spec_path: Path, eval_every: int | None, out_dir: Path, placement: str = "disaggregated"
+    spec_path: Path,
+    eval_every: int | None,
+    out_dir: Path,
+    placement: str = "disaggregated",
+    lora: bool = False,
 ) -> Path:
     """A copy of the spec: `evaluation.everySteps` (when asked), a checkpoint at every
     evaluation, all kept, and the placement (colocated is one process, so one trainer and one
-    engine); the recipe is the same."""
+    engine); the recipe is the same. `lora`: LoRA_DEFAULT and its learning rate where the spec
+    has no `model.lora`."""
     data = yaml.safe_load(spec_path.read_text())
     spec = data.setdefault("spec", {})
+    spec["placement"] = placement
     if placement == "colocated":
-        spec["placement"] = "colocated"
         for role in ("generators", "trainers"):
             spec.setdefault(role, {})["replicas"] = 1
+    if lora and not spec.setdefault("model", {}).get("lora"):
+        spec["model"]["lora"] = dict(LORA_DEFAULT)
+        optimizer = spec.setdefault("recipe", {}).setdefault("optimizer", {})
+        optimizer["lr"] = parse_run(data).spec.recipe.optimizer.lr * LORA_LR_FACTOR
     evaluation = spec.setdefault("evaluation", {})
     if eval_every is not None:
         evaluation["everySteps"] = eval_every
@@ -237,6 +251,31 @@ def bench_spec(
 
 
 # --- TRL (runs in its own process) -------------------------------------------------------------
+
+
+LORA_DEFAULT = {"rank": 16, "alpha": 32}
+# An adapter moves less per step than the whole model: LoRA runs usually take about 10x the
+# learning rate (examples/lora.yaml: 1e-3 for the demo's 1e-4).
+LORA_LR_FACTOR = 10.0
+
+
+def peft_config(spec: RunSpec, model: Any) -> Any:
+    """TRL's side of spec.model.lora: the same PEFT adapter on the same layers (None: full)."""
+    lora = spec.model.lora
+    if lora is None:
+        return None
+    from peft import LoraConfig
+
+    from scalerl.trainer.adapter import decoder_linear_names
+
+    return LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules or decoder_linear_names(model)),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def trl_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) -> None:
@@ -376,6 +415,7 @@ def trl_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) ->
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[Clock()],
+        peft_config=peft_config(spec, model),
     )
     trainer.train()
     record["samples"] = record.get("steps", 0) * recipe.batch.prompts * group
@@ -565,7 +605,7 @@ def evaluate_checkpoints(
         if folder is None:
             missing.append(step)
             continue
-        model = load_model(folder, "float32", spec.model.fp32_lm_head)
+        model = load_model(folder, "float32", spec.model.fp32_lm_head, base=spec.model.path)
         k = spec.evaluation.generations_per_prompt
         entry = point(held.evaluate(model, k, eval_seed(spec, step), label=str(folder)), step)
         seconds = row["trainer_seconds"]
@@ -789,6 +829,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--gains", default="0.1,0.2,0.3", help="pass-rate gains to time; the run stops at the last"
     )
+    p.add_argument(
+        "--lora",
+        action="store_true",
+        help="LoRA in every system: the spec's model.lora, else rank 16, alpha 32 and 10x the "
+        "spec's learning rate (examples/lora.yaml's settings for the demo)",
+    )
     p.add_argument("--keep", type=Path, default=None, help="keep run files in this directory")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     p.add_argument("--_trl-worker", dest="trl_worker", type=Path, help=argparse.SUPPRESS)
@@ -809,9 +855,12 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     try:
         specs = {
-            placement: bench_spec(args.spec.resolve(), args.eval_every, work, placement)
+            placement: bench_spec(args.spec.resolve(), args.eval_every, work, placement, args.lora)
             for placement in SYSTEMS[1:]
         }
+        trained = load_run(specs["disaggregated"]).spec
+        what = "full fine-tuning" if trained.model.lora is None else f"LoRA {trained.model.lora}"
+        print(f"training: {what}, lr {trained.recipe.optimizer.lr:g}", flush=True)
         systems = [s for s in SYSTEMS if args.only is None or s in args.only]
         rounds: list[list[Result]] = []
         for number in range(args.repeats):

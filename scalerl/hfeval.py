@@ -53,6 +53,7 @@ from scalerl.generator.rewards import RewardFn, load_reward
 from scalerl.generator.tokens import ModelTokens
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.status.history import PromptScore
+from scalerl.trainer.adapter import ADAPTER_CONFIG
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BATCH_ROWS = 1024  # rows (prompt x sample) per `generate` call
@@ -379,17 +380,30 @@ def load_spec(path: str | Path) -> ScaleRLRun:
 
 
 def load_model(
-    checkpoint: str | Path, dtype: str = "float32", fp32_lm_head: bool = False, device: str = "cpu"
+    checkpoint: str | Path,
+    dtype: str = "float32",
+    fp32_lm_head: bool = False,
+    device: str = "cpu",
+    base: str | Path | None = None,
 ) -> Any:
-    """An HF model folder (a checkpoint, or a `builtin:` model), ready to sample from."""
+    """An HF model folder (a checkpoint, or a `builtin:` model), ready to sample from; a LoRA
+    checkpoint (an adapter folder) is merged into `base`, the model it was trained on."""
     from transformers import AutoModelForCausalLM
 
     path = _model_folder(checkpoint)
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    adapter = is_adapter(path)
+    if adapter and base is None:
+        raise InputError(f"{path} is a LoRA adapter: its base model is needed to load it")
+    source = _model_folder(base) if adapter and base is not None else path
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
-    except (OSError, ValueError) as err:
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=DTYPES[dtype])
+        if adapter:
+            from peft import PeftModel  # late: only a LoRA checkpoint needs PEFT
+
+            model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise DataError(f"{path}: cannot load the model ({err})") from None
     if fp32_lm_head and dtype != "float32":
         _head_in_fp32(model)
@@ -400,9 +414,17 @@ def _model_folder(checkpoint: str | Path) -> Path:
     from scalerl.demo.builtins import is_builtin, resolve_builtin
 
     path = resolve_builtin(str(checkpoint)) if is_builtin(checkpoint) else Path(checkpoint)
-    if not (path / "config.json").is_file():
-        raise DataError(f"{path}: not a Hugging Face model folder (no config.json)")
+    if not (path / "config.json").is_file() and not is_adapter(path):
+        raise DataError(
+            f"{path}: not a Hugging Face model folder (no config.json) nor a LoRA adapter "
+            f"(no {ADAPTER_CONFIG})"
+        )
     return path
+
+
+def is_adapter(folder: Path) -> bool:
+    """A LoRA checkpoint: the adapter alone (spec.model.lora), no model of its own."""
+    return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
 
 
 def _head_in_fp32(model: Any) -> None:
@@ -443,8 +465,10 @@ def evaluate_checkpoint(
     spec = run.spec
     folder = _model_folder(checkpoint)
     tokenizer = _tokenizer(folder, spec.model.path)
-    model = load_model(folder, dtype or "float32", spec.model.fp32_lm_head, device)
-    held = HeldOut.for_run(run, tokenizer, folder, prompts)
+    base = spec.model.path
+    model = load_model(folder, dtype or "float32", spec.model.fp32_lm_head, device, base)
+    # An adapter has no config of its own: the base's says which tokens end a turn.
+    held = HeldOut.for_run(run, tokenizer, base if is_adapter(folder) else folder, prompts)
     k = spec.evaluation.generations_per_prompt if k is None else k
     return held.evaluate(model, k, seed, label=str(checkpoint), batch_rows=batch_rows)
 
@@ -455,6 +479,6 @@ def iter_checkpoints(run_dir: str | Path) -> Iterator[tuple[int, Path]]:
     found = []
     for folder in root.glob("step-*") if root.is_dir() else []:
         step = folder.name.removeprefix("step-")
-        if step.isdigit() and (folder / "config.json").is_file():
+        if step.isdigit() and ((folder / "config.json").is_file() or is_adapter(folder)):
             found.append((int(step), folder))
     yield from sorted(found)

@@ -868,10 +868,11 @@ class EarlyStopSpec(_Model):
 
     min_points: Int = Field(
         PREDICTION_MIN_POINTS,
-        ge=4,
+        ge=PREDICTION_MIN_POINTS,
         le=10_000,
         description="Judge a variant (and count one as the best) only once its fit used this "
-        "many evaluations past fit.minCompute.",
+        f"many evaluations past fit.minCompute (at least {PREDICTION_MIN_POINTS}: a fit of "
+        "fewer is TooEarly, and its bootstrap interval for A can be far too narrow).",
     )
 
 

@@ -24,6 +24,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from scalerl.cli import main
 from scalerl.demo.tokenizer import EOS, THINK_END, build_tokenizer
+from scalerl.errors import InputError
 from scalerl.hfeval import HeldOut, evaluate_checkpoint, iter_checkpoints, load_model, load_spec
 from scalerl.spec import API_VERSION, ScaleRLRun, parse_run
 
@@ -465,3 +466,27 @@ def test_checkpoints_are_listed_by_step(tmp_path: Path) -> None:
     assert [step for step, _ in found] == [5, 20]  # incomplete and temporary ones left out
     assert all(a < b for (a, _), (b, _) in pairwise(found))
     assert list(iter_checkpoints(tmp_path / "nothing")) == []
+
+
+def test_a_lora_checkpoint_is_evaluated_as_its_merged_model(demo, tmp_path: Path) -> None:
+    from scalerl.spec import LoraSpec
+    from scalerl.trainer import load_policy
+
+    run = demo[0]
+    policy = load_policy(run.spec.model.path, fp32_lm_head=True, lora=LoraSpec(rank=4))
+    with torch.no_grad():
+        for name, parameter in policy.model.named_parameters():
+            if ".lora_B." in name:
+                parameter.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(0))
+    checkpoint = tmp_path / "checkpoints" / "step-000010"
+    policy.save_pretrained(checkpoint)  # what a LoRA run checkpoints: the adapter alone
+    (checkpoint / "state.json").write_text("{}")
+    assert list(iter_checkpoints(tmp_path)) == [(10, checkpoint)]
+    assert main(["export", str(checkpoint), str(tmp_path / "merged"), "--merge"]) == 0
+    adapter = evaluate_checkpoint(checkpoint, run, k=4, prompts=32, seed=3)
+    merged = evaluate_checkpoint(tmp_path / "merged", run, k=4, prompts=32, seed=3)
+    base = evaluate_checkpoint(run.spec.model.path, run, k=4, prompts=32, seed=3)
+    assert adapter.correct == merged.correct and adapter.per_prompt == merged.per_prompt
+    assert adapter.per_prompt != base.per_prompt  # the adapter changed what the model does
+    with pytest.raises(InputError, match="LoRA adapter"):
+        load_model(checkpoint)

@@ -67,6 +67,9 @@ def test_a_local_sweep_stops_the_crippled_variant_and_ranks_the_rest(tmp_path: P
     path = tmp_path / "sweep.yaml"
     body = sweep()
     body["spec"]["base"]["budget"]["maxSteps"] = 40
+    # The crippled variant's fit is judged from its 8th evaluation (step 35, with step 0): give
+    # it a budget beyond that, so that stopping it saves compute.
+    body["spec"]["variants"][2]["patch"]["budget"] = {"maxSteps": 80}
     path.write_text(yaml.safe_dump(body))
     board = run_sweep(path, tmp_path / "out", poll_s=1.0)
     by_name = {row["name"]: row for row in board}

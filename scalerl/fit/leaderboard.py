@@ -4,7 +4,9 @@ The rule (paper, and `scalerl.fit.compare`): a higher asymptote A wins; A values
 equal, and then the variant whose curve, refitted at their shared A, has the higher B (reaches
 it with less compute) is ahead. A variant is stopped early once its whole A interval lies below
 the best variant's A interval: its ceiling is lower than the best's with the confidence of the
-intervals, and what it would spend to its budget is saved.
+intervals, and what it would spend to its budget is saved. Only fits that can be trusted are
+judged: enough points (a 5-point fit of the demo put A in [0.433, 0.438] where the run went on
+to 1.0), and not `Misfit` (the run is off the law its intervals assume: `scalerl.fit.backtest`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from scalerl.errors import FitError
 from scalerl.fit.compare import compare
+from scalerl.fit.outlook import MISFIT
 from scalerl.fit.result import FitResult
 
 
@@ -33,13 +36,15 @@ class Entry:
 
 def losers(fits: Mapping[str, Mapping[str, Any]], min_points: int) -> dict[str, str]:
     """The variants to stop, with the reason: those whose A interval lies wholly below the best
-    variant's. `fits` maps a variant to its latest fit (A, A_interval, points, as fit.json and
-    status.prediction have them); only fits of at least `min_points` points are judged, and
-    only they can be the best."""
+    variant's. `fits` maps a variant to its latest fit (A, A_interval, points, confidence, as
+    fit.json and status.prediction have them); only fits of at least `min_points` points whose
+    confidence is not Misfit are judged, and only they can be the best."""
     judged = {
         name: fit
         for name, fit in fits.items()
-        if fit.get("A_interval") and int(fit.get("points", 0)) >= min_points
+        if fit.get("A_interval")
+        and int(fit.get("points", 0)) >= min_points
+        and fit.get("confidence") != MISFIT
     }
     if len(judged) < 2:
         return {}

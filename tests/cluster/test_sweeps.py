@@ -41,7 +41,7 @@ def sweep_manifest(ns: str) -> dict[str, Any]:
         "spec": {
             "base": base,
             "maxParallel": 2,
-            "earlyStop": {"minPoints": 4},
+            "earlyStop": {"minPoints": 8},
             "variants": [
                 {"name": "good"},
                 {"name": "bad", "patch": {"recipe": {"optimizer": {"lr": 1.0e-9}}}},
@@ -63,7 +63,7 @@ def gang(plane: ControlPlane, ns: str, run: str) -> list[dict[str, Any]]:
 
 
 def prediction(A: float, lo: float, hi: float) -> dict[str, Any]:
-    return {"A": A, "B": 1.5, "C_mid": 10.0, "R0": 0.1, "A_interval": [lo, hi], "points": 6}
+    return {"A": A, "B": 1.5, "C_mid": 10.0, "R0": 0.1, "A_interval": [lo, hi], "points": 10}
 
 
 def evaluations(A: float) -> list[dict[str, Any]]:

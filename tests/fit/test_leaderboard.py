@@ -31,6 +31,18 @@ def test_only_judged_variants_can_be_the_best() -> None:
     assert losers({"alone": fit(0.5, 0.4, 0.6)}, min_points=8) == {}
 
 
+def test_a_fit_off_the_law_neither_judges_nor_is_judged() -> None:
+    # A Misfit fit's intervals assume a law its run is not following (scalerl.fit.backtest):
+    # it cannot stop another variant, nor be stopped by one.
+    misfit = {**fit(0.95, 0.94, 0.96), "confidence": "Misfit"}
+    assert losers({"off": misfit, "other": fit(0.5, 0.45, 0.55)}, min_points=8) == {}
+    low = {**fit(0.30, 0.25, 0.35), "confidence": "Misfit"}
+    ok = {**fit(0.80, 0.76, 0.84), "confidence": "OK"}
+    assert losers({"off": low, "best": ok, "other": fit(0.5, 0.45, 0.55)}, min_points=8) == {
+        "other": "A interval [0.450, 0.550] from 10 points lies below best's [0.760, 0.840]"
+    }
+
+
 def entry(name: str, A: float, B: float, seed: int) -> Entry:
     compute = np.geomspace(0.05, 40.0, 30)
     rates = sample_curve(compute, A, B, 4.0, 0.1, noise=0.002, seed=seed)
