@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -43,7 +44,7 @@ from scalerl.rollout.records import Failure, MoreRollouts
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.trainer.main import build_trainer
 from scalerl.trainer.publish import Published, tensor_bytes
-from scalerl.trainer.shard import Ranks
+from scalerl.trainer.shard import Ranks, full_weights
 
 if TYPE_CHECKING:
     from scalerl.rollout.stream import TrainerChannel
@@ -100,13 +101,19 @@ class InMemoryPublisher:
         if self.channel is None:
             raise WeightSyncError(f"version {version} published before the engine said hello")
         if policy.adapter is not None:  # LoRA: only the adapter, as a folder in memory
-            moved = list(policy.named_weights(cast=False))  # as PEFT saves it: float32
-            seconds = self.colocation.load_adapter(policy.save_adapter, version, self.timeout_s)
-        else:
-            moved = list(policy.named_weights())
-            seconds = self.colocation.load(moved, version, self.timeout_s)
+            # Gathered whole (a GPU's one rank is sharded too), in float32 as checkpoints are.
+            adapter = dict(full_weights(policy, cast=False))
+            save = functools.partial(policy.save_adapter, weights=adapter)
+            seconds = self.colocation.load_adapter(save, version, self.timeout_s)
+            return self._announce(version, Published(seconds, tensor_bytes(adapter.items())))
+        weights = list(policy.named_weights())
+        seconds = self.colocation.load(weights, version, self.timeout_s)
+        return self._announce(version, Published(seconds, tensor_bytes(weights)))
+
+    def _announce(self, version: int, published: Published) -> Published:
+        assert self.channel is not None
         self.channel.broadcast(MoreRollouts(version=version))
-        return Published(seconds, tensor_bytes(moved))
+        return published
 
     def device(self) -> AbstractContextManager[None]:
         return self.colocation.train()

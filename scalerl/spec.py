@@ -745,17 +745,6 @@ class RunSpec(_Model):
             )
         return self
 
-    @model_validator(mode="after")
-    def _lora_on_one_trainer_rank(self) -> RunSpec:
-        if self.model.lora is not None and self.trainers.replicas * self.ranks_per_trainer > 1:
-            raise _at(
-                "model.lora",
-                "needs one trainer rank (trainers.replicas 1 with at most 1 GPU): adapters on "
-                f"sharded trainer ranks are not supported yet; got {self.trainers.replicas} "
-                f"replicas of {self.trainers.gpus} GPUs",
-            )
-        return self
-
     @property
     def colocated(self) -> bool:
         return self.placement == "colocated"

@@ -11,12 +11,13 @@ the adapter alone (`adapter_weights`, `save_adapter`, `load_adapter`), as a PEFT
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from scalerl.errors import DataError, InputError
@@ -48,10 +49,14 @@ def decoder_linear_names(model: PreTrainedModel) -> list[str]:
     return sorted(names)
 
 
-def attach_adapter(model: PreTrainedModel, spec: LoraSpec) -> PeftModel:
+def attach_adapter(model: PreTrainedModel, spec: LoraSpec, seed: int = 0) -> PeftModel:
     """Freeze `model` and inject a fresh LoRA adapter (B = 0: the policy is unchanged until it
     trains); returns PEFT's wrapper, which saves and loads the adapter. `model` itself, with the
-    adapter layers in it, stays the one the trainer runs."""
+    adapter layers in it, stays the one the trainer runs.
+
+    A's random start is drawn from `seed` (the run's), not from the process's random state:
+    every trainer rank must start from the same adapter before it keeps its shard of it, and a
+    run started again draws the same one."""
     from peft import LoraConfig, get_peft_model  # late: only a LoRA run needs PEFT
 
     targets = list(spec.target_modules or decoder_linear_names(model))
@@ -71,7 +76,9 @@ def attach_adapter(model: PreTrainedModel, spec: LoraSpec) -> PeftModel:
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     try:
-        wrapped = get_peft_model(model, config)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            wrapped = get_peft_model(model, config)
     except ValueError as err:  # PEFT: "Target modules {...} not found in the base model"
         raise DataError(f"model.lora.targetModules {targets}: {err}") from None
     _dropout_in_training(model, spec.dropout)
@@ -101,9 +108,17 @@ def adapter_weights(wrapped: PeftModel) -> Iterator[tuple[str, Tensor]]:
         yield name, tensor.detach()
 
 
-def save_adapter(wrapped: PeftModel, directory: Path) -> None:
-    """A PEFT adapter folder in `directory` (adapter_config.json, adapter_model.safetensors)."""
-    wrapped.save_pretrained(str(directory), safe_serialization=True)
+def save_adapter(
+    wrapped: PeftModel, directory: Path, weights: Mapping[str, Tensor] | None = None
+) -> None:
+    """A PEFT adapter folder in `directory`: PEFT's adapter_config.json and the tensors in
+    adapter_model.safetensors, `weights` (a sharded adapter gathered whole,
+    `scalerl.trainer.shard.full_weights`) or the adapter's own."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wrapped.peft_config[wrapped.active_adapter].save_pretrained(str(directory))
+    tensors = dict(weights) if weights is not None else dict(adapter_weights(wrapped))
+    contiguous = {name: tensor.contiguous() for name, tensor in tensors.items()}
+    save_file(contiguous, str(directory / ADAPTER_WEIGHTS), metadata={"format": "pt"})
 
 
 def load_adapter(wrapped: PeftModel, directory: Path) -> None:

@@ -488,6 +488,7 @@ def build_learner(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> Learner:
         device=ranks.device,
         master_weights=ranks.device.type == "cuda",
         lora=spec.model.lora,
+        seed=spec.seed,
     )
     newest = latest_checkpoint(env.run_dir / "checkpoints")
     if newest is not None:

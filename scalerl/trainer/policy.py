@@ -73,9 +73,9 @@ class Policy:
         # travels and is saved (scalerl.trainer.adapter).
         self.adapter: PeftModel | None = None
 
-    def attach(self, lora: LoraSpec) -> None:
-        """Freeze the policy and train a fresh LoRA adapter on it instead."""
-        self.adapter = adapter.attach_adapter(self.model, lora)
+    def attach(self, lora: LoraSpec, seed: int = 0) -> None:
+        """Freeze the policy and train a fresh LoRA adapter on it instead (drawn from `seed`)."""
+        self.adapter = adapter.attach_adapter(self.model, lora, seed)
 
     @property
     def device(self) -> torch.device:
@@ -145,17 +145,18 @@ class Policy:
         With LoRA: the adapter folder (and the tokenizer), not the base.
         """
         if self.adapter is not None:
-            self.save_adapter(directory)
+            self.save_adapter(directory, weights)
             self.tokenizer.save_pretrained(str(directory))
             return
         self.model.save_pretrained(str(directory), safe_serialization=True, state_dict=weights)
         self.tokenizer.save_pretrained(str(directory))
 
-    def save_adapter(self, directory: Path) -> None:
-        """LoRA: the adapter alone, as a PEFT adapter folder in ``directory``."""
+    def save_adapter(self, directory: Path, weights: dict[str, Tensor] | None = None) -> None:
+        """LoRA: the adapter alone, as a PEFT adapter folder in ``directory``; a sharded
+        policy passes its ``weights`` gathered whole, as for `save_pretrained`."""
         if self.adapter is None:
             raise InputError("the policy has no LoRA adapter to save")
-        adapter.save_adapter(self.adapter, directory)
+        adapter.save_adapter(self.adapter, directory, weights)
 
     def load_weights(self, directory: Path) -> None:
         """Copy the weights saved in ``directory`` (safetensors) into this policy, in place
@@ -299,6 +300,7 @@ def load_policy(
     temperature: float = 1.0,
     master_weights: bool = False,
     lora: LoraSpec | None = None,
+    seed: int = 0,
 ) -> Policy:
     """Load an HF-format causal LM and its tokenizer from the local directory ``path``.
 
@@ -307,8 +309,8 @@ def load_policy(
     from float32 parameters, which the optimizer then keeps in float32 too. Either way weights go
     out (broadcast, HF export) in ``dtype``. ``temperature`` is the generators' sampling
     temperature (paper: not stated, 1.0). With ``lora`` the model is frozen and a fresh adapter
-    trains on it (`Policy.attach`). Raises DataError naming the path and what is missing or
-    unreadable; InputError for a bad dtype or temperature.
+    trains on it (`Policy.attach`, its start drawn from ``seed``). Raises DataError naming the
+    path and what is missing or unreadable; InputError for a bad dtype or temperature.
     """
     torch_dtype = DTYPES.get(dtype)
     if torch_dtype is None:
@@ -331,7 +333,7 @@ def load_policy(
         _upcast_head(policy)
         policy._restore_fp32_head(root)
     if lora is not None:
-        policy.attach(lora)
+        policy.attach(lora, seed)
     return policy
 
 

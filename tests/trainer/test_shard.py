@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from scalerl.ports import free_port
 from scalerl.rollout.records import RolloutGroup
+from scalerl.spec import LoraSpec
 from scalerl.trainer import (
     Batch,
     StepSettings,
@@ -53,6 +54,7 @@ STEP = {
     "max_grad_norm": 1.0,
 }
 BY_FOURS = StepSettings(**STEP, micro_batch_samples=4)
+LORA = LoraSpec(rank=4, alpha=8)
 TIMEOUT_S = 120
 
 
@@ -71,9 +73,18 @@ def fixed_batch(make_group: Any, model_dir: Path) -> Batch:
     return replace(batch, old_logprobs=logprobs)
 
 
-def learner(model_dir: Path, *, sharded: bool, checkpointing: bool = False) -> tuple[Any, Any, Any]:
-    """Policy, optimizer and schedule, as a trainer rank builds them."""
-    policy = load_policy(model_dir, fp32_lm_head=True)
+def learner(
+    model_dir: Path, *, sharded: bool, checkpointing: bool = False, lora: LoraSpec | None = None
+) -> tuple[Any, Any, Any]:
+    """Policy, optimizer and schedule, as a trainer rank builds them (`lora`: an adapter on the
+    frozen model, its B drawn from a fixed seed so that it is not zero)."""
+    policy = load_policy(model_dir, fp32_lm_head=True, lora=lora)
+    if lora is not None:
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, parameter in policy.model.named_parameters():
+                if ".lora_B." in name:
+                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
     if checkpointing:
         checkpoint_layers(policy)
     if sharded:
@@ -92,7 +103,8 @@ def step_on(
     ``memory``: micro-batch size or token budget, packing, activation checkpointing."""
     memory = dict(memory)
     checkpointing = memory.pop("checkpointing", False)
-    trio = learner(model_dir, sharded=dist.is_initialized(), checkpointing=checkpointing)
+    lora = LORA if memory.pop("lora", False) else None
+    trio = learner(model_dir, sharded=dist.is_initialized(), checkpointing=checkpointing, lora=lora)
     result = train_step(*trio, batch, StepSettings(**STEP, **memory))
     return {name: t.clone() for name, t in full_weights(trio[0])}, result
 
@@ -144,14 +156,16 @@ def one_step(rank: int, world: int, model_dir: Path, batch: Batch, memory: Any, 
         (2, {"micro_batch_samples": 4}),
         (4, {"micro_batch_samples": 4}),  # six micro-batches: two ranks run a stand-in
         (2, {"micro_batch_tokens": 50, "packed": True, "checkpointing": True}),
+        (2, {"micro_batch_samples": 4, "lora": True}),
     ],
-    ids=["2-ranks", "4-ranks", "2-ranks-packed-token-budget-checkpointed"],
+    ids=["2-ranks", "4-ranks", "2-ranks-packed-token-budget-checkpointed", "2-ranks-lora"],
 )
 def test_a_sharded_step_equals_the_one_rank_step(
     world: int, memory: dict[str, Any], model_dir: Path, make_group: Any, tmp_path: Path
 ) -> None:
     batch = fixed_batch(make_group, model_dir)
-    alone, alone_result = step_on(model_dir, batch, {"micro_batch_samples": 4})
+    alone_memory = {"micro_batch_samples": 4, "lora": memory.get("lora", False)}
+    alone, alone_result = step_on(model_dir, batch, alone_memory)
     run_ranks(world, one_step, model_dir, batch, memory, tmp_path / "rank0.pt")
     sharded = torch.load(tmp_path / "rank0.pt", weights_only=False)
     result = sharded["result"]
@@ -165,9 +179,11 @@ def test_a_sharded_step_equals_the_one_rank_step(
     assert result.tokens == alone_result.tokens
 
 
-def step_and_checkpoint(rank: int, world: int, model_dir: Path, batch: Batch, root: Path) -> None:
+def step_and_checkpoint(
+    rank: int, world: int, model_dir: Path, batch: Batch, root: Path, lora: LoraSpec | None
+) -> None:
     """Step once and checkpoint: rank 0 saves, the others follow its announcement."""
-    policy, optimizer, scheduler = learner(model_dir, sharded=True)
+    policy, optimizer, scheduler = learner(model_dir, sharded=True, lora=lora)
     train_step(policy, optimizer, scheduler, batch, BY_FOURS)
     ranks = Ranks(rank, world)
     if ranks.leader:
@@ -182,23 +198,28 @@ def step_and_checkpoint(rank: int, world: int, model_dir: Path, batch: Batch, ro
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("lora", [None, LORA], ids=["full", "lora"])
 def test_a_two_rank_checkpoint_resumes_on_one_rank_exactly(
-    model_dir: Path, make_group: Any, tmp_path: Path
+    model_dir: Path, make_group: Any, tmp_path: Path, lora: LoraSpec | None
 ) -> None:
     batch = fixed_batch(make_group, model_dir)
     root = tmp_path / "checkpoints"
-    run_ranks(2, step_and_checkpoint, model_dir, batch, root)
+    run_ranks(2, step_and_checkpoint, model_dir, batch, root, lora)
     saved = latest_checkpoint(root)
     assert saved is not None and (saved / "optimizer").is_dir()
+    # A LoRA checkpoint is the adapter alone, gathered whole from both ranks' shards.
+    assert (saved / "adapter_model.safetensors").is_file() == (lora is not None)
 
     # One rank, resumed from what two wrote, against one rank that never stopped: a second
     # step must agree, which needs the weights and AdamW's moments back exactly.
-    reference = learner(model_dir, sharded=False)
+    reference = learner(model_dir, sharded=False, lora=lora)
     train_step(*reference, batch, BY_FOURS)
-    resumed = learner(saved, sharded=False)
+    # A full checkpoint is a model folder to load; a LoRA one goes onto the base.
+    resumed = learner(saved if lora is None else model_dir, sharded=False, lora=lora)
     state = load_checkpoint(
-        saved, policy=resumed[0], optimizer=resumed[1], scheduler=resumed[2], weights=False
-    )
+        saved, policy=resumed[0], optimizer=resumed[1], scheduler=resumed[2],
+        weights=lora is not None,
+    )  # fmt: skip
     assert state["step"] == 1
     for policy, optimizer, scheduler in (reference, resumed):
         train_step(policy, optimizer, scheduler, batch, BY_FOURS)
