@@ -53,7 +53,7 @@ from scalerl.generator.rewards import RewardFn, load_reward
 from scalerl.generator.tokens import ModelTokens
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.status.history import PromptScore
-from scalerl.trainer.adapter import ADAPTER_CONFIG
+from scalerl.trainer.adapter import ADAPTER_CONFIG, is_adapter, merged_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BATCH_ROWS = 1024  # rows (prompt x sample) per `generate` call
@@ -396,13 +396,11 @@ def load_model(
     adapter = is_adapter(path)
     if adapter and base is None:
         raise InputError(f"{path} is a LoRA adapter: its base model is needed to load it")
-    source = _model_folder(base) if adapter and base is not None else path
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=DTYPES[dtype])
-        if adapter:
-            from peft import PeftModel  # late: only a LoRA checkpoint needs PEFT
-
-            model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+        if adapter and base is not None:
+            model = merged_model(_model_folder(base), path, DTYPES[dtype])
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         raise DataError(f"{path}: cannot load the model ({err})") from None
     if fp32_lm_head and dtype != "float32":
@@ -420,11 +418,6 @@ def _model_folder(checkpoint: str | Path) -> Path:
             f"(no {ADAPTER_CONFIG})"
         )
     return path
-
-
-def is_adapter(folder: Path) -> bool:
-    """A LoRA checkpoint: the adapter alone (spec.model.lora), no model of its own."""
-    return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
 
 
 def _head_in_fp32(model: Any) -> None:

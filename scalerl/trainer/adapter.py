@@ -145,3 +145,19 @@ def load_adapter(wrapped: PeftModel, directory: Path) -> None:
     result: Any = set_peft_model_state_dict(wrapped, state)
     if getattr(result, "unexpected_keys", None):
         raise DataError(f"the adapter in {directory} has unknown tensors {result.unexpected_keys}")
+
+
+def is_adapter(folder: Path) -> bool:
+    """A LoRA checkpoint: the adapter alone (spec.model.lora), no model of its own."""
+    return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
+
+
+def merged_model(base: Path, folder: Path, dtype: torch.dtype | None = None) -> PreTrainedModel:
+    """The base model with the adapter in `folder` merged into it (PEFT's merge): a plain HF
+    model. Raises what loading raises (the caller names the folders)."""
+    from peft import PeftModel  # late: only a LoRA checkpoint needs PEFT
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype, local_files_only=True)
+    merged: PreTrainedModel = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    return merged

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from scalerl.errors import DataError, InputError
-from scalerl.trainer.adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from scalerl.trainer.adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, is_adapter, merged_model
 from scalerl.trainer.checkpoint import OPTIMIZER_DIR, SCHEDULER_FILE, STATE_FILE
 from scalerl.trainer.policy import LOAD_ERRORS, check_model_dir
 
@@ -35,8 +35,7 @@ def export_checkpoint(
         raise DataError(f"checkpoint {checkpoint} is not a directory")
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out} is not empty; export writes into a new or empty folder")
-    lora = (checkpoint / ADAPTER_CONFIG).is_file()
-    if not lora:
+    if not is_adapter(checkpoint):
         if merge:
             raise InputError(f"{checkpoint} is a full checkpoint (no adapter): nothing to merge")
         check_model_dir(checkpoint)
@@ -71,15 +70,12 @@ def _adapter_base(checkpoint: Path) -> Path:
 
 
 def _merge(checkpoint: Path, base: Path, out: Path) -> None:
-    # Late imports: transformers and PEFT are heavy, and only this path needs them.
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer  # late: heavy, and only this path needs it
 
     if not (checkpoint / ADAPTER_WEIGHTS).is_file():
         raise DataError(f"{checkpoint} has no {ADAPTER_WEIGHTS}")
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True)
-        merged = PeftModel.from_pretrained(model, str(checkpoint)).merge_and_unload()
+        merged = merged_model(base, checkpoint)
         # A checkpoint carries the tokenizer; a bare adapter folder takes the base's.
         source = checkpoint if (checkpoint / "tokenizer_config.json").is_file() else base
         tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
