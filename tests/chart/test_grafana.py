@@ -35,6 +35,7 @@ REQUIRED_PANELS = [
     "Policy lag",
     "Throughput",
     "Weight sync seconds",
+    "Weight update size",
     "Step seconds",
     "Gang restarts",
     "Predicted A and C_mid",
@@ -327,6 +328,7 @@ def test_units_name_what_each_panel_measures() -> None:
     unit = {title: panel["fieldConfig"]["defaults"]["unit"] for title, panel in panels_.items()}
     assert unit["Entropy"] == "suffix:nats"
     assert unit["Weight sync seconds"] == unit["Step seconds"] == "s"
+    assert unit["Weight update size"] == "bytes"  # the whole model, or the LoRA adapter alone
     assert unit["Held-out pass rate (mean@k)"] == unit["Train batch pass rate"] == "percentunit"
     assert "tok/s" in unit["Throughput"]
     # Samples/s (a sequence counter) on its own axis, tokens/s from both token counters.
