@@ -17,12 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from scalerl.errors import WeightSyncError
+from scalerl.generator import cpu_lora
 from scalerl.generator.adapters import write_adapter
 from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.spec import LoraSpec
 from scalerl.sync import SyncGroup, WeightReceiver, connect
 
 log = logging.getLogger("scalerl.generator.worker")
+
+# vLLM imports this module in the process that runs the model (`worker_extension_cls`), before
+# the first forward pass: where its CPU LoRA ops are replaced by the grouped ones.
+cpu_lora.install()
 
 
 class WeightSyncExtension:
