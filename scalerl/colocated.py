@@ -11,8 +11,9 @@ this process (`scalerl.generator.inproc`). What changes is only how they meet:
   buckets, no checksums (`InMemoryPublisher`, the trainer's `WeightPublisher` here);
 - on a GPU the engine steps only while the trainer does not (`scalerl.generator.colocation`),
   and sleeps (its weights and KV cache released) while the trainer steps; on a CPU the engine
-  samples on one core while the trainer steps on the others. Weight loads always come between
-  engine steps.
+  samples on one core while the trainer steps on the others, or they take turns with every
+  core for the trainer, whichever the first steps measure to be faster. Weight loads always
+  come between engine steps.
 
 The recipe is unchanged. PipelineRL-k: the engine samples the next batch while (CPU) or between
 (GPU) steps, sequences in flight at a weight load continue on the new weights, and groups more
@@ -37,7 +38,7 @@ import torch
 
 from scalerl.environment import ProcessEnv
 from scalerl.errors import ScaleRLError, WeightSyncError
-from scalerl.generator.colocation import Colocation
+from scalerl.generator.colocation import Colocation, CoreShare
 from scalerl.metrics import GeneratorMetrics
 from scalerl.rollout.pipe import GENERATOR, GeneratorEnd, TrainerEnd, pipe
 from scalerl.rollout.records import Failure, MoreRollouts
@@ -118,23 +119,25 @@ class InMemoryPublisher:
     def device(self) -> AbstractContextManager[None]:
         return self.colocation.train()
 
+    def stepped(self, seconds: float) -> None:
+        self.colocation.stepped(seconds)
+
     def close(self) -> None:
         pass  # the engine goes with its thread
 
 
 def colocation_here() -> Colocation:
-    """How trainer and engine share this machine. A GPU: in turns, the engine asleep while the
-    trainer steps. A CPU with several cores: at once, the engine on one core (vLLM keeps its
-    engine to one thread) and the trainer on the others."""
+    """How trainer and engine share this machine (call on the trainer's thread). A GPU: in
+    turns, the engine asleep while the trainer steps. A CPU with several cores: at once (the
+    engine on one core, the trainer on the others) or in turns, whichever the run measures to
+    be faster (`CoreShare`)."""
     if torch.cuda.is_available():
         return Colocation(sleep=True, exclusive=True)
     cores = os.cpu_count() or 1
     if cores < 2:
         return Colocation(exclusive=True)
-    # Torch's CPU thread count is per thread (OpenMP): this sets the trainer's, and vLLM sets
-    # its engine thread's to one when it starts.
-    torch.set_num_threads(cores - 1)
-    return Colocation(exclusive=False)
+    share = CoreShare(cores)
+    return Colocation(exclusive=share.exclusive, share=share)
 
 
 def _engine_thread(

@@ -374,3 +374,29 @@ def _sample(text: str, series: str) -> float:
     """The value of one series in a /metrics page."""
     line = next(line for line in text.splitlines() if line.startswith(series + " "))
     return float(line.split()[-1])
+
+
+@pytest.mark.slow
+def test_a_lora_run_with_nothing_to_learn_stops_and_says_why(tmp_path: Path) -> None:
+    # A user's data whose answers the model never writes (letters outside its alphabet): every
+    # group is all wrong, so no step has a signal, and after noSignalSteps the run stops, with
+    # the reason, instead of spending its budget. LoRA changes none of this.
+    train = tmp_path / "unlearnable.jsonl"
+    rows = [{"id": f"t{i}", "prompt": "reverse: abc", "answer": "zzz"} for i in range(64)]
+    train.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "run"
+    unlearnable = {
+        "data": {"train": str(train)},
+        "failurePolicy": {"noSignalSteps": 3},
+        "budget": {"maxSteps": 20},
+    }
+    spec = write_variant(EXAMPLES / "lora.yaml", tmp_path / "run.yaml", SMALL, unlearnable)
+    with running(spec, out) as proc:
+        output, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0, output
+    reason = "3 steps in a row with no learning signal; last: no learning signal: 8 of 8 groups"
+    assert f"run stopped: {reason} all wrong" in output
+    assert "restarting" not in output  # a stop on purpose is not a failure to retry
+    stopped = {c["type"]: c for c in json.loads((out / "status.json").read_text())["conditions"]}
+    assert stopped["Stopped"]["reason"] == "NoLearningSignal"
+    assert json.loads((out / "progress.json").read_text())["step"] == 0  # nothing was trained

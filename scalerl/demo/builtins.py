@@ -33,7 +33,24 @@ def _chat_arith() -> DemoAssets:
     return prepare_chat_arith(default_cache_dir())
 
 
-BUILDERS: dict[str, Callable[[], DemoAssets]] = {"demo": _demo, "chat-arith": _chat_arith}
+def _chat_arith_25m() -> DemoAssets:
+    from scalerl.demo.assets import (
+        ARITH_25M_SHAPE,
+        ARITH_25M_WARMUP,
+        ChatArithParams,
+        default_cache_dir,
+        prepare_chat_arith,
+    )
+
+    params = ChatArithParams(shape=ARITH_25M_SHAPE, warmup=ARITH_25M_WARMUP)
+    return prepare_chat_arith(default_cache_dir(), params)
+
+
+BUILDERS: dict[str, Callable[[], DemoAssets]] = {
+    "demo": _demo,
+    "chat-arith": _chat_arith,
+    "chat-arith-25m": _chat_arith_25m,
+}
 
 
 def known_names() -> list[str]:

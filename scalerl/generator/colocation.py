@@ -4,7 +4,8 @@
 `Turnstile` lets another thread (the trainer) take the device between two engine steps: the
 engine's stepper (`scalerl.generator.inproc`) never starts a step while the trainer holds it. On
 a GPU training and generation take turns this way (with the engine asleep while the trainer
-steps; see `Turnstile.hold`); on a CPU they share the cores (`Colocation.exclusive`). The trainer
+steps; see `Turnstile.hold`); on a CPU they share the cores or take turns, whichever the run
+measures to be faster (`CoreShare`). The trainer
 loads new weights while it holds the device (`Colocation.load`): in-flight requests are frozen
 with their KV cache, as by a pause, and continue on the new weights.
 
@@ -15,6 +16,7 @@ import this one and not the other way round.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -23,12 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import torch
+
 from scalerl.errors import WeightSyncError
 
 if TYPE_CHECKING:
     from torch import Tensor
     from vllm.outputs import RequestOutput
     from vllm.v1.engine.llm_engine import LLMEngine
+
+log = logging.getLogger("scalerl.colocation")
 
 
 class Turnstile:
@@ -92,6 +98,65 @@ class InMemoryEngine(Protocol):
 
 
 @dataclass
+class CoreShare:
+    """On a CPU: whether a training step leaves the engine a core, so that it samples the next
+    batch meanwhile (PipelineRL's overlap, the trainer on the other cores), or takes every core
+    while the engine waits (turns, as on a GPU). vLLM keeps its engine to one thread either way.
+
+    Which is faster depends on the run, so the run measures both. On 2 cores with LoRA, per
+    step: the demo's 0.6 M-parameter model 0.18 s sharing against 0.29 s in turns (sampling is
+    most of its work); a 25 M-parameter model, whose trainer's step is most of the work, once
+    measured 3.85 s sharing against 2.77 s in turns. The first `window` steps after the first
+    take turns, the next `window` share, and the run keeps whichever spent fewer steady seconds
+    (the trainer's wall time less evaluations and checkpoints) per step. `window` is a multiple
+    of the usual PPO-off-policy k (1, 2, 4), so each trial sees as many waits for a new
+    policy's batches as the other.
+    """
+
+    cores: int
+    window: int = 4
+    # This step's way. Turns first: the trainer's threads are made before the engine starts,
+    # which then pins its own, and a thread torch adds later may share the engine's core.
+    exclusive: bool = True
+    chosen: bool = False
+    skipped_first: bool = False  # the first step pays start-up (caches, the first batch)
+    spent: dict[bool, list[float]] = field(default_factory=lambda: {False: [], True: []})
+
+    def __post_init__(self) -> None:
+        self.apply()
+
+    def apply(self) -> None:
+        """Torch's CPU threads for the trainer's thread (OpenMP's count is per thread): every
+        core in turns, all but the engine's when sharing."""
+        torch.set_num_threads(self.cores if self.exclusive else self.cores - 1)
+
+    def observe(self, seconds: float) -> None:
+        """The trainer's thread, after each step: its steady `seconds`."""
+        if self.chosen:
+            return
+        if not self.skipped_first:
+            self.skipped_first = True
+            return
+        trial = self.spent[self.exclusive]
+        trial.append(seconds)
+        if len(trial) < self.window:
+            return
+        if self.exclusive and not self.spent[False]:
+            self.exclusive = False  # in turns for a window: now sharing
+        else:
+            shared, turns = (sum(self.spent[way]) / self.window for way in (False, True))
+            self.exclusive, self.chosen = turns < shared, True
+            log.info(
+                "CPU cores: %.2f s per step sharing them with the engine, %.2f s in turns; "
+                "%s from now on",
+                shared,
+                turns,
+                "turns" if self.exclusive else "sharing",
+            )
+        self.apply()
+
+
+@dataclass
 class Colocation:
     """What the trainer and the in-process engine share: the device, and the engine itself, into
     which the trainer loads new weights while it holds the device."""
@@ -99,12 +164,18 @@ class Colocation:
     turnstile: Turnstile = field(default_factory=Turnstile)
     sleep: bool = False  # release the engine's memory while the trainer steps (GPU)
     # Whether a training step takes the device from the engine. On a GPU it must (they share
-    # its memory); on a CPU with cores to spare the engine, which vLLM keeps to one thread,
-    # samples the next batch while the trainer steps on the other cores, as PipelineRL overlaps
-    # them across processes. Weight loads always take the device.
+    # its memory), and on a single core; on a CPU with more, `share` decides, step by step.
+    # Weight loads always take the device.
     exclusive: bool = True
+    share: CoreShare | None = None
     engine: InMemoryEngine | None = None  # once it has started
     started: threading.Event = field(default_factory=threading.Event)
+
+    def stepped(self, seconds: float) -> None:
+        """The trainer's thread, after each step: its steady `seconds` (see `CoreShare`)."""
+        if self.share is not None:
+            self.share.observe(seconds)
+            self.exclusive = self.share.exclusive
 
     def ready(self, engine: InMemoryEngine) -> None:
         """The engine has started: the trainer may load weights into it."""

@@ -95,6 +95,7 @@ class Trainer:
     no_signal_streak: int = 0  # consecutive steps with nothing to learn from
     broadcast_version: int = -1  # the policy version the generators were last sent
     phases: Phases = field(default_factory=Phases)
+    steady_seconds: float = 0.0  # `Phases.steady()` at the end of the last step
     # The generators' totals of earlier attempts, as the checkpoint this attempt resumed saved.
     generation_spent: dict[str, float] = field(default_factory=dict)
 
@@ -290,6 +291,8 @@ class Trainer:
         self.metrics.policy_version.set(self.state.version)
         self.metrics.compute_hours.set(self.state.compute_hours)
         self.status.progress(self.progress())
+        steady, self.steady_seconds = self.steady_seconds, self.phases.steady()
+        self.publisher.stepped(self.steady_seconds - steady)
 
     def progress(self) -> Progress:
         return Progress(

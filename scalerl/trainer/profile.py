@@ -54,6 +54,12 @@ class Phases:
             if self._inner:
                 self._inner[-1] += elapsed
 
+    def steady(self) -> float:
+        """Wall seconds so far that went to steady work: not start-up, evaluations or
+        checkpoints (what steps cost, as opposed to what the run pays now and then)."""
+        wall = self.spent_wall + time.monotonic() - self.started
+        return wall - sum(self.seconds[p] for p in ("start", "evaluate", "checkpoint"))
+
     def totals(self) -> dict[str, float]:
         """Seconds of every phase, `other` (status, metrics, the loop itself) and the `wall`
         time they add up to."""

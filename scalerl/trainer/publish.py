@@ -59,6 +59,12 @@ class WeightPublisher(Protocol):
         """The device for one training step (colocated: taken from the engine)."""
         ...
 
+    def stepped(self, seconds: float) -> None:
+        """A step is done; it took `seconds` of steady work (the trainer's wall time since the
+        last, less evaluations and checkpoints). Colocated on a CPU, these decide how the
+        trainer shares the cores with the engine."""
+        ...
+
     def close(self) -> None:
         """Release what `start` formed; safe before `start` and twice."""
         ...
@@ -102,6 +108,9 @@ class BroadcastPublisher:
 
     def device(self) -> AbstractContextManager[None]:
         return nullcontext()  # the generators have devices of their own
+
+    def stepped(self, seconds: float) -> None:
+        pass  # nothing here shares the trainer's device
 
     def close(self) -> None:
         if self.group is not None:

@@ -244,7 +244,7 @@ def test_unknown_builtins_are_data_errors_listing_the_known_ones(name: str) -> N
     assert "builtin:demo/train" in str(err.value)
 
 
-def test_known_names_cover_both_builtins() -> None:
+def test_known_names_cover_every_builtin() -> None:
     assert known_names() == [
         "builtin:demo",
         "builtin:demo/train",
@@ -252,6 +252,9 @@ def test_known_names_cover_both_builtins() -> None:
         "builtin:chat-arith",
         "builtin:chat-arith/train",
         "builtin:chat-arith/validation",
+        "builtin:chat-arith-25m",
+        "builtin:chat-arith-25m/train",
+        "builtin:chat-arith-25m/validation",
     ]
 
 

@@ -4,6 +4,7 @@ padding; and `install()` puts them where vLLM's CPU punica wrapper calls them.""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
@@ -89,7 +90,9 @@ def test_decode_ops_match_vllms(b: dict[str, Any]) -> None:
     x = rand(b["generator"], tokens, b["hidden"]).to(b["dtype"])
     shrunk = rand(b["generator"], tokens, b["rank"]).to(b["dtype"])
     a, bw = stacked(b, b["rank"], b["hidden"]), stacked(b, b["hidden"], b["rank"])
-    both("bgmv_shrink", torch.zeros(tokens, b["rank"], dtype=b["dtype"]), x, a, indices, b["scaling"])
+    both(
+        "bgmv_shrink", torch.zeros(tokens, b["rank"], dtype=b["dtype"]), x, a, indices, b["scaling"]
+    )
     out = rand(b["generator"], tokens, b["hidden"] + b["pad"]).to(b["dtype"])
     both("bgmv_expand", out, shrunk, bw, indices, b["add"])
     both("bgmv_expand_slice", out, shrunk, bw, indices, b["pad"], b["hidden"], b["add"])
@@ -118,16 +121,19 @@ def test_install_replaces_the_ops_vllms_cpu_wrapper_calls() -> None:
     for name, op in cpu_lora.OPS.items():
         assert getattr(punica_cpu, name) is op
     assert cpu_lora.install()  # twice is once: the originals are still vLLM's
-    assert all(
-        cpu_lora._ORIGINALS[name] is getattr(torch_ops, name) for name in cpu_lora.OPS
-    )
+    assert all(cpu_lora._ORIGINALS[name] is getattr(torch_ops, name) for name in cpu_lora.OPS)
 
 
 def test_the_worker_extension_installs_them_where_the_model_runs() -> None:
-    import scalerl.generator.worker  # noqa: F401  (vLLM imports it in the model's process)
     from vllm.lora.punica_wrapper import punica_cpu
 
-    assert punica_cpu.sgmv_expand is cpu_lora.sgmv_expand
+    import scalerl.generator.worker
+
+    for name in cpu_lora.OPS:  # as vLLM ships them
+        setattr(punica_cpu, name, getattr(torch_ops, name))
+    importlib.reload(scalerl.generator.worker)  # as vLLM imports it, in the model's process
+    for name, op in cpu_lora.OPS.items():
+        assert getattr(punica_cpu, name) is op
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
