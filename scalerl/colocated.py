@@ -136,8 +136,7 @@ def colocation_here() -> Colocation:
     cores = os.cpu_count() or 1
     if cores < 2:
         return Colocation(exclusive=True)
-    share = CoreShare(cores)
-    return Colocation(exclusive=share.exclusive, share=share)
+    return Colocation(share=CoreShare(cores))
 
 
 def _engine_thread(

@@ -76,13 +76,6 @@ ARITH_SHAPE = TinyModelShape(
     hidden=128, layers=3, heads=4, kv_heads=2, intermediate=384, max_positions=96
 )
 ARITH_WARMUP = WarmupConfig(steps=600, batch=64, lr=3e-3, noise=0.5)
-# `builtin:chat-arith-25m`: the same task on a 25 M-parameter Llama (8 layers of 512), for
-# benchmarks where a full weight update costs what it does on real models. Its warm-up takes
-# ~8 minutes on 2 cores and leaves the same ~0.2 held-out pass rate.
-ARITH_25M_SHAPE = TinyModelShape(
-    hidden=512, layers=8, heads=8, kv_heads=4, intermediate=1536, max_positions=96
-)
-ARITH_25M_WARMUP = WarmupConfig(steps=400, batch=64, lr=1e-3, warmup_steps=5, noise=0.5)
 
 
 @dataclass(frozen=True)
@@ -101,6 +94,17 @@ class ChatArithParams:
 
     def key(self) -> str:
         return _key(self)
+
+
+# `builtin:chat-arith-25m`: the same task on a 25 M-parameter Llama (8 layers of 512), for
+# benchmarks where a full weight update costs what it does on real models. Its warm-up takes
+# ~8 minutes on 2 cores and leaves the same ~0.2 held-out pass rate.
+CHAT_ARITH_25M = ChatArithParams(
+    shape=TinyModelShape(
+        hidden=512, layers=8, heads=8, kv_heads=4, intermediate=1536, max_positions=96
+    ),
+    warmup=WarmupConfig(steps=400, batch=64, lr=1e-3, warmup_steps=5, noise=0.5),
+)
 
 
 def _key(params: Any) -> str:

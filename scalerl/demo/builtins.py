@@ -34,16 +34,9 @@ def _chat_arith() -> DemoAssets:
 
 
 def _chat_arith_25m() -> DemoAssets:
-    from scalerl.demo.assets import (
-        ARITH_25M_SHAPE,
-        ARITH_25M_WARMUP,
-        ChatArithParams,
-        default_cache_dir,
-        prepare_chat_arith,
-    )
+    from scalerl.demo.assets import CHAT_ARITH_25M, default_cache_dir, prepare_chat_arith
 
-    params = ChatArithParams(shape=ARITH_25M_SHAPE, warmup=ARITH_25M_WARMUP)
-    return prepare_chat_arith(default_cache_dir(), params)
+    return prepare_chat_arith(default_cache_dir(), CHAT_ARITH_25M)
 
 
 BUILDERS: dict[str, Callable[[], DemoAssets]] = {

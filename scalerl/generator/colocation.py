@@ -171,6 +171,10 @@ class Colocation:
     engine: InMemoryEngine | None = None  # once it has started
     started: threading.Event = field(default_factory=threading.Event)
 
+    def __post_init__(self) -> None:
+        if self.share is not None:
+            self.exclusive = self.share.exclusive
+
     def stepped(self, seconds: float) -> None:
         """The trainer's thread, after each step: its steady `seconds` (see `CoreShare`)."""
         if self.share is not None:

@@ -90,8 +90,7 @@ def test_a_run_that_samples_faster_while_training_keeps_sharing() -> None:
 
 @pytest.mark.usefixtures("threads")
 def test_colocation_follows_its_share_step_by_step() -> None:
-    share = CoreShare(cores=2, window=1)
-    colocation = Colocation(exclusive=share.exclusive, share=share)
+    colocation = Colocation(share=CoreShare(cores=2, window=1))
     with colocation.train():
         assert colocation.turnstile._wanted.is_set()  # the engine waits while the trainer steps
     colocation.stepped(9.0)  # start-up
