@@ -144,10 +144,13 @@ def stop_losers(sweep: ScaleRLSweep, variants: list[Variant]) -> None:
 
 def stop(variant: Variant, reason: str) -> None:
     """Stop a running variant as Ctrl-C stops `scalerl run`: its gang stops, its checkpoints
-    stay (the same command resumes it)."""
+    stay (the same command resumes it). SIGTERM, which `scalerl run` handles as Ctrl-C, and not
+    SIGINT: a process started with SIGINT ignored (any background job of a non-interactive
+    shell, as CI runs us) keeps it ignored, and such a variant ran on until the grace period's
+    SIGKILL."""
     assert variant.proc is not None
     try:
-        os.killpg(variant.proc.pid, signal.SIGINT)
+        os.killpg(variant.proc.pid, signal.SIGTERM)
         variant.proc.wait(STOP_GRACE_S)
     except ProcessLookupError:
         pass

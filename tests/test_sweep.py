@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +68,25 @@ def test_a_local_sweep_stops_the_crippled_variant_and_ranks_the_rest(tmp_path: P
     path = tmp_path / "sweep.yaml"
     body = sweep()
     body["spec"]["base"]["budget"]["maxSteps"] = 40
-    # The crippled variant's fit is judged from its 8th evaluation (step 35, with step 0), once
-    # the leader's own fit holds 8 points too, and each run refits only every other evaluation,
-    # on a machine its peers keep busy. Give it a budget well beyond that, so that stopping it
-    # saves compute: with 80 steps, alone on the machine once the others had finished, it once
-    # ran its last 35 steps in 14 s, before the verdict came.
+    # The crippled variant's fit is judged from its 8th evaluation (step 35, with step 0): give
+    # it a budget well beyond that, so that stopping it saves compute.
     body["spec"]["variants"][2]["patch"]["budget"] = {"maxSteps": 200}
     path.write_text(yaml.safe_dump(body))
-    board = run_sweep(path, tmp_path / "out", poll_s=1.0)
+    # As in a background job of a non-interactive shell (CI): the variants start with SIGINT
+    # ignored. A stop by SIGINT then went unheard, and the crippled variant ran on to step 155
+    # (or to the end of a smaller budget) until the sweep's SIGKILL.
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        board = run_sweep(path, tmp_path / "out", poll_s=1.0)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     by_name = {row["name"]: row for row in board}
     crippled = by_name["crippled-lr"]
     assert crippled["phase"] == "Stopped", board
     assert "lies below" in crippled["stopReason"] and crippled["computeSaved"] > 0
+    # It stopped as Ctrl-C stops `scalerl run` (its gang in order, resumable), not killed.
+    log_text = (tmp_path / "out" / "crippled-lr.log").read_text(errors="replace")
+    assert "stopped; run the same command again to resume" in log_text
     assert [row["name"] for row in board][-1] == "crippled-lr"
     leaders = [row for row in board if row["name"] != "crippled-lr"]
     assert all(row["phase"] == "Succeeded" for row in leaders), board
