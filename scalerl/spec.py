@@ -776,8 +776,13 @@ class RunSpec(_Model):
 
     @property
     def cluster_compute_units(self) -> int:
-        """What compute counts on a cluster: GPUs, or processes for a CPU run."""
+        """What compute counts, on a cluster and locally: GPUs, or processes for a CPU run."""
         return self.compute_units or self.processes
+
+    @property
+    def compute_unit(self) -> str:
+        """The unit of this run's compute, as every line, column and axis names it."""
+        return "GPU-hours" if self.compute_units else "process-hours"
 
     @property
     def compute_units(self) -> int:

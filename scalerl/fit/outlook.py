@@ -12,7 +12,7 @@ from scalerl.fit.result import FitResult
 from scalerl.spec import PREDICTION_MIN_POINTS, BudgetSpec
 
 # One word each: a kubectl column splits on spaces.
-TOO_EARLY, MISFIT, OK = "TooEarly", "Misfit", "OK"
+TOO_EARLY, UNCHECKED, MISFIT, OK = "TooEarly", "Unchecked", "Misfit", "OK"
 
 
 def outlook(
