@@ -10,7 +10,6 @@ status update must never stop training.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 from collections.abc import Callable
@@ -109,20 +108,43 @@ def placed(entry: dict[str, Any]) -> dict[str, Any] | None:
 def thin(entries: list[dict[str, Any]], keep: int = EVALUATIONS_KEPT) -> list[dict[str, Any]]:
     """At most `keep` entries spread evenly on log compute; the first and last always stay.
 
-    The first (R0, at almost no compute) anchors the fit; the curve's shape lives on a log axis,
-    so even spacing there keeps its early rise as well as its plateau.
+    The first (the step-0 evaluation, R0, at compute 0) anchors the fit and stays whatever its
+    compute. The rest lie on the positive computes, where the curve's shape lives on a log axis:
+    every point keeps a log gap of at least `gap` to the one kept before it, with the smallest
+    gap that keeps no more than `keep`. So the sparse early points of a schedule that is even on
+    linear compute all stay, and the dense late ones are spread evenly on the log axis.
     """
+    if keep < 3:
+        raise ValueError(f"thin keeps at least 3 entries (first, last and one between), not {keep}")
     if len(entries) <= keep:
         return list(entries)
-    logs = [math.log(max(float(e["computeHours"]), 1e-12)) for e in entries]
-    first, last = logs[0], logs[-1]
-    chosen = {0, len(entries) - 1}
-    for i in range(1, keep - 1):
-        target = first + (last - first) * i / (keep - 1)
-        at = min(max(bisect.bisect_left(logs, target), 1), len(entries) - 1)
-        nearest = at if abs(logs[at] - target) <= abs(logs[at - 1] - target) else at - 1
-        chosen.add(nearest)
-    return [entries[i] for i in sorted(chosen)]
+    rest = [i for i in range(1, len(entries)) if float(entries[i]["computeHours"]) > 0]
+    logs = [math.log(float(entries[i]["computeHours"])) for i in rest]
+    if len(rest) < 2:  # nothing past compute 0 to spread: the ends only
+        return [entries[0], entries[-1]]
+    low, high = 0.0, max(logs) - min(logs)  # at `high` only the first positive and the last stay
+    for _ in range(60):  # the count falls as the gap grows: bisect for the smallest that fits
+        gap = (low + high) / 2
+        if len(_spaced(logs, gap)) + 1 > keep:
+            low = gap
+        else:
+            high = gap
+    return [entries[0], *(entries[rest[j]] for j in _spaced(logs, high))]
+
+
+def _spaced(logs: list[float], gap: float) -> list[int]:
+    """Indexes into `logs` kept walking up it: the first, then each at least `gap` above the last
+    kept, and the last always (it replaces a kept point closer than `gap` below it)."""
+    kept = [0]
+    for j in range(1, len(logs)):
+        if logs[j] - logs[kept[-1]] >= gap:
+            kept.append(j)
+    if kept[-1] != len(logs) - 1:
+        if len(kept) > 1:
+            kept[-1] = len(logs) - 1
+        else:
+            kept.append(len(logs) - 1)
+    return kept
 
 
 class RunStatus:
