@@ -58,8 +58,9 @@ def run_metrics(run: str, namespace: str = "team-a") -> RunMetrics:
     """The runner's (or operator's) gauges once a run (a sweep's variant) has a fit, a target
     and a restart."""
     metrics = RunMetrics()
-    metrics.set_prediction(namespace, run, {"A": 0.8, "B": 1.5, "C_mid": 120.0, "R0": 0.1})
-    metrics.set_target(namespace, run, 0.5)
+    fit = {"A": 0.8, "B": 1.5, "C_mid": 120.0, "R0": 0.1, "predictedAtBudget": 0.7}
+    metrics.set_prediction(namespace, run, fit)
+    metrics.set_targets(namespace, run, pass_rate=0.75, stop_below=0.5)
     metrics.set_restarts(namespace, run, 1)
     metrics.set_sweep_stopped(namespace, run, False)
     return metrics
@@ -102,8 +103,9 @@ def test_run_gauges_keep_one_series_per_run_until_it_is_forgotten() -> None:
     text = scrape(metrics)
     assert 'scalerl_predicted_asymptote{namespace="team-a",run="b"} 0.6' in text
     assert 'run="a"' not in text
-    # b has no stopWhen target
-    assert 'scalerl_target_asymptote{namespace="team-a",run="b"}' not in text
+    # b has no targets
+    assert 'scalerl_target_pass_rate{namespace="team-a",run="b"}' not in text
+    assert 'scalerl_stop_asymptote_below{namespace="team-a",run="b"}' not in text
 
 
 def test_a_gauge_is_served_once_set_and_a_counter_from_the_start() -> None:
@@ -136,8 +138,9 @@ def test_same_named_runs_in_two_namespaces_keep_their_own_process_series() -> No
 def test_same_named_runs_in_two_namespaces_keep_separate_run_series() -> None:
     metrics = RunMetrics()
     for namespace, a, target, restarts in (("team-a", 0.8, 0.5, 1), ("team-b", 0.6, 0.7, 3)):
-        metrics.set_prediction(namespace, "foo", {"A": a, "B": 1.0, "C_mid": 10.0, "R0": 0.1})
-        metrics.set_target(namespace, "foo", target)
+        fit = {"A": a, "B": 1.0, "C_mid": 10.0, "R0": 0.1, "predictedAtBudget": a - 0.1}
+        metrics.set_prediction(namespace, "foo", fit)
+        metrics.set_targets(namespace, "foo", pass_rate=target, stop_below=target - 0.1)
         metrics.set_restarts(namespace, "foo", restarts)
         metrics.set_sweep_stopped(namespace, "foo", namespace == "team-b")
 
@@ -149,14 +152,16 @@ def test_same_named_runs_in_two_namespaces_keep_separate_run_series() -> None:
         name: (sample(name, "team-a"), sample(name, "team-b"))
         for name in (
             "predicted_asymptote",
-            "target_asymptote",
+            "target_pass_rate",
+            "stop_asymptote_below",
             "gang_restarts",
             "sweep_variant_stopped",
         )
     }
     assert both == {
         "predicted_asymptote": (0.8, 0.6),
-        "target_asymptote": (0.5, 0.7),
+        "target_pass_rate": (0.5, 0.7),
+        "stop_asymptote_below": (0.4, 0.6),
         "gang_restarts": (1, 3),
         "sweep_variant_stopped": (0, 1),
     }
@@ -183,7 +188,7 @@ def test_an_evaluation_exports_its_compute_and_standard_error_beside_its_pass_ra
     series = '{namespace="team-a",run="r"}'
     assert f"scalerl_eval_compute_hours{series} 1.5" in text
     assert f"scalerl_eval_pass_rate_stderr{series} 0.02" in text
-    assert "GPU-hours" in TRAINER_GAUGES["eval_compute_hours"]
+    assert "GPU-hours; process-hours for a CPU run" in TRAINER_GAUGES["eval_compute_hours"]
     assert "per-prompt means" in TRAINER_GAUGES["eval_pass_rate_stderr"]
 
 
@@ -194,3 +199,33 @@ def test_help_texts_say_which_pass_rate_and_which_lag() -> None:
     assert TRAINER_GAUGES["pass_rate"].startswith("Train pass rate")
     assert "mean@k" in TRAINER_GAUGES["eval_pass_rate"]
     assert "trained batch" in TRAINER_GAUGES["policy_lag_steps"]
+
+
+def test_the_target_is_the_pass_rate_the_run_should_end_at() -> None:
+    # One meaning of "target" (spec.budget.targetPassRate), set beside the pass rate the fit
+    # predicts where the run will end; the stopWhen threshold is a gauge of its own name.
+    metrics = RunMetrics()
+    fit = {"A": 0.8, "B": 1.5, "C_mid": 120.0, "R0": 0.1, "predictedAtBudget": 0.62}
+    metrics.set_prediction("team-a", "r", fit)
+    metrics.set_targets("team-a", "r", pass_rate=0.7, stop_below=0.5)
+    text = scrape(metrics)
+    series = '{namespace="team-a",run="r"}'
+    assert f"scalerl_predicted_at_budget{series} 0.62" in text
+    assert f"scalerl_target_pass_rate{series} 0.7" in text
+    assert f"scalerl_stop_asymptote_below{series} 0.5" in text
+    assert "targetPassRate" in RUN_GAUGES["target_pass_rate"]
+    assert "predictedAtBudget" in RUN_GAUGES["predicted_at_budget"]
+    # A target dropped from the spec takes its gauge with it.
+    metrics.set_targets("team-a", "r", pass_rate=None, stop_below=None)
+    text = scrape(metrics)
+    assert "scalerl_target_pass_rate{" not in text and "scalerl_stop_asymptote_below{" not in text
+
+
+def test_the_trainer_counts_the_groups_it_received_beside_the_stale_ones() -> None:
+    # The lag alert's share: stale groups over received groups.
+    trainer = TrainerMetrics("team-a", "r")
+    trainer.received_groups.inc(16)
+    trainer.stale_groups.inc(9)
+    text = scrape(trainer)
+    assert 'scalerl_received_groups_total{namespace="team-a",run="r"} 16.0' in text
+    assert 'scalerl_stale_groups_total{namespace="team-a",run="r"} 9.0' in text

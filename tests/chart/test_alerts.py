@@ -47,7 +47,7 @@ ALERTS = [
     "ScaleRLSkippedSteps",
     "ScaleRLWeightSyncFailing",
     "ScaleRLWeightSyncSlow",
-    "ScaleRLPolicyLagHigh",
+    "ScaleRLStaleGroupsHigh",
     "ScaleRLPredictedBelowTarget",
     "ScaleRLPredictionFalling",
     "ScaleRLGangRestarted",
@@ -239,7 +239,7 @@ def test_every_threshold_window_and_hold_comes_from_values() -> None:
             "noLearningSignal": {"steps": 13, "window": "19m", "for": "2m"},
             "skippedSteps": {"steps": 4, "window": "23m", "for": "6m"},
             "weightSync": {"failures": 5, "maxSeconds": 97, "window": "29m", "for": "8m"},
-            "policyLag": {"for": "9m"},
+            "staleGroups": {"share": 0.33, "window": "21m", "for": "9m"},
             "prediction": {"drop": 0.07, "window": "5h", "for": "12m"},
             "restarts": {"count": 2, "window": "2h", "for": "1m"},
         }
@@ -252,7 +252,7 @@ def test_every_threshold_window_and_hold_comes_from_values() -> None:
         "ScaleRLSkippedSteps": (["[23m]", ">= 4"], "6m"),
         "ScaleRLWeightSyncFailing": (["[29m]", ">= 5"], "8m"),
         "ScaleRLWeightSyncSlow": (["[29m]", "> 97"], "8m"),
-        "ScaleRLPolicyLagHigh": ([], "9m"),
+        "ScaleRLStaleGroupsHigh": (["[21m]", "> 0.33"], "9m"),
         "ScaleRLPredictedBelowTarget": ([], "12m"),
         "ScaleRLPredictionFalling": (["[5h]", "> 0.07"], "12m"),
         "ScaleRLGangRestarted": (["[2h]", ">= 2"], "1m"),
@@ -501,33 +501,70 @@ EXAMPLES = [
         [],
         id="sync-slow-quiet-without-syncs",
     ),
-    # ScaleRLPolicyLagHigh (for 5m)
+    # ScaleRLStaleGroupsHigh (a share over 0.25 within 15m, for 5m). Generators that lag up to
+    # 20 versions behind a trainer with maxOffPolicySteps 8: of 16 groups a minute, 9 are
+    # dropped stale, while the mean lag of what is trained stays at 2.5 (audit 2026-11-27, S7).
     pytest.param(
-        "ScaleRLPolicyLagHigh",
+        "ScaleRLStaleGroupsHigh",
         {
-            **trainer("scalerl_policy_lag_steps", "3x60"),
-            **trainer("scalerl_max_off_policy_steps", "2x60"),
+            **trainer("scalerl_received_groups_total", "0+16x60"),
+            **trainer("scalerl_stale_groups_total", "0+9x60"),
+            **trainer("scalerl_policy_lag_steps", "2.5x60"),
+            **trainer("scalerl_max_off_policy_steps", "8x60"),
         },
         "10m",
         R1,
-        id="policy-lag-fires-above-max-off-policy-steps",
+        id="stale-groups-fires-when-generators-lag",
     ),
     pytest.param(
-        "ScaleRLPolicyLagHigh",
+        "ScaleRLStaleGroupsHigh",
         {
-            **trainer("scalerl_policy_lag_steps", "2x60"),
-            **trainer("scalerl_max_off_policy_steps", "2x60"),
+            **trainer("scalerl_received_groups_total", "0+16x60"),
+            **trainer("scalerl_stale_groups_total", "0+9x60"),
         },
-        "10m",
+        "4m",
         [],
-        id="policy-lag-quiet-at-max-off-policy-steps",
+        id="stale-groups-pending-before-its-hold",
     ),
-    # ScaleRLPredictedBelowTarget
+    pytest.param(
+        "ScaleRLStaleGroupsHigh",
+        {
+            **trainer("scalerl_received_groups_total", "0+16x60"),
+            **trainer("scalerl_stale_groups_total", "0+2x60"),
+        },
+        "30m",
+        [],
+        id="stale-groups-quiet-at-an-eighth",
+    ),
+    pytest.param(
+        "ScaleRLStaleGroupsHigh",
+        # A burst of 40 stale groups at 5m, then none: out of the window by 30m.
+        {
+            **trainer("scalerl_received_groups_total", "0+16x60"),
+            **trainer("scalerl_stale_groups_total", "0x5 40x55"),
+        },
+        "30m",
+        [],
+        id="stale-groups-quiet-once-the-burst-left-the-window",
+    ),
+    pytest.param(
+        "ScaleRLStaleGroupsHigh",
+        # Nothing received (a trainer waiting for its first rollouts): no share, no alert.
+        {
+            **trainer("scalerl_received_groups_total", "0x60"),
+            **trainer("scalerl_stale_groups_total", "0x60"),
+        },
+        "30m",
+        [],
+        id="stale-groups-quiet-while-nothing-arrives",
+    ),
+    # ScaleRLPredictedBelowTarget: the pass rate predicted at the run's end against
+    # spec.budget.targetPassRate.
     pytest.param(
         "ScaleRLPredictedBelowTarget",
         {
-            **local("scalerl_predicted_asymptote", "0.55x60"),
-            **local("scalerl_target_asymptote", "0.6x60"),
+            **local("scalerl_predicted_at_budget", "0.55x60"),
+            **local("scalerl_target_pass_rate", "0.6x60"),
         },
         "10m",
         R1_LOCAL,
@@ -536,8 +573,20 @@ EXAMPLES = [
     pytest.param(
         "ScaleRLPredictedBelowTarget",
         {
-            **local("scalerl_predicted_asymptote", "0.65x60"),
-            **local("scalerl_target_asymptote", "0.6x60"),
+            # The asymptote clears the target, but the run ends before the curve gets there.
+            **local("scalerl_predicted_asymptote", "0.8x60"),
+            **local("scalerl_predicted_at_budget", "0.55x60"),
+            **local("scalerl_target_pass_rate", "0.6x60"),
+        },
+        "10m",
+        R1_LOCAL,
+        id="below-target-fires-when-the-budget-ends-the-run-first",
+    ),
+    pytest.param(
+        "ScaleRLPredictedBelowTarget",
+        {
+            **local("scalerl_predicted_at_budget", "0.65x60"),
+            **local("scalerl_target_pass_rate", "0.6x60"),
         },
         "10m",
         [],
@@ -545,7 +594,12 @@ EXAMPLES = [
     ),
     pytest.param(
         "ScaleRLPredictedBelowTarget",
-        local("scalerl_predicted_asymptote", "0.55x60"),
+        {
+            # The stopWhen threshold is no target: A under it is the stop's business.
+            **local("scalerl_predicted_asymptote", "0.45x60"),
+            **local("scalerl_predicted_at_budget", "0.45x60"),
+            **local("scalerl_stop_asymptote_below", "0.5x60"),
+        },
         "10m",
         [],
         id="below-target-quiet-without-a-target",
@@ -672,16 +726,17 @@ ANNOTATIONS = {
         "Weight updates of run team-a/r1 are slow",
         "9 in 10 weight syncs of run team-a/r1 over the last 15m took up to 1m 54s (limit 60s).",
     ),
-    "ScaleRLPolicyLagHigh": (
-        "Run team-a/r1 trains too far off-policy",
-        "The trainer of run team-a/r1 measured a mean policy lag of 3.00 versions over the tokens"
-        " of the trained batch, more than the run's maxOffPolicySteps.",
+    "ScaleRLStaleGroupsHigh": (
+        "Run team-a/r1 drops many prompt groups as stale",
+        "56.25% of the prompt groups the trainer of run team-a/r1 received over the last 15m were"
+        " older than its maxOffPolicySteps allows and were dropped (threshold 0.25): its"
+        " generators lag behind the trainer, and their work is wasted.",
     ),
     # A local run's namespace is "local".
     "ScaleRLPredictedBelowTarget": (
-        "Run local/r1 is predicted to end below its target",
-        "The fitted asymptotic pass rate of run local/r1 is 0.550, below its target"
-        " (spec.budget.stopWhen.predictedABelow).",
+        "Run local/r1 is predicted to end below its target pass rate",
+        "The fit of run local/r1 predicts a held-out pass rate of 0.550 where the run will end"
+        " (predictedAtBudget), below its target pass rate (spec.budget.targetPassRate).",
     ),
     "ScaleRLPredictionFalling": (
         "The prediction of run local/r1 is falling",
@@ -786,14 +841,14 @@ def each_names_its_namespace(
     return {"eval_time": at, "alertname": alert, "exp_alerts": expected}
 
 
-def below_target(asymptotes: dict[str, float]) -> RunMetrics:
-    """The operator's gauges for a run named foo in each namespace of `asymptotes`: its fitted
-    asymptote and a target of 0.6."""
+def below_target(at_budget: dict[str, float]) -> RunMetrics:
+    """The operator's gauges for a run named foo in each namespace of `at_budget`: its pass rate
+    predicted at its end (A 0.9, well above) and a target pass rate of 0.6."""
     metrics = RunMetrics()
-    for namespace, asymptote in asymptotes.items():
-        fit = {"A": asymptote, "B": 1.0, "C_mid": 10.0, "R0": 0.1}
+    for namespace, predicted in at_budget.items():
+        fit = {"A": 0.9, "B": 1.0, "C_mid": 10.0, "R0": 0.1, "predictedAtBudget": predicted}
         metrics.set_prediction(namespace, "foo", fit)
-        metrics.set_target(namespace, "foo", 0.6)
+        metrics.set_targets(namespace, "foo", pass_rate=0.6, stop_below=None)
     return metrics
 
 
@@ -802,11 +857,12 @@ def test_same_named_runs_in_two_namespaces_alert_apart_on_the_operators_series(
 ) -> None:
     alert = "ScaleRLPredictedBelowTarget"
 
-    def expanded(namespace: str, asymptote: float) -> tuple[str, str]:
+    def expanded(namespace: str, predicted: float) -> tuple[str, str]:
         return (
-            f"Run {namespace}/foo is predicted to end below its target",
-            f"The fitted asymptotic pass rate of run {namespace}/foo is {asymptote:.3f}, below"
-            " its target (spec.budget.stopWhen.predictedABelow).",
+            f"Run {namespace}/foo is predicted to end below its target pass rate",
+            f"The fit of run {namespace}/foo predicts a held-out pass rate of {predicted:.3f}"
+            " where the run will end (predictedAtBudget), below its target pass rate"
+            " (spec.budget.targetPassRate).",
         )
 
     both_below = {"team-a": expanded("team-a", 0.55), "team-b": expanded("team-b", 0.45)}

@@ -16,7 +16,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from helmchart import CHART, KUBE_VERSION, crds, of_kind, one, render
+from helmchart import CHART, KUBE_VERSION, crds, of_kind, one, render, render_files
 from schemas import API_VERSION as MONITORING
 from schemas import SCHEMAS
 from schemas import validate as validate_monitoring
@@ -207,6 +207,24 @@ def test_default_values_render_no_monitor_where_the_cluster_has_no_prometheus_op
     forced = {"monitoring": {"prometheusRule": {"enabled": True}}}
     kinds = [o["kind"] for o in render(forced, prometheus_operator=False) if _is_monitoring(o)]
     assert kinds == ["PrometheusRule"]
+
+
+def notes(values: dict[str, Any] | None = None, **kwargs: Any) -> str:
+    """What `helm install` prints after installing (NOTES.txt, by the real Helm engine)."""
+    files = render_files(values, **kwargs)
+    (path,) = [path for path in files if path.endswith("NOTES.txt")]
+    return files[path]
+
+
+def test_the_notes_promise_alerts_only_where_the_rule_is_rendered() -> None:
+    # `enabled: auto` (the default) on a cluster without monitoring.coreos.com/v1: no rule, so
+    # no word of one.
+    assert "PrometheusRule" not in notes(prometheus_operator=False)
+    assert "Alerts:" in notes()  # the Prometheus Operator is there
+    off = {"monitoring": {"prometheusRule": {"enabled": False}}}
+    assert "Alerts:" not in notes(off)
+    forced = {"monitoring": {"prometheusRule": {"enabled": True}}}
+    assert "Alerts: PrometheusRule scalerl " in notes(forced, prometheus_operator=False)
 
 
 # --- the operator's Deployment ------------------------------------------------------------------

@@ -48,8 +48,13 @@ SPEC = {
     "data": {"validation": {"prompts": 8}},
     "evaluation": {"everySteps": 2, "generationsPerPrompt": 2},
     "fit": {"everyEvaluations": 2},
-    # A target, so the runner serves target_asymptote too; far below anything the run predicts.
-    "budget": {"maxSteps": 200, "stopWhen": {"predictedABelow": 0.001, "minPoints": 4}},
+    # Targets, so the runner serves target_pass_rate and stop_asymptote_below too; far below
+    # anything the run predicts.
+    "budget": {
+        "maxSteps": 200,
+        "targetPassRate": 0.001,
+        "stopWhen": {"predictedABelow": 0.001, "minPoints": 8},
+    },
     "generators": {"replicas": 1},
     "checkpoint": {"everySteps": 1000},
 }

@@ -60,6 +60,7 @@ WINDOWS: list[KeyPath] = [
     ("alerts", "noLearningSignal", "window"),
     ("alerts", "skippedSteps", "window"),
     ("alerts", "weightSync", "window"),
+    ("alerts", "staleGroups", "window"),
     ("alerts", "prediction", "window"),
     ("alerts", "restarts", "window"),
     ("monitoring", "podMonitor", "interval"),
@@ -71,7 +72,7 @@ HOLDS: list[KeyPath] = [
     ("alerts", "noLearningSignal", "for"),
     ("alerts", "skippedSteps", "for"),
     ("alerts", "weightSync", "for"),
-    ("alerts", "policyLag", "for"),
+    ("alerts", "staleGroups", "for"),
     ("alerts", "prediction", "for"),
     ("alerts", "restarts", "for"),
 ]
@@ -193,6 +194,14 @@ def invalid_values() -> st.SearchStrategy[tuple[KeyPath, Any]]:
                 st.floats(min_value=1, exclude_min=True, **finite),
                 st.text(max_size=5),
                 st.booleans(),
+            ),
+        ),
+        (
+            ("alerts", "staleGroups", "share"),
+            st.one_of(
+                st.floats(max_value=0, **finite),
+                st.floats(min_value=1, **finite),
+                st.text(max_size=5),
             ),
         ),
         (

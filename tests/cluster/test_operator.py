@@ -713,17 +713,18 @@ def test_the_operator_exports_each_runs_prediction_target_and_restarts(
     def sample(name: str) -> float | None:
         return metrics.registry.get_sample_value(f"scalerl_{name}", {"namespace": ns, "run": "r1"})
 
-    stop = {"budget": {"stopWhen": {"predictedABelow": 0.5, "minPoints": 8}}}
+    budget = {"targetPassRate": 0.7, "stopWhen": {"predictedABelow": 0.5, "minPoints": 8}}
     with operator(metrics=metrics):
-        create_run(plane, ns, run_manifest(ns, **stop))
+        create_run(plane, ns, run_manifest(ns, budget=budget))
         wait_for(lambda: sample("gang_restarts") == 0, "the restarts gauge")
-        assert sample("target_asymptote") == 0.5
+        assert (sample("target_pass_rate"), sample("stop_asymptote_below")) == (0.7, 0.5)
         assert sample("predicted_asymptote") is None  # no fit yet: no series, not a zero
         assert sample("sweep_variant_stopped") is None  # a run of no sweep
         fit = {"A": 0.61, "B": 1.4, "C_mid": 2542.0, "R0": 0.05, "points": 5}
-        patch_run_status(plane, ns, {"prediction": fit})
+        patch_run_status(plane, ns, {"prediction": {**fit, "predictedAtBudget": 0.58}})
         wait_for(lambda: sample("predicted_asymptote") == 0.61, "the prediction")
         assert (sample("predicted_cmid"), sample("predicted_slope")) == (2542.0, 1.4)
+        assert sample("predicted_at_budget") == 0.58
         delete_run(plane, ns)
         wait_for(lambda: sample("gang_restarts") is None, "the run's series gone")
 
@@ -741,17 +742,17 @@ def test_same_named_runs_in_two_namespaces_keep_their_own_series(
         return metrics.registry.get_sample_value(f"scalerl_{name}", labels)
 
     with operator(metrics=metrics, namespaces=[ns, other]):
-        create_run(plane, ns, run_manifest(ns, budget={"stopWhen": {"predictedABelow": 0.5}}))
-        create_run(plane, other, run_manifest(other, budget={"stopWhen": {"predictedABelow": 0.7}}))
+        create_run(plane, ns, run_manifest(ns, budget={"targetPassRate": 0.5}))
+        create_run(plane, other, run_manifest(other, budget={"targetPassRate": 0.7}))
         wait_for(
             lambda: sample("gang_restarts", ns) == 0 == sample("gang_restarts", other),
             "both runs' restarts gauges",
         )
-        assert (sample("target_asymptote", ns), sample("target_asymptote", other)) == (0.5, 0.7)
+        assert (sample("target_pass_rate", ns), sample("target_pass_rate", other)) == (0.5, 0.7)
         delete_run(plane, other)
         wait_for(lambda: sample("gang_restarts", other) is None, f"{other}'s series gone")
         assert {name: sample(name, other) for name in RUN_GAUGES} == dict.fromkeys(RUN_GAUGES)
-        assert (sample("gang_restarts", ns), sample("target_asymptote", ns)) == (0, 0.5)
+        assert (sample("gang_restarts", ns), sample("target_pass_rate", ns)) == (0, 0.5)
     refused = [
         e
         for e in requests(plane, 0.0)

@@ -59,3 +59,29 @@ cluster without the Prometheus Operator. For `helm template`, pass
 {{- $enabled -}}
 {{- end -}}
 {{- end -}}
+
+{{- /* A dashboard's JSON whose alert panels follow the release's alert values: every range
+window in their queries becomes the alert's window, every threshold step its threshold (the
+red line). Called with (list json alerts); panels are known by title. */}}
+{{- define "scalerl.dashboard" -}}
+{{- $dashboard := index . 0 | fromJson -}}
+{{- $alerts := index . 1 -}}
+{{- $follow := dict
+  "Truncation rate" (list $alerts.truncation.window $alerts.truncation.threshold)
+  "Stale prompt groups" (list $alerts.staleGroups.window $alerts.staleGroups.share) -}}
+{{- range $panel := $dashboard.panels -}}
+{{- if hasKey $follow $panel.title -}}
+{{- $window := index (get $follow $panel.title) 0 -}}
+{{- $threshold := index (get $follow $panel.title) 1 -}}
+{{- range $target := $panel.targets -}}
+{{- $_ := set $target "expr" (regexReplaceAll "\\[[0-9a-z]+\\]" $target.expr (printf "[%s]" $window)) -}}
+{{- end -}}
+{{- range $step := $panel.fieldConfig.defaults.thresholds.steps -}}
+{{- if not (kindIs "invalid" $step.value) -}}
+{{- $_ := set $step "value" $threshold -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toPrettyJson $dashboard -}}
+{{- end -}}
