@@ -17,8 +17,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 PLAIN_EVERY_S = 10.0
 
 
-def describe(progress: dict[str, Any]) -> str:
-    """progress.json (`scalerl.status.history.Progress`) in one line."""
+def describe(progress: dict[str, Any], unit: str) -> str:
+    """progress.json (`scalerl.status.history.Progress`) in one line; `unit` is the run's compute
+    unit (`RunSpec.compute_unit`): process-hours are not wall hours, so the line names it."""
     train = progress.get("train") or {}
     parts = []
     for value, label, fmt in (
@@ -27,7 +28,7 @@ def describe(progress: dict[str, Any]) -> str:
         (train.get("truncation_rate"), "trunc", "{:.1%}"),
         (train.get("policy_lag"), "lag", "{:.1f}"),
         (train.get("entropy"), "entropy", "{:.2f}"),
-        (progress.get("compute"), "compute", "{:.3g}h"),
+        (progress.get("compute"), "compute", "{:.3g} " + unit),
     ):
         if value is not None:
             parts.append(f"{label} {fmt.format(value)}")
@@ -35,11 +36,12 @@ def describe(progress: dict[str, Any]) -> str:
 
 
 class ProgressDisplay:
-    def __init__(self, total_steps: int, *, enabled: bool = True) -> None:
+    def __init__(self, total_steps: int, *, unit: str, enabled: bool = True) -> None:
         self.console = Console(stderr=True)
         self.live = enabled and self.console.is_terminal
         self.enabled = enabled
         self.total = total_steps
+        self.unit = unit
         self.bar = Progress(
             TextColumn("[bold]step"),
             MofNCompleteColumn(),
@@ -68,7 +70,7 @@ class ProgressDisplay:
         if no_signal and no_signal != self.last_no_signal:  # said at once, not at the next tick
             self.note(f"step {progress.get('step', 0)}: {no_signal}")
         self.last_no_signal = no_signal
-        info = describe(progress)
+        info = describe(progress, self.unit)
         if self.live:
             self.bar.update(self.task, completed=progress.get("step", 0), info=info)
         elif self.enabled and time.monotonic() - self.last_plain >= PLAIN_EVERY_S:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from scalerl.metrics import COMPUTE_UNIT
 from scalerl.operator import schema
 from scalerl.operator.names import MAX_RUN_NAME, RUN_NAME_PATTERN
 from scalerl.spec import RunSpec, SweepSpec
@@ -115,13 +116,15 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "name": "C_mid",
         "type": "number",
         "jsonPath": ".status.prediction.C_mid",
-        "description": "Compute (GPU-hours) at half of the predicted gain.",
+        "description": f"Compute ({COMPUTE_UNIT}) at half of the predicted gain.",
     },
     {
         "name": "Confidence",
         "type": "string",
         "jsonPath": ".status.prediction.confidence",
-        "description": "TooEarly while the prediction rests on too few points.",
+        "description": "How far the prediction can be trusted: TooEarly (too few points past "
+        "fit.minCompute), Unchecked (the half-run backtest could not run yet), Misfit (its "
+        "interval missed the last evaluation) or OK (it held).",
     },
     {
         "name": "Trunc",

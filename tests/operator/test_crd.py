@@ -93,6 +93,28 @@ def test_printer_columns_show_phase_progress_and_prediction() -> None:
                 node = node["properties"][part]
 
 
+def test_the_readmes_kubectl_get_srl_shows_the_printer_columns() -> None:
+    # kubectl prints NAME, then each column of priority 0 in capitals.
+    readme = (ROOT / "README.md").read_text().splitlines()
+    at = readme.index("kubectl get srl")
+    header, row = readme[at + 1].split(), readme[at + 2].split()
+    shown = [
+        c["name"].upper() for c in VERSION["additionalPrinterColumns"] if not c.get("priority")
+    ]
+    assert header == ["NAME", *shown]
+    assert len(row) == len(header)
+
+
+def test_the_column_texts_name_the_compute_unit_and_every_confidence_word() -> None:
+    text = {c["name"]: c.get("description", "") for c in VERSION["additionalPrinterColumns"]}
+    assert "GPU-hours; process-hours for a CPU run" in text["C_mid"]
+    for word in ("TooEarly", "Unchecked", "Misfit", "OK"):
+        assert word in text["Confidence"], word
+    prediction = SCHEMA["properties"]["status"]["properties"]["prediction"]["properties"]
+    for field in ("C_mid", "budget", "computeToTarget"):
+        assert "process-hours for a CPU run" in prediction[field]["description"], field
+
+
 def test_loss_union_is_one_object_tagged_by_type() -> None:
     loss = SPEC["properties"]["recipe"]["properties"]["loss"]
     assert loss["properties"]["type"]["enum"] == ["cispo", "dapo", "grpo", "gspo"]
