@@ -1,13 +1,15 @@
 """Runs a ScaleRLSweep on this machine: its variants as `scalerl run` processes, at most
-`maxParallel` at once, each fitted as it goes (its own fit.json); a variant whose A interval lies
-wholly below the best variant's is stopped (its checkpoints stay), and at the end the variants are
-ranked the paper's way into leaderboard.json, with every curve in curves.png.
+`maxParallel` at once, each fitted as it goes (its own fit.json); a variant that cannot win
+(`scalerl.fit.earlystop`, the operator's rule too) is stopped (its checkpoints stay), and at the
+end the variants are ranked into leaderboard.json (`scalerl.fit.leaderboard`, the rows of the
+operator's status.leaderboard), with every curve in curves.png. SIGTERM or Ctrl-C ends the sweep
+the same way: every running variant stopped in order, the leaderboard so far written.
 
     runs/<sweep>/
       specs/<variant>.yaml   the variant's run (spec.base + its patch)
       <variant>/             the variant's run directory (history, checkpoints, fit.json)
       <variant>.log          its `scalerl run` output
-      leaderboard.json       best first: name, phase, A and interval, B, C_mid, compute, stop
+      leaderboard.json       best first, rows of scalerl.fit.leaderboard.ROW_KEYS
       curves.png             every variant's points, fitted curve and band, log compute
 """
 
@@ -19,33 +21,35 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
-from scalerl.errors import ScaleRLError
-from scalerl.fit.fitter import fit_curve
-from scalerl.fit.leaderboard import Entry, losers, rank
+from scalerl.fit.earlystop import losers
+from scalerl.fit.leaderboard import Evaluations, Standing, board, entry_of
 from scalerl.fit.plot import plot_curves
-from scalerl.fit.points import standard_errors
 from scalerl.fit.report import FIT_FILE
 from scalerl.runfile import run_command
-from scalerl.spec import ScaleRLRun, ScaleRLSweep, load_sweep
+from scalerl.spec import (
+    FAILED,
+    PENDING,
+    RUNNING,
+    STOPPED,
+    SUCCEEDED,
+    ScaleRLRun,
+    ScaleRLSweep,
+    load_sweep,
+)
 from scalerl.status.history import HISTORY_FILE, read_history
 
 log = logging.getLogger("scalerl.sweep")
 LEADERBOARD_FILE = "leaderboard.json"
 CURVES_FILE = "curves.png"
-PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = (
-    "Pending",
-    "Running",
-    "Succeeded",
-    "Failed",
-    "Stopped",
-)
+INTERRUPTED = "the sweep was interrupted"
 STOP_GRACE_S = 60.0  # `scalerl run` stops its gang in order (its own grace: 15 s a process)
 
 
@@ -57,6 +61,7 @@ class Variant:
     proc: subprocess.Popen[bytes] | None = None
     phase: str = PENDING
     reason: str | None = None
+    evidence: str | None = None  # what decided its early stop: "measured" or "fit"
 
     def fit(self) -> dict[str, Any] | None:
         """Its latest fit.json (its run refits every fit.everyEvaluations), or None."""
@@ -65,33 +70,79 @@ class Variant:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
-    def history(self) -> tuple[np.ndarray, np.ndarray, list[float] | None]:
-        """Its evaluations: compute, pass rate, and their standard errors (None: some lack one)."""
-        rows = read_history(self.out / HISTORY_FILE) if (self.out / HISTORY_FILE).exists() else []
-        return (
-            np.array([r["compute"] for r in rows], dtype=float),
-            np.array([r["pass_rate"] for r in rows], dtype=float),
-            standard_errors(rows, "pass_rate_se"),
+    def standing(self) -> Standing:
+        """What the leaderboard and the early stop see of it: its history and fit.json."""
+        path = self.out / HISTORY_FILE
+        rows = read_history(path) if path.exists() else []
+        evaluations = Evaluations.from_rows(
+            rows, compute="compute", pass_rate="pass_rate", se="pass_rate_se"
+        )
+        return Standing(
+            name=self.name,
+            run=self.run,
+            phase=self.phase,
+            evaluations=evaluations,
+            prediction=self.fit(),
+            stop_reason=self.reason if self.phase == STOPPED else None,
+            stop_evidence=self.evidence,
+            failure=self.reason if self.phase == FAILED else None,
         )
 
 
+class Interrupted(Exception):
+    """The sweep was ended by a signal; its variants were stopped and `board` written."""
+
+    def __init__(self, signum: int, board: list[dict[str, Any]]) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"sweep stopped by {name}: every running variant stopped, checkpoints kept"
+        )
+        self.signum, self.board = signum, board
+
+
 def run_sweep(path: Path, out: Path | None = None, *, poll_s: float = 2.0) -> list[dict[str, Any]]:
-    """Run the sweep in `path` into `out` (default runs/<sweep>); the leaderboard, best first."""
+    """Run the sweep in `path` into `out` (default runs/<sweep>); the leaderboard, best first.
+    SIGTERM or Ctrl-C (SIGINT) stops every running variant in order, writes the leaderboard so
+    far, and raises Interrupted; the same call again resumes the variants from their
+    checkpoints."""
     sweep = load_sweep(path)
     out = out or Path("runs") / sweep.name
     (out / "specs").mkdir(parents=True, exist_ok=True)
     variants = [Variant(name, run, out / name) for name, run in sweep.variant_runs().items()]
+    received: list[int] = []
+    with _signals_noted(received):
+        try:
+            while any(v.phase in (PENDING, RUNNING) for v in variants) and not received:
+                start_due(sweep, variants, out)
+                reap(variants)
+                stop_losers(sweep, variants)
+                time.sleep(poll_s)
+        except KeyboardInterrupt:  # a SIGINT that arrived before our handler, or re-raised
+            received.append(signal.SIGINT)
+        finally:
+            for variant in variants:
+                if variant.phase == RUNNING:
+                    stop(variant, INTERRUPTED)
+        board = write_leaderboard(variants, out)
+    if received:
+        raise Interrupted(received[0], board)
+    return board
+
+
+@contextmanager
+def _signals_noted(received: list[int]) -> Iterator[None]:
+    """While the sweep runs, SIGTERM and SIGINT are noted in `received` (the loop then ends and
+    the variants are stopped in order) instead of ending this process midway."""
+
+    def note(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while any(v.phase in (PENDING, RUNNING) for v in variants):
-            start_due(sweep, variants, out)
-            reap(variants)
-            stop_losers(sweep, variants)
-            time.sleep(poll_s)
+        yield
     finally:
-        for variant in variants:
-            if variant.phase == RUNNING:
-                stop(variant, "the sweep was interrupted")
-    return write_leaderboard(variants, out)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def start_due(sweep: ScaleRLSweep, variants: list[Variant], out: Path) -> None:
@@ -132,17 +183,18 @@ def reap(variants: list[Variant]) -> None:
 
 
 def stop_losers(sweep: ScaleRLSweep, variants: list[Variant]) -> None:
+    """Stop the running variants that cannot win (`scalerl.fit.earlystop`)."""
     rule = sweep.spec.early_stop
     if rule is None:
         return
-    fits = {v.name: fit for v in variants if v.phase != PENDING and (fit := v.fit()) is not None}
-    for name, reason in losers(fits, rule.min_points).items():
+    standings = [v.standing() for v in variants if v.phase != PENDING]
+    for name, verdict in losers(standings, rule.min_points).items():
         variant = next(v for v in variants if v.name == name)
         if variant.phase == RUNNING:
-            stop(variant, reason)
+            stop(variant, verdict.reason, verdict.evidence)
 
 
-def stop(variant: Variant, reason: str) -> None:
+def stop(variant: Variant, reason: str, evidence: str | None = None) -> None:
     """Stop a running variant as Ctrl-C stops `scalerl run`: its gang stops, its checkpoints
     stay (the same command resumes it). SIGTERM, which `scalerl run` handles as Ctrl-C, and not
     SIGINT: a process started with SIGINT ignored (any background job of a non-interactive
@@ -157,54 +209,15 @@ def stop(variant: Variant, reason: str) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(variant.proc.pid, signal.SIGKILL)
         variant.proc.wait()
-    variant.phase, variant.reason = STOPPED, reason
+    variant.phase, variant.reason, variant.evidence = STOPPED, reason, evidence
     log.info("variant %s stopped: %s", variant.name, reason)
 
 
 def write_leaderboard(variants: list[Variant], out: Path) -> list[dict[str, Any]]:
     """Refit every variant's whole history, rank them, write leaderboard.json and curves.png."""
-    entries = {v.name: entry_of(v) for v in variants}
-    board = [
-        row(next(v for v in variants if v.name == e.name), e) for e in rank([*entries.values()])
-    ]
-    (out / LEADERBOARD_FILE).write_text(json.dumps(board, indent=2) + "\n")
-    plot_curves(
-        [(e.name, e.fit, e.compute, e.pass_rate) for e in entries.values()], out / CURVES_FILE
-    )
-    return board
-
-
-def entry_of(variant: Variant) -> Entry:
-    compute, pass_rate, sigma = variant.history()
-    try:
-        fit = fit_curve(
-            compute, pass_rate, min_compute=variant.run.spec.fit.min_compute, sigma=sigma
-        )
-    except ScaleRLError:  # too few points (a variant stopped or failed early)
-        fit = None
-    return Entry(variant.name, fit, compute, pass_rate)
-
-
-def row(variant: Variant, entry: Entry) -> dict[str, Any]:
-    """One line of the leaderboard."""
-    fit = entry.fit
-    compute = float(entry.compute[-1]) if entry.compute.size else 0.0
-    saved = None
-    if variant.phase == STOPPED:  # what its budget would have spent beyond where it stopped
-        last_step = int((variant.fit() or {}).get("lastStep") or 0)
-        end, _ = variant.run.spec.budget.end(last_step, compute)
-        saved = max(0.0, end - compute)
-    return {
-        "name": variant.name,
-        "run": variant.run.name,
-        "phase": variant.phase,
-        "A": None if fit is None else fit.A,
-        "A_interval": None if fit is None or fit.A_interval is None else list(fit.A_interval),
-        "B": None if fit is None else fit.B,
-        "C_mid": None if fit is None else fit.C_mid,
-        "points": None if fit is None else fit.points,
-        "compute": compute,
-        "stopReason": variant.reason if variant.phase == STOPPED else None,
-        "failure": variant.reason if variant.phase == FAILED else None,
-        "computeSaved": saved,
-    }
+    standings = [v.standing() for v in variants]
+    entries = [entry_of(s) for s in standings]
+    rows = board(standings, entries)
+    (out / LEADERBOARD_FILE).write_text(json.dumps(rows, indent=2) + "\n")
+    plot_curves([(e.name, e.fit, e.compute, e.pass_rate) for e in entries], out / CURVES_FILE)
+    return rows

@@ -1,27 +1,114 @@
-"""Variants of one recipe, ranked the paper's way, and the early stop of the ones that cannot win.
+"""A sweep's variants ranked the paper's way, one row each: the same function for `scalerl sweep`
+(leaderboard.json) and the operator (a ScaleRLSweep's status.leaderboard and its Leader column).
 
-The rule (paper, and `scalerl.fit.compare`): a higher asymptote A wins; A values within 0.02 are
-equal, and then the variant whose curve, refitted at their shared A, has the higher B (reaches
-it with less compute) is ahead. A variant is stopped early once its whole A interval lies below
-the best variant's A interval: its ceiling is lower than the best's with the confidence of the
-intervals, and what it would spend to its budget is saved. Only fits that can be trusted are
-judged: enough points (a 5-point fit of the demo put A in [0.433, 0.438] where the run went on
-to 1.0), and not `Misfit` (the run is off the law its intervals assume: `scalerl.fit.backtest`).
+The ranking. The paper's rule compares two runs: a higher asymptote A wins; A values within
+A_MARGIN (0.02) are equal, and then the run whose curve, refitted at their shared A, has the
+higher B (reaches it with less compute) is ahead. Applied pairwise that rule is not transitive
+(A 0.600/B 3.0 beats A 0.615/B 2.0 by B, which beats A 0.630/B 1.2 by B, which beats the first by
+A), so a sort by it depended on the order the variants were listed. The leaderboard is instead
+one total order that keeps the rule's meaning:
+
+1. the fitted variants, by A from the highest down, form groups: the best remaining A and every
+   variant within A_MARGIN of it are one group (their A values count as equal);
+2. a group is ranked by B refitted at the group's shared A (the mean of its A values), with each
+   fit's own points, weights, floor and R0 (`scalerl.fit.compare`); a variant whose refit fails
+   (the shared A at or below its R0) follows those that refit, by its own A;
+3. the groups follow one another from the highest A down; variants without a fit come last;
+4. ties (equal B, equal A) go by name.
+
+A fit whose points bound A only from below (`A_atLeast`: C_mid beyond the data, as a flat run's
+fit often is) counts with that bound as its A: what the data defend.
+
+So every variant of a higher group has a higher A than every variant of a lower one, and within
+a group the comparison is the paper's B at a shared A. The order depends only on the fits.
+
+Each variant is fitted from its own evaluations, weighted by their standard errors, as its run's
+own fit is (`fit.json`, `status.prediction`); the row shows that fit, the one ranked. The early
+stop of variants that cannot win is `scalerl.fit.earlystop`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from scalerl.errors import FitError
-from scalerl.fit.compare import compare
-from scalerl.fit.outlook import MISFIT
+from scalerl.errors import FitError, ScaleRLError
+from scalerl.fit.compare import _ROUNDING, A_MARGIN, _refit_b
+from scalerl.fit.fitter import fit_curve
 from scalerl.fit.result import FitResult
+from scalerl.spec import FAILED, STOPPED, ScaleRLRun
+
+ROW_KEYS = (
+    "name",
+    "run",
+    "phase",
+    "A",
+    "A_interval",
+    "A_atLeast",
+    "B",
+    "C_mid",
+    "points",
+    "confidence",
+    "compute",
+    "computeUnit",
+    "stopReason",
+    "stopEvidence",
+    "failure",
+    "computeSaved",
+)
+
+
+@dataclass(frozen=True)
+class Evaluations:
+    """A run's evaluations sorted by compute: step, compute, pass rate and its standard error
+    (`se` None when some evaluation lacks one)."""
+
+    step: np.ndarray
+    compute: np.ndarray
+    pass_rate: np.ndarray
+    se: np.ndarray | None
+
+    @classmethod
+    def from_rows(
+        cls, rows: Sequence[Mapping[str, Any]], *, compute: str, pass_rate: str, se: str
+    ) -> Evaluations:
+        """From history rows (`compute`, `pass_rate`, `pass_rate_se`) or status.evaluations
+        (`computeHours`, `passRate`, `passRateSE`): name the keys."""
+        ordered = sorted(rows, key=lambda r: float(r[compute]))
+        errors = [r.get(se) for r in ordered]
+        return cls(
+            step=np.array([int(r.get("step") or 0) for r in ordered], dtype=int),
+            compute=np.array([float(r[compute]) for r in ordered], dtype=float),
+            pass_rate=np.array([float(r[pass_rate]) for r in ordered], dtype=float),
+            se=None if any(e is None for e in errors) else np.array(errors, dtype=float),
+        )
+
+    @classmethod
+    def none(cls) -> Evaluations:
+        empty = np.array([], dtype=float)
+        return cls(np.array([], dtype=int), empty, empty, None)
+
+    def __len__(self) -> int:
+        return int(self.compute.size)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A variant as a sweep sees it: its run, phase, evaluations and its run's own latest fit
+    (`prediction`: fit.json or status.prediction, None before the first), and why it stopped or
+    failed."""
+
+    name: str
+    run: ScaleRLRun
+    phase: str
+    evaluations: Evaluations
+    prediction: Mapping[str, Any] | None = None
+    stop_reason: str | None = None
+    stop_evidence: str | None = None
+    failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -34,44 +121,101 @@ class Entry:
     pass_rate: np.ndarray
 
 
-def losers(fits: Mapping[str, Mapping[str, Any]], min_points: int) -> dict[str, str]:
-    """The variants to stop, with the reason: those whose A interval lies wholly below the best
-    variant's. `fits` maps a variant to its latest fit (A, A_interval, points, confidence, as
-    fit.json and status.prediction have them); only fits of at least `min_points` points whose
-    confidence is not Misfit are judged, and only they can be the best."""
-    judged = {
-        name: fit
-        for name, fit in fits.items()
-        if fit.get("A_interval")
-        and int(fit.get("points", 0)) >= min_points
-        and fit.get("confidence") != MISFIT
-    }
-    if len(judged) < 2:
-        return {}
-    best = max(judged, key=lambda name: float(judged[name]["A"]))
-    best_lo, best_hi = judged[best]["A_interval"]
-    out = {}
-    for name, fit in judged.items():
-        lo, hi = fit["A_interval"]
-        if name != best and hi < best_lo:
-            out[name] = (
-                f"A interval [{lo:.3f}, {hi:.3f}] from {fit['points']} points lies below "
-                f"{best}'s [{best_lo:.3f}, {best_hi:.3f}]"
-            )
-    return out
+def board(
+    standings: Sequence[Standing], entries: Sequence[Entry] | None = None
+) -> list[dict[str, Any]]:
+    """The leaderboard: each variant fitted from its evaluations (`entries`, when the caller
+    has fitted them already: `entry_of` each), ranked, one row each."""
+    by_name = {s.name: s for s in standings}
+    entries = [entry_of(s) for s in standings] if entries is None else entries
+    return [row(by_name[e.name], e.fit) for e in rank(entries)]
 
 
-def rank(entries: list[Entry]) -> list[Entry]:
-    """Best first by the paper's rule; variants without a fit last, in their given order."""
-    fitted = [e for e in entries if e.fit is not None]
-    return sorted(fitted, key=functools.cmp_to_key(_versus)) + [e for e in entries if e.fit is None]
-
-
-def _versus(a: Entry, b: Entry) -> int:
-    """-1 when `a` ranks ahead of `b`. A refit at the shared A that fails leaves A to decide."""
-    assert a.fit is not None and b.fit is not None
+def entry_of(standing: Standing) -> Entry:
+    """The variant's fit of its evaluations, weighted by their SEs as its run's own fit is."""
+    ev = standing.evaluations
     try:
-        winner = compare(a.fit, b.fit, (a.compute, a.pass_rate), (b.compute, b.pass_rate)).winner
-    except FitError:
-        winner = "a" if a.fit.A >= b.fit.A else "b"
-    return {"a": -1, "b": 1, "tie": 0}[winner]
+        fit = fit_curve(
+            ev.compute, ev.pass_rate, min_compute=standing.run.spec.fit.min_compute, sigma=ev.se
+        )
+    except ScaleRLError:  # too few points yet (a variant stopped or failed early, or pending)
+        fit = None
+    return Entry(standing.name, fit, ev.compute, ev.pass_rate)
+
+
+def rank(entries: Sequence[Entry]) -> list[Entry]:
+    """Best first by the grouped rule of the module's text; the same for any order of
+    `entries`."""
+    fitted = sorted((e for e in entries if e.fit is not None), key=lambda e: (-_a(e), e.name))
+    ranked: list[Entry] = []
+    while fitted:
+        top = _a(fitted[0])
+        group = [e for e in fitted if _a(e) >= top - A_MARGIN - _ROUNDING]
+        fitted = fitted[len(group) :]
+        ranked += _by_b(group)
+    return ranked + sorted((e for e in entries if e.fit is None), key=lambda e: e.name)
+
+
+def _a(entry: Entry) -> float:
+    """The A it is ranked by: its fit's, or where the points bound A only from below
+    (`A_at_least`), that bound: what the data defend, not the fit's guess beyond them."""
+    assert entry.fit is not None
+    at_least = getattr(entry.fit, "A_at_least", None)
+    return entry.fit.A if at_least is None else float(at_least)
+
+
+def _by_b(group: list[Entry]) -> list[Entry]:
+    """A group of equal A ranked by B refitted at their shared A; failed refits after, by A."""
+    if len(group) == 1:
+        return group
+    shared = float(np.mean([_a(e) for e in group]))
+    b: dict[str, float] = {}
+    for e in group:
+        assert e.fit is not None
+        try:
+            b[e.name] = _refit_b(e.name, e.fit, (e.compute, e.pass_rate), shared)
+        except FitError:
+            b[e.name] = -np.inf
+    return sorted(group, key=lambda e: (-b[e.name], -_a(e), e.name))
+
+
+def row(standing: Standing, fit: FitResult | None) -> dict[str, Any]:
+    """One line of the leaderboard (keys ROW_KEYS): the fit it was ranked by, its run's own
+    confidence word, the compute it spent (its last evaluation's) and, once stopped, the compute
+    its budget would have spent beyond that."""
+    ev, prediction = standing.evaluations, standing.prediction or {}
+    at_least = None if fit is None else getattr(fit, "A_at_least", None)
+    return {
+        "name": standing.name,
+        "run": standing.run.name,
+        "phase": standing.phase,
+        "A": None if fit is None else fit.A,
+        "A_interval": None if fit is None or fit.A_interval is None else list(fit.A_interval),
+        "A_atLeast": at_least,
+        "B": None if fit is None else fit.B,
+        "C_mid": None if fit is None else fit.C_mid,
+        "points": None if fit is None else fit.points,
+        "confidence": prediction.get("confidence"),
+        "compute": float(ev.compute[-1]) if len(ev) else 0.0,
+        "computeUnit": standing.run.spec.compute_unit,
+        "stopReason": standing.stop_reason if standing.phase == STOPPED else None,
+        "stopEvidence": standing.stop_evidence if standing.phase == STOPPED else None,
+        "failure": standing.failure if standing.phase == FAILED else None,
+        "computeSaved": compute_saved(standing) if _stopped_early(standing) else None,
+    }
+
+
+def _stopped_early(standing: Standing) -> bool:
+    """Stopped by the early-stop rule (its evidence named), not by the sweep's own end."""
+    return standing.phase == STOPPED and standing.stop_evidence is not None
+
+
+def compute_saved(standing: Standing) -> float:
+    """What its budget would have spent beyond its stop: from its last evaluation (step and
+    compute; the run stopped right after it), to where the budget ends at that pace."""
+    ev = standing.evaluations
+    if not len(ev):
+        return 0.0
+    step, spent = int(ev.step[-1]), float(ev.compute[-1])
+    end, _ = standing.run.spec.budget.end(step, spent)
+    return max(0.0, end - spent)

@@ -1,31 +1,50 @@
 """What the operator does for a ScaleRLSweep, level-triggered and kopf-free: one ScaleRLRun per
 variant (owned by the sweep, at most `maxParallel` live at once), the early stop of a variant
-whose A interval lies wholly below the best one's, and a leaderboard in the sweep's status.
+that cannot win (`scalerl.fit.earlystop`, on its run's status.evaluations and
+status.prediction), and a leaderboard in the sweep's status (`scalerl.fit.leaderboard`, the
+same rows as `scalerl sweep`'s leaderboard.json; the Leader is its first row).
 
 A stopped variant's run is suspended, not deleted: its pods go, its checkpoints stay, and the
-annotation `scalerl.dev/stopped-by-sweep` says why; unsuspending it resumes it. The leaderboard
-ranks the variants the paper's way (`scalerl.fit.leaderboard`) from their runs' evaluations and
-predictions; a variant leads only with a fit.
+annotations `scalerl.dev/stopped-by-sweep` (why) and `scalerl.dev/stop-evidence` ("measured" or
+"fit") say so. Setting its `spec.suspend` back to false resumes it: the sweep then counts it as
+running again, removes those annotations (the Stopped gauge goes back to 0) and marks it
+`scalerl.dev/resumed-after-stop`, so that the early stop does not undo the user's decision.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scalerl.errors import ScaleRLError, SpecError
+from scalerl.errors import SpecError
 from scalerl.kube import Kube
 from scalerl.operator import names
 from scalerl.operator.lifecycle import TERMINAL
-from scalerl.spec import API_VERSION, KIND, ScaleRLRun, ScaleRLSweep, parse_sweep
+from scalerl.spec import (
+    API_VERSION,
+    FAILED,
+    KIND,
+    PENDING,
+    RUNNING,
+    STOPPED,
+    SUCCEEDED,
+    ScaleRLRun,
+    ScaleRLSweep,
+    parse_sweep,
+)
 from scalerl.status.conditions import set_condition
+
+if TYPE_CHECKING:  # the fit stack is heavy: the operator imports it where it fits
+    from scalerl.fit.earlystop import Stop
+    from scalerl.fit.leaderboard import Entry, Standing
 
 SWEEP_KIND = "ScaleRLSweep"
 LABEL_SWEEP = "scalerl.dev/sweep"
 LABEL_VARIANT = "scalerl.dev/variant"
 STOPPED_BY = "scalerl.dev/stopped-by-sweep"
-PENDING, RUNNING, STOPPED, DONE = "Pending", "Running", "Stopped", "Done"
+STOP_EVIDENCE = "scalerl.dev/stop-evidence"
+RESUMED = "scalerl.dev/resumed-after-stop"
 
 # (sweep object, event type, reason, message)
 Emit = Callable[[dict[str, Any], str, str, str], None]
@@ -71,12 +90,21 @@ def reconcile(ctx: SweepContext) -> None:
             continue
         existing[variant] = created
         ctx.emit(sweep_obj, "Normal", "VariantStarted", f"run {run.name} for variant {variant}")
-    for variant, reason in stop_losers(sweep, existing).items():
-        body = {"metadata": {"annotations": {STOPPED_BY: reason}}, "spec": {"suspend": True}}
+    for variant in resumed(existing):
+        body = {
+            "metadata": {"annotations": {STOPPED_BY: None, STOP_EVIDENCE: None, RESUMED: "true"}}
+        }
         name = existing[variant]["metadata"]["name"]
         existing[variant] = ctx.kube.patch(API_VERSION, KIND, ctx.namespace, name, body)
-        ctx.emit(sweep_obj, "Normal", "VariantStopped", f"variant {variant} stopped: {reason}")
-    board = leaderboard(sweep, existing)
+        ctx.emit(sweep_obj, "Normal", "VariantResumed", f"variant {variant} resumed by its user")
+    for variant, stop in stop_losers(sweep, runs, existing).items():
+        notes = {STOPPED_BY: stop.reason, STOP_EVIDENCE: stop.evidence}
+        body = {"metadata": {"annotations": notes}, "spec": {"suspend": True}}
+        name = existing[variant]["metadata"]["name"]
+        existing[variant] = ctx.kube.patch(API_VERSION, KIND, ctx.namespace, name, body)
+        message = f"variant {variant} stopped ({stop.evidence}): {stop.reason}"
+        ctx.emit(sweep_obj, "Normal", "VariantStopped", message[:1024])
+    board = leaderboard(sweep, runs, existing)
     write_status(ctx, sweep_obj, summary(sweep, board), True, "runs in place")
 
 
@@ -89,14 +117,29 @@ def cleanup(ctx: SweepContext) -> int:
     )
 
 
-def state(run: dict[str, Any] | None) -> str:
-    """A variant's state from its run: Pending (no run yet), Running, Stopped, Done."""
+def phase(run: dict[str, Any] | None) -> str:
+    """A variant's phase from its run: Pending (no run yet), Stopped (suspended by the sweep),
+    Succeeded or Failed (its run's end), else Running (a stopped run its user resumed too)."""
     if run is None:
         return PENDING
-    if (run["metadata"].get("annotations") or {}).get(STOPPED_BY):
+    if _annotations(run).get(STOPPED_BY) and (run.get("spec") or {}).get("suspend"):
         return STOPPED
-    phase = (run.get("status") or {}).get("phase")
-    return DONE if phase in TERMINAL else RUNNING
+    run_phase = (run.get("status") or {}).get("phase")
+    return str(run_phase) if run_phase in TERMINAL else RUNNING
+
+
+def _annotations(run: dict[str, Any]) -> dict[str, Any]:
+    return dict(run["metadata"].get("annotations") or {})
+
+
+def resumed(existing: dict[str, dict[str, Any]]) -> list[str]:
+    """Variants the sweep stopped and their users resumed (spec.suspend false again), still
+    marked as stopped."""
+    return [
+        v
+        for v, run in existing.items()
+        if _annotations(run).get(STOPPED_BY) and not (run.get("spec") or {}).get("suspend")
+    ]
 
 
 def start_due(
@@ -104,25 +147,27 @@ def start_due(
 ) -> dict[str, ScaleRLRun]:
     """The variants to start now, in order: those without a run while fewer than maxParallel
     run."""
-    live = sum(state(existing.get(v)) == RUNNING for v in runs)
+    live = sum(phase(existing.get(v)) == RUNNING for v in runs)
     free = max(0, sweep.spec.max_parallel - live)
     due = [v for v in runs if v not in existing][:free]
     return {v: runs[v] for v in due}
 
 
-def stop_losers(sweep: ScaleRLSweep, existing: dict[str, dict[str, Any]]) -> dict[str, str]:
-    from scalerl.fit.leaderboard import losers  # late: the leaderboard needs the fitter
+def stop_losers(
+    sweep: ScaleRLSweep, runs: dict[str, ScaleRLRun], existing: dict[str, dict[str, Any]]
+) -> dict[str, Stop]:
+    """The running variants to stop now (`scalerl.fit.earlystop`), except those their users
+    resumed after a stop."""
+    from scalerl.fit.earlystop import losers
 
     rule = sweep.spec.early_stop
     if rule is None:
         return {}
-    fits = {
-        v: prediction
-        for v, run in existing.items()
-        if (prediction := (run.get("status") or {}).get("prediction"))
-    }
+    judged = [standing(v, runs[v], run) for v, run in existing.items() if v in runs]
     return {
-        v: why for v, why in losers(fits, rule.min_points).items() if state(existing[v]) == RUNNING
+        v: stop
+        for v, stop in losers(judged, rule.min_points).items()
+        if phase(existing[v]) == RUNNING and not _annotations(existing[v]).get(RESUMED)
     }
 
 
@@ -150,66 +195,71 @@ def run_object(sweep_obj: dict[str, Any], variant: str, run: ScaleRLRun) -> dict
     }
 
 
-def leaderboard(sweep: ScaleRLSweep, existing: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The variants best first (the paper's rule on their runs' evaluations), each a row."""
-    import numpy as np
+def standing(variant: str, spec: ScaleRLRun, run: dict[str, Any] | None) -> Standing:
+    """The variant as the leaderboard and the early stop see it, from its run object."""
+    from scalerl.fit.leaderboard import Evaluations, Standing
 
-    from scalerl.fit.fitter import fit_curve
-    from scalerl.fit.leaderboard import Entry, rank
-
-    entries = []
-    for variant in (v.name for v in sweep.spec.variants):
-        run = existing.get(variant) or {}
-        points = sorted((run.get("status") or {}).get("evaluations") or [], key=_compute)
-        compute = np.array([p["computeHours"] for p in points], dtype=float)
-        rates = np.array([p["passRate"] for p in points], dtype=float)
-        floor = float(((run.get("spec") or {}).get("fit") or {}).get("minCompute", 0.0))
-        try:
-            fit = fit_curve(compute, rates, min_compute=floor, bootstrap=0)
-        except ScaleRLError:
-            fit = None
-        entries.append(Entry(variant, fit, compute, rates))
-    return [row(e.name, existing.get(e.name), e.compute) for e in rank(entries)]
-
-
-def _compute(point: dict[str, Any]) -> float:
-    return float(point["computeHours"])
-
-
-def row(variant: str, run: dict[str, Any] | None, compute: Any) -> dict[str, Any]:
     status = (run or {}).get("status") or {}
-    prediction = status.get("prediction") or {}
-    spent = float(compute[-1]) if len(compute) else 0.0
-    stopped = state(run) == STOPPED
-    saved = max(0.0, float(prediction.get("budget") or 0.0) - spent) if stopped else None
-    return {
-        "variant": variant,
-        "run": None if run is None else run["metadata"]["name"],
-        "state": state(run),
-        "phase": status.get("phase"),
-        "A": prediction.get("A"),
-        "A_interval": prediction.get("A_interval"),
-        "B": prediction.get("B"),
-        "C_mid": prediction.get("C_mid"),
-        "points": prediction.get("points"),
-        "computeHours": spent,
-        "stopReason": ((run or {}).get("metadata", {}).get("annotations") or {}).get(STOPPED_BY),
-        "computeSaved": saved,
-    }
+    evaluations = Evaluations.from_rows(
+        status.get("evaluations") or [],
+        compute="computeHours",
+        pass_rate="passRate",
+        se="passRateSE",
+    )
+    notes = {} if run is None else _annotations(run)
+    return Standing(
+        name=variant,
+        run=spec,
+        phase=phase(run),
+        evaluations=evaluations,
+        prediction=status.get("prediction"),
+        stop_reason=notes.get(STOPPED_BY),
+        stop_evidence=notes.get(STOP_EVIDENCE),
+        failure=status.get("message") if status.get("phase") == FAILED else None,
+    )
+
+
+def leaderboard(
+    sweep: ScaleRLSweep, runs: dict[str, ScaleRLRun], existing: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The variants best first (`scalerl.fit.leaderboard.board`): each fitted from its run's
+    status.evaluations, weighted by their passRateSE, as `scalerl sweep` fits its histories."""
+    from scalerl.fit.leaderboard import board
+
+    standings = [standing(v.name, runs[v.name], existing.get(v.name)) for v in sweep.spec.variants]
+    return board(standings, [_entry(s) for s in standings])
+
+
+# The last fit of each run, by its evaluations: a periodic check refits only what changed.
+_FITS: dict[str, tuple[bytes, Entry]] = {}
+
+
+def _entry(s: Standing) -> Entry:
+    from scalerl.fit.leaderboard import entry_of
+
+    ev = s.evaluations
+    key = b"".join(a.tobytes() for a in (ev.compute, ev.pass_rate, ev.se) if a is not None)
+    key += repr(s.run.spec.fit.min_compute).encode()
+    cached = _FITS.get(s.run.name)
+    if cached is None or cached[0] != key:
+        cached = _FITS[s.run.name] = (key, entry_of(s))
+    return cached[1]
 
 
 def summary(sweep: ScaleRLSweep, board: list[dict[str, Any]]) -> dict[str, Any]:
-    states = [r["state"] for r in board]
-    leader = next((r for r in board if r["A"] is not None), None)
-    finished = all(s in (STOPPED, DONE) for s in states)
+    """The sweep's status: its phase (Failed when it ended with no variant Succeeded), counts,
+    the leader (the leaderboard's first row, once it has a fit) and the leaderboard."""
+    phases = [r["phase"] for r in board]
+    leader = board[0] if board and board[0]["A"] is not None else None
+    finished = all(p in (STOPPED, SUCCEEDED, FAILED) for p in phases)
+    counts = {p: phases.count(p) for p in (RUNNING, STOPPED, SUCCEEDED, FAILED, PENDING)}
     return {
-        "phase": "Succeeded" if finished else "Running",
-        "message": f"{states.count(RUNNING)} running, {states.count(STOPPED)} stopped, "
-        f"{states.count(DONE)} done, {states.count(PENDING)} pending",
-        "leader": None if leader is None else leader["variant"],
+        "phase": ("Succeeded" if SUCCEEDED in phases else "Failed") if finished else "Running",
+        "message": ", ".join(f"{n} {p.lower()}" for p, n in counts.items()),
+        "leader": None if leader is None else leader["name"],
         "leaderA": None if leader is None else leader["A"],
-        "running": states.count(RUNNING),
-        "stopped": states.count(STOPPED),
+        "running": counts[RUNNING],
+        "stopped": counts[STOPPED],
         "computeSaved": sum(r["computeSaved"] or 0.0 for r in board),
         "leaderboard": board,
     }

@@ -63,13 +63,26 @@ def gang(plane: ControlPlane, ns: str, run: str) -> list[dict[str, Any]]:
 
 
 def prediction(A: float, lo: float, hi: float) -> dict[str, Any]:
-    return {"A": A, "B": 1.5, "C_mid": 10.0, "R0": 0.1, "A_interval": [lo, hi], "points": 10}
+    return {
+        "A": A,
+        "B": 1.5,
+        "C_mid": 10.0,
+        "R0": 0.1,
+        "A_interval": [lo, hi],
+        "points": 9,
+        "confidence": "OK",
+    }
 
 
 def evaluations(A: float) -> list[dict[str, Any]]:
     return [
-        {"step": 10 * i, "computeHours": 1.0 * i, "passRate": 0.1 + (A - 0.1) * i / (i + 3)}
-        for i in range(8)
+        {
+            "step": 10 * i,
+            "computeHours": 1.0 * i,
+            "passRate": 0.1 + (A - 0.1) * i / (i + 3),
+            "passRateSE": 0.01,
+        }
+        for i in range(10)
     ]
 
 
@@ -105,13 +118,14 @@ def test_a_sweep_runs_its_variants_stops_the_loser_and_reports_the_leader(
         for run in ("sw-good", "sw-bad"):  # each run's gang, 3 pods
             wait_for(lambda run=run: len(gang(plane, ns, run)) == 3, f"{run}'s pods")
 
-        # Their fits, as the fit Jobs write them: bad's A interval lies below good's.
+        # Their evaluations and fits, as the trainers and fit Jobs write them: bad measures
+        # far below good and still rises, but its checked fit bounds A below good's.
         patch_run_status(
             plane,
             ns,
             {
                 "evaluations": evaluations(0.8),
-                "evaluationCount": 8,
+                "evaluationCount": 10,
                 "prediction": prediction(0.8, 0.75, 0.85),
             },
             run="sw-good",
@@ -121,18 +135,17 @@ def test_a_sweep_runs_its_variants_stops_the_loser_and_reports_the_leader(
             ns,
             {
                 "evaluations": evaluations(0.3),
-                "evaluationCount": 8,
+                "evaluationCount": 10,
                 "prediction": prediction(0.3, 0.25, 0.35),
             },
             run="sw-bad",
         )
         wait_for(lambda: phase_is(plane, ns, "Suspended", run="sw-bad"), "the loser suspended")
         bad = get_run(plane, ns, "sw-bad")
-        assert (
-            bad is not None
-            and "lies below good's"
-            in bad["metadata"]["annotations"]["scalerl.dev/stopped-by-sweep"]
-        )
+        assert bad is not None
+        notes = bad["metadata"]["annotations"]
+        assert "below good's floor" in notes["scalerl.dev/stopped-by-sweep"]
+        assert notes["scalerl.dev/stop-evidence"] == "fit"
         wait_for(lambda: gang(plane, ns, "sw-bad") == [], "the loser's pods gone")
         # What the dashboard's sweep row and ScaleRLSweepVariantStopped read.
         wait_for(lambda: stopped("sw-bad") == 1.0, "the loser's gauge")
@@ -141,11 +154,13 @@ def test_a_sweep_runs_its_variants_stops_the_loser_and_reports_the_leader(
         wait_for(lambda: get_run(plane, ns, "sw-third"), "the third variant's run")
         wait_for(lambda: sweep_status(plane, ns).get("stopped") == 1, "the sweep's count")
         status = sweep_status(plane, ns)
-        assert status["leader"] == "good" and status["leaderA"] == 0.8
-        board = [(r["variant"], r["state"]) for r in status["leaderboard"]]
-        assert board[0] == ("good", "Running") and ("bad", "Stopped") in board
+        # The Leader is the leaderboard's first row: the fit of its evaluations it was ranked by.
+        board = status["leaderboard"]
+        assert status["leader"] == "good" and status["leaderA"] == board[0]["A"]
+        assert [(r["name"], r["phase"]) for r in board][0] == ("good", "Running")
+        assert ("bad", "Stopped") in [(r["name"], r["phase"]) for r in board]
         listed = plane.kubectl("get", "srls", "-n", ns)
-        assert "good" in listed.splitlines()[1] and "0.8" in listed.splitlines()[1]
+        assert "good" in listed.splitlines()[1]
 
         deleted_at = time.monotonic()
         plane.kubectl("delete", "srls", "sw", "-n", ns, "--wait=false")

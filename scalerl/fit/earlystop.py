@@ -1,0 +1,203 @@
+"""Which of a sweep's variants cannot win and may be stopped early: the same rule for `scalerl
+sweep` and the operator.
+
+A fit alone cannot decide it. A good recipe's curve often leaves the law (its half-run backtest
+misses: `Misfit`), and a fit's intervals then say nothing; a fit of few points is `TooEarly`.
+So the rule judges on what was measured, and uses a fit only where its confidence lets it
+(`OK` or `Unchecked`). A variant is stopped when both hold, against the yardstick (of the
+variants with at least `earlyStop.minPoints` evaluations past fit.minCompute, the one with the
+highest floor below):
+
+(a) measured: the mean of its last RECENT evaluations lies below the yardstick's pass rate at
+    the same compute (the yardstick's evaluations interpolated in compute) by more than Z
+    combined standard errors, and by more than A_MARGIN (what the paper counts as equal);
+(b) ceiling: its ceiling lies below the yardstick's floor by more than A_MARGIN, where
+    - a variant's measured ceiling is its last RECENT evaluations' mean + Z SE, plus its recent
+      rise (those RECENT against the RECENT before) per compute carried on to its budget: a
+      bound on what it reaches within its budget, which is what the sweep would get from it.
+      A variant whose recent rise is itself beyond Z SE has none (it is still rising);
+    - the yardstick's measured floor is its last RECENT evaluations' mean - Z SE: a run reaches
+      at least what it measured, and a Misfit run, whose law underpredicts, still defends that;
+    - measured bounds are tried first; where they do not decide, a trusted fit's bounds may:
+      the variant's fit's upper A bound (never below its mean + Z SE) as its ceiling, and the
+      yardstick's fit's lower A bound (or `A_atLeast`), where higher, as its floor. A fit
+      bounds A from above only when trusted (`OK`, `Unchecked`, of minPoints points) and not
+      `A_atLeast`. So a variant still rising, without such a fit, is never stopped.
+
+It never stops: a variant with fewer than `minPoints` evaluations past the floor, or beside a
+yardstick with fewer; one whose evaluations lack standard errors (nothing to weigh the gap
+with); one whose ceiling comes within A_MARGIN of the yardstick's floor (inside the leader's
+band); one within A_MARGIN or Z SE of the yardstick at the same compute; the yardstick itself.
+The stop names the evidence that decided (b): "measured" when measured bounds alone did, else
+"fit".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from scalerl.fit.compare import A_MARGIN
+from scalerl.fit.fitter import MIN_COMPUTE_FRACTION
+from scalerl.fit.leaderboard import Standing
+from scalerl.fit.outlook import OK, UNCHECKED
+
+Z = 3.0  # standard errors: a gap this wide arises from noise in about 1 check of 700
+RECENT = 3  # evaluations averaged: one noisy evaluation decides nothing
+
+Evidence = Literal["measured", "fit"]
+
+
+@dataclass(frozen=True)
+class Bound:
+    value: float
+    evidence: Evidence
+    how: str  # the words for the reason
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A variant to stop: the yardstick it lost to, the evidence that decided, and why."""
+
+    yardstick: str
+    evidence: Evidence
+    reason: str
+
+
+def losers(standings: Sequence[Standing], min_points: int) -> dict[str, Stop]:
+    """The variants to stop now, with the evidence and the reason (the module's rule)."""
+    judged = [s for s in standings if _points(s) >= min_points and s.evaluations.se is not None]
+    if len(judged) < 2:
+        return {}
+    floors = {s.name: _floor(s, min_points) for s in judged}
+    lead = max(judged, key=lambda s: (floors[s.name][-1].value, s.name))
+    out = {}
+    for s in judged:
+        if s.name != lead.name and (stop := _judge(s, lead, floors[lead.name], min_points)):
+            out[s.name] = stop
+    return out
+
+
+def _judge(v: Standing, lead: Standing, floors: list[Bound], min_points: int) -> Stop | None:
+    """Stop `v` against the yardstick `lead`: (a), then (b) on measured bounds alone, else on
+    bounds a trusted fit gives (`floors`: the lead's measured floor, then the fit-aware one)."""
+    gap = _measured_gap(v, lead)
+    if gap is None or gap[0] <= max(Z * gap[1], A_MARGIN):
+        return None
+    ceilings = _ceilings(v, min_points)
+    for ceiling, floor in ((ceilings[0], floors[0]), (ceilings[-1], floors[-1])):
+        if ceiling is not None and ceiling.value + A_MARGIN < floor.value:
+            evidence: Evidence = (
+                "fit" if "fit" in (ceiling.evidence, floor.evidence) else "measured"
+            )
+            reason = (
+                f"measured {gap[0]:.3f} below {lead.name} at the same compute (> {Z:g} SE = "
+                f"{Z * gap[1]:.3f}); its ceiling {ceiling.value:.3f} ({ceiling.how}) lies "
+                f"more than {A_MARGIN:g} below {lead.name}'s floor {floor.value:.3f} ({floor.how})"
+            )
+            return Stop(lead.name, evidence, reason)
+    return None
+
+
+def _past_floor(s: Standing) -> np.ndarray:
+    """Which evaluations count: trained ones (compute > 0) at or above fit.minCompute."""
+    c = s.evaluations.compute
+    if not c.size:
+        return np.zeros(0, dtype=bool)
+    low = s.run.spec.fit.min_compute
+    cutoff = MIN_COMPUTE_FRACTION * float(c[-1]) if low is None else float(low)
+    return np.asarray((c > 0) & (c >= cutoff))
+
+
+def _points(s: Standing) -> int:
+    return int(_past_floor(s).sum())
+
+
+def _recent(s: Standing, upto: float = math.inf) -> tuple[np.ndarray, float, float] | None:
+    """Its last RECENT counted evaluations at compute <= `upto`: their indices, mean, SE."""
+    ev = s.evaluations
+    assert ev.se is not None
+    index = np.flatnonzero(_past_floor(s) & (ev.compute <= upto))[-RECENT:]
+    if index.size < RECENT:
+        return None
+    se = float(np.sqrt(np.sum(ev.se[index] ** 2)) / index.size)
+    return index, float(np.mean(ev.pass_rate[index])), se
+
+
+def _measured_gap(v: Standing, lead: Standing) -> tuple[float, float] | None:
+    """How far v's recent evaluations lie below the yardstick's at their computes, and the SE
+    of that gap. The yardstick's interpolated rates share their neighbouring evaluations, so
+    its SE is not averaged down: the largest of those neighbours' counts whole."""
+    le, ve = lead.evaluations, v.evaluations
+    assert le.se is not None
+    recent = _recent(v, upto=float(le.compute[-1]))
+    if recent is None:
+        return None
+    index, mean_v, se_v = recent
+    at = ve.compute[index]
+    lead_rate = float(np.mean(np.interp(at, le.compute, le.pass_rate)))
+    right = np.clip(np.searchsorted(le.compute, at), 0, le.compute.size - 1)
+    left = np.clip(right - 1, 0, le.compute.size - 1)
+    se_lead = float(np.max(np.maximum(le.se[left], le.se[right])))
+    return lead_rate - mean_v, math.hypot(se_v, se_lead)
+
+
+def _trusted(s: Standing, min_points: int) -> Mapping[str, Any] | None:
+    """Its run's own fit when its confidence lets its intervals speak."""
+    fit = s.prediction or {}
+    ok = fit.get("confidence") in (OK, UNCHECKED) and int(fit.get("points") or 0) >= min_points
+    return fit if ok and fit.get("A_interval") else None
+
+
+def _floor(s: Standing, min_points: int) -> list[Bound]:
+    """What its A is at least: its measured floor; then, where its trusted fit's lower bound
+    (or A_atLeast) is higher, that."""
+    recent = _recent(s)
+    assert recent is not None  # judged variants have >= minPoints >= RECENT evaluations
+    _, mean, se = recent
+    floors = [Bound(mean - Z * se, "measured", f"last {RECENT} evaluations' mean - {Z:g} SE")]
+    fit = _trusted(s, min_points)
+    if fit is not None:
+        low = float(fit["A_atLeast"] if fit.get("A_atLeast") is not None else fit["A_interval"][0])
+        if low > floors[0].value:
+            floors.append(Bound(low, "fit", f"its fit's lower A bound, {fit['confidence']}"))
+    return floors
+
+
+def _ceilings(s: Standing, min_points: int) -> list[Bound | None]:
+    """What its A is at most: its measured ceiling (None: still rising); then, with a trusted
+    fit that bounds A from above, that fit's upper bound (never below what it measured)."""
+    measured = _measured_ceiling(s)
+    fit = _trusted(s, min_points)
+    if fit is None or fit.get("A_atLeast") is not None:
+        return [measured]
+    recent = _recent(s)
+    assert recent is not None
+    seen = recent[1] + Z * recent[2]
+    high = max(float(fit["A_interval"][1]), seen)
+    return [measured, Bound(high, "fit", f"its fit's upper A bound, {fit['confidence']}")]
+
+
+def _measured_ceiling(s: Standing) -> Bound | None:
+    ev = s.evaluations
+    assert ev.se is not None
+    counted = np.flatnonzero(_past_floor(s))
+    if counted.size < 2 * RECENT:
+        return None
+    now, before = counted[-RECENT:], counted[-2 * RECENT : -RECENT]
+    mean_now, mean_before = float(np.mean(ev.pass_rate[now])), float(np.mean(ev.pass_rate[before]))
+    se_now = float(np.sqrt(np.sum(ev.se[now] ** 2)) / RECENT)
+    se_before = float(np.sqrt(np.sum(ev.se[before] ** 2)) / RECENT)
+    rise = mean_now - mean_before
+    if rise > Z * math.hypot(se_now, se_before):
+        return None  # still rising: only a trusted fit can bound it
+    per_compute = max(0.0, rise) / max(float(np.mean(ev.compute[now] - ev.compute[before])), 1e-12)
+    last_step, spent = int(ev.step[-1]), float(ev.compute[-1])
+    end, _ = s.run.spec.budget.end(last_step, spent)
+    value = mean_now + Z * se_now + per_compute * max(0.0, end - spent)
+    how = f"no rise beyond noise: last {RECENT} evaluations' mean + {Z:g} SE + their rise to budget"
+    return Bound(value, "measured", how)
