@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scalerl.errors import InputError, SpecError
+from scalerl.generator.prompts import NO_CHAT_TEMPLATE
 from scalerl.spec import RunSpec, ScaleRLRun
 
 # config.json keys that hold a model's context length, in the order transformers models use them.
@@ -149,16 +150,19 @@ def _tokens(spec: RunSpec, tokenizer: Any, problems: list[str]) -> None:
             check()
         except InputError as err:
             problems.append(str(err) if str(err).startswith("spec.") else f"spec.model: {err}")
-    if spec.data.chat_template and not getattr(tokenizer, "chat_template", None):
-        problems.append(
-            f"spec.data.chatTemplate: the tokenizer at {spec.model.path} has no chat template; "
-            "set chatTemplate: false to send raw prompts"
-        )
+    if _template_missing(spec, tokenizer):
+        problems.append(NO_CHAT_TEMPLATE.format(where=f" at {spec.model.path}"))
+
+
+def _template_missing(spec: RunSpec, tokenizer: Any) -> bool:
+    return spec.data.chat_template and not getattr(tokenizer, "chat_template", None)
 
 
 def _lengths(spec: RunSpec, tokenizer: Any, examples: list[Any], problems: list[str]) -> None:
-    from scalerl.generator.prompts import PromptEncoder
+    from scalerl.generator.prompts import PromptEncoder, empty_prompt_problem
 
+    if _template_missing(spec, tokenizer):
+        return  # said once by _tokens: without the template no prompt can be formatted
     length = spec.recipe.length
     encoder = PromptEncoder.for_data(tokenizer, spec.data, length.max_prompt_tokens)
     try:
@@ -166,6 +170,9 @@ def _lengths(spec: RunSpec, tokenizer: Any, examples: list[Any], problems: list[
     except (ValueError, TypeError, KeyError) as err:  # a chat template that fails to render
         problems.append(f"spec.data.chatTemplate: formatting a prompt failed: {_first_line(err)}")
         return
+    empty = empty_prompt_problem(examples, sizes)
+    if empty is not None:
+        problems.append(f"spec.data: {empty}")
     longest = max(sizes, default=0)
     over = sum(size > length.max_prompt_tokens for size in sizes)
     if over:

@@ -145,3 +145,83 @@ def test_validate_deep_prints_one_line_per_problem_and_exits_2(
     assert main(["validate", "--deep", str(path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "no field 'prompt'" in err[0] and "Traceback" not in err[0]
+
+
+# --- data that would run wrong or fail after start-up ------------------------------------------
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_fewer_validation_rows_than_validation_prompts_names_both(user_model, tmp_path) -> None:
+    # B6: 5 rows against the default 1000 evaluated 5, and `--deep` said valid.
+    val = write_rows(tmp_path / "val.jsonl", ROWS[:5])
+    obj = run_of(user_model(), write_data(tmp_path))
+    obj["spec"]["data"]["validation"] = {"path": str(val), "prompts": 1000}
+    assert problems(obj) == [
+        f"spec.data: {val}: 5 held-out prompts, fewer than spec.data.validation.prompts (1000); "
+        "set it to 5 or add rows"
+    ]
+    obj["spec"]["data"]["validation"]["prompts"] = 5
+    assert problems(obj) == []
+
+
+def test_a_prompt_empty_once_formatted_names_its_row(user_model, tmp_path, chat_template) -> None:
+    # B7: with a tokenizer without BOS an empty prompt is 0 tokens; the run failed on its first
+    # batch, after start-up, and again at every restart.
+    rows = [*ROWS[:2], {"question": "", "solution": "0"}, *ROWS[3:]]
+    train = write_rows(tmp_path / "train.jsonl", rows)
+    assert problems(run_of(user_model(), train)) == [
+        f"spec.data: 1 prompt(s) are empty once formatted (0 tokens: nothing for the engine to "
+        f"sample from): {train}:3 (id 'train-3'); give them text or drop them"
+    ]
+    # The chat template makes it a user turn of its own tokens: a prompt the model can answer.
+    templated = run_of(user_model("chat", chat_template=chat_template), train)
+    templated["spec"]["data"]["chatTemplate"] = True
+    assert problems(templated) == []
+
+
+def test_ids_used_twice_are_named_with_their_lines(user_model, tmp_path: Path) -> None:
+    # B8: prompts sharing an id were conflated by the data position, curriculum and records.
+    rows = [{**r, "id": ["a", "b", "a", "c", "b", "a"][i]} for i, r in enumerate(ROWS[:6])]
+    train = write_rows(tmp_path / "train.jsonl", rows + ROWS[6:])
+    assert problems(run_of(user_model(), train)) == [
+        f"spec.data: {train}: ids must be unique (data position, curriculum and evaluation "
+        "records are keyed by id): 'a' on lines 1, 3, 6; 'b' on lines 2, 5"
+    ]
+
+
+def test_a_null_answer_says_it_is_null(user_model, tmp_path: Path) -> None:
+    # B9: it said "no field 'solution' (the row has: question, solution)".
+    train = write_rows(tmp_path / "train.jsonl", [*ROWS[:3], {**ROWS[3], "solution": None}])
+    assert problems(run_of(user_model(), train)) == [
+        f"spec.data: {train}:4: field 'solution' is null; give the row a value or drop it"
+    ]
+
+
+def test_a_missing_chat_template_is_one_line(user_model, tmp_path: Path) -> None:
+    # B19: a second line followed, transformers' long message about the same missing template.
+    model = user_model()
+    obj = run_of(model, write_data(tmp_path))
+    obj["spec"]["data"]["chatTemplate"] = True
+    assert problems(obj) == [
+        f"spec.data.chatTemplate: the tokenizer at {model} has no chat template; set "
+        "chatTemplate: false to send raw prompts"
+    ]
+
+
+def test_scalerl_run_refuses_bad_data_before_starting_anything(
+    user_model, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same checks hold for a run: it stops at once with the line, not after start-up.
+    train = write_rows(tmp_path / "train.jsonl", [*ROWS[:3], {**ROWS[3], "solution": None}])
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(run_of(user_model(), train)))
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: spec.data: {train}:4: field 'solution' is null; give the row a value or drop it"
+    ]
+    assert not (tmp_path / "out").exists()

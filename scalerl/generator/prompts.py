@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalerl.datafile import read_records
+from scalerl.datafile import PARQUET_SUFFIXES, Record, read_records
 from scalerl.errors import DataError
 from scalerl.recipe import NoPositiveResampling
 from scalerl.rollout.position import EpochOrder
@@ -24,27 +24,55 @@ class Example:
     id: str
     prompt: str
     answer: str
+    # Where the row is, "FILE:LINE" (or FILE:ROW for Parquet), for messages about it.
+    source: str = field(default="", compare=False)
 
 
 def load_examples(
     path: str | Path, prompt_field: str = "prompt", answer_field: str = "answer"
 ) -> list[Example]:
-    """Read a JSONL or Parquet file of prompts; a bad row is a DataError naming file and row."""
+    """Read a JSONL or Parquet file of prompts; a bad row is a DataError naming file and row, and
+    so are ids used twice (data position, curriculum and evaluation records are keyed by id)."""
     path = Path(path)
-    examples = []
-    for number, row in read_records(path):
-        missing = [f for f in (prompt_field, answer_field) if row.get(f) is None]
-        if missing:
-            have = ", ".join(sorted(row))
-            raise DataError(
-                f"{path}:{number}: no field {missing[0]!r} (the row has: {have}); set "
-                f"spec.data.{'promptField' if missing[0] == prompt_field else 'answerField'}"
-            )
-        example_id = str(row.get("id", f"{path.stem}-{number}"))
-        examples.append(Example(example_id, str(row[prompt_field]), str(row[answer_field])))
+    examples = [
+        _example(path, number, row, prompt_field, answer_field)
+        for number, row in read_records(path)
+    ]
     if not examples:
         raise DataError(f"{path}: no prompts in file")
+    _ids_unique(path, examples)
     return examples
+
+
+def _example(path: Path, number: int, row: Record, prompt_field: str, answer_field: str) -> Example:
+    where = f"{path}:{number}"
+    for name, setting in ((prompt_field, "promptField"), (answer_field, "answerField")):
+        if name not in row:
+            have = ", ".join(sorted(row))
+            raise DataError(
+                f"{where}: no field {name!r} (the row has: {have}); set spec.data.{setting}"
+            )
+        if row[name] is None:
+            raise DataError(f"{where}: field {name!r} is null; give the row a value or drop it")
+    raw_id = row.get("id")
+    example_id = f"{path.stem}-{number}" if raw_id is None else str(raw_id)
+    return Example(example_id, str(row[prompt_field]), str(row[answer_field]), where)
+
+
+def _ids_unique(path: Path, examples: list[Example]) -> None:
+    rows: dict[str, list[str]] = {}
+    for example in examples:
+        rows.setdefault(example.id, []).append(example.source.rpartition(":")[2])
+    twice = [(i, at) for i, at in rows.items() if len(at) > 1]
+    if not twice:
+        return
+    unit = "rows" if path.suffix in PARQUET_SUFFIXES else "lines"
+    shown = "; ".join(f"{i!r} on {unit} {', '.join(at)}" for i, at in twice[:3])
+    more = f"; and {len(twice) - 3} more" if len(twice) > 3 else ""
+    raise DataError(
+        f"{path}: ids must be unique (data position, curriculum and evaluation records are "
+        f"keyed by id): {shown}{more}"
+    )
 
 
 def train_and_validation(data: DataSpec, seed: int) -> tuple[list[Example], list[Example]]:
@@ -53,7 +81,16 @@ def train_and_validation(data: DataSpec, seed: int) -> tuple[list[Example], list
     train = load_examples(data.train, *fields)
     wanted = data.validation.prompts
     if data.validation.path is not None:
-        return train, load_examples(data.validation.path, *fields)[:wanted]
+        validation = load_examples(data.validation.path, *fields)
+        # Refused, not cut short: validation.prompts is the evaluation protocol runs are compared
+        # by (a sweep's variants, a run against the paper's 1,000), and its noise; a run that
+        # evaluated 5 while its spec says 1000 would be read as the run it is not.
+        if len(validation) < wanted:
+            raise DataError(
+                f"{data.validation.path}: {len(validation)} held-out prompts, fewer than "
+                f"spec.data.validation.prompts ({wanted}); set it to {len(validation)} or add rows"
+            )
+        return train, validation[:wanted]
     if wanted >= len(train):
         raise DataError(
             f"{data.train}: {len(train)} prompts cannot hold out {wanted} for validation; "
@@ -63,6 +100,14 @@ def train_and_validation(data: DataSpec, seed: int) -> tuple[list[Example], list
     random.Random(seed).shuffle(order)
     held = set(order[:wanted])
     return [e for i, e in enumerate(train) if i not in held], [train[i] for i in order[:wanted]]
+
+
+# The one line for spec.data.chatTemplate: true with a tokenizer that has no template (`where`:
+# " at MODEL" when the folder is known).
+NO_CHAT_TEMPLATE = (
+    "spec.data.chatTemplate: the tokenizer{where} has no chat template; set chatTemplate: false "
+    "to send raw prompts"
+)
 
 
 def shard(examples: list[Example], index: int, count: int) -> list[Example]:
@@ -109,6 +154,8 @@ class PromptEncoder:
         if not prompts:
             return []
         if self.chat_template:
+            if not getattr(self.tokenizer, "chat_template", None):
+                raise DataError(NO_CHAT_TEMPLATE.format(where=""))
             texts = [chat_text(self.tokenizer, p, self.system_prompt) for p in prompts]
             return [list(i) for i in self.tokenizer(texts, add_special_tokens=False).input_ids]
         bos = self.tokenizer.bos_token_id
@@ -125,12 +172,31 @@ class PromptEncoder:
         return ids
 
     def longest(self, examples: Sequence[Example], chunk: int = 4096) -> int:
-        """Tokens of the longest prompt among `examples`."""
+        """Tokens of the longest prompt among `examples`; DataError if one formats to nothing."""
         longest = 0
         for start in range(0, len(examples), chunk):
-            batch = self.batch_ids([e.prompt for e in examples[start : start + chunk]])
-            longest = max(longest, *(len(ids) for ids in batch))
+            part = examples[start : start + chunk]
+            sizes = [len(ids) for ids in self.batch_ids([e.prompt for e in part])]
+            problem = empty_prompt_problem(part, sizes)
+            if problem is not None:
+                raise DataError(problem)
+            longest = max(longest, *sizes)
         return longest
+
+
+def empty_prompt_problem(examples: Sequence[Example], sizes: Sequence[int]) -> str | None:
+    """Why prompts that are 0 tokens once formatted (an empty text, no BOS, no chat template)
+    cannot run, naming their rows; None when there are none. The engine cannot sample from an
+    empty prompt, so such a run would fail on its first batch, and again at every restart."""
+    empty = [e for e, size in zip(examples, sizes, strict=True) if size == 0]
+    if not empty:
+        return None
+    shown = ", ".join(f"{e.source or e.id} (id {e.id!r})" for e in empty[:3])
+    more = f" and {len(empty) - 3} more" if len(empty) > 3 else ""
+    return (
+        f"{len(empty)} prompt(s) are empty once formatted (0 tokens: nothing for the engine to "
+        f"sample from): {shown}{more}; give them text or drop them"
+    )
 
 
 class PromptOrder(EpochOrder[Example]):

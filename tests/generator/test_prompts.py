@@ -12,7 +12,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from scalerl.errors import DataError
-from scalerl.generator.prompts import Example, PromptEncoder, load_examples
+from scalerl.generator.prompts import Example, PromptEncoder, load_examples, train_and_validation
+from scalerl.spec import DataSpec
 
 ROWS = [{"question": f"{i}+{i}=", "solution": str(2 * i), "id": f"q{i}"} for i in range(5)]
 
@@ -67,3 +68,58 @@ def test_a_prompt_over_the_budget_is_an_error_not_a_silent_cut(user_model) -> No
     with pytest.raises(DataError, match=r"prompt 'long' is 9 tokens, over .*maxPromptTokens \(4\)"):
         encoder.encode(Example("long", "123456789", "x"))
     assert encoder.longest([Example("a", "12", "3"), Example("b", "12345", "6")]) == 5
+
+
+# --- what the generators refuse at start-up, as `scalerl validate --deep` does ----------------
+
+
+def test_a_null_field_is_called_null_and_a_missing_one_missing(tmp_path: Path) -> None:
+    path = write_parquet(tmp_path / "train.parquet", [*ROWS[:2], {**ROWS[2], "solution": None}])
+    with pytest.raises(DataError) as info:
+        load_examples(path, "question", "solution")
+    assert str(info.value) == f"{path}:3: field 'solution' is null; give the row a value or drop it"
+
+
+def test_ids_used_twice_name_the_id_and_its_rows(tmp_path: Path) -> None:
+    rows = [{**r, "id": "same" if i in (1, 4) else r["id"]} for i, r in enumerate(ROWS)]
+    path = write_parquet(tmp_path / "train.parquet", rows)
+    with pytest.raises(DataError, match=r"ids must be unique .*: 'same' on rows 2, 5$"):
+        load_examples(path, "question", "solution")
+    # Without an id column each row's id is its file and line: unique by construction.
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"prompt": "a", "answer": "b"}\n' * 3)
+    assert [e.id for e in load_examples(plain)] == ["plain-1", "plain-2", "plain-3"]
+
+
+def test_a_validation_file_shorter_than_its_count_is_refused(tmp_path: Path) -> None:
+    train = write_parquet(tmp_path / "train.parquet", ROWS)
+    val = write_parquet(tmp_path / "val.parquet", ROWS[:3])
+    data = {"train": str(train), "promptField": "question", "answerField": "solution"}
+    short = DataSpec.model_validate({**data, "validation": {"path": str(val), "prompts": 4}})
+    with pytest.raises(DataError) as info:
+        train_and_validation(short, seed=0)
+    assert str(info.value) == (
+        f"{val}: 3 held-out prompts, fewer than spec.data.validation.prompts (4); set it to 3 "
+        "or add rows"
+    )
+    fits = DataSpec.model_validate({**data, "validation": {"path": str(val), "prompts": 2}})
+    assert [e.id for e in train_and_validation(fits, seed=0)[1]] == ["q0", "q1"]
+
+
+def test_a_generator_refuses_an_empty_prompt_before_sampling(user_model) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(str(user_model()))
+    encoder = PromptEncoder(tokenizer, max_tokens=32)
+    examples = [Example("a", "1+1=", "2"), Example("b", "", "0", "train.jsonl:7")]
+    with pytest.raises(DataError, match=r"^1 prompt\(s\) are empty .*: train.jsonl:7 \(id 'b'\)"):
+        encoder.longest(examples)
+
+
+def test_no_chat_template_is_one_line_from_the_encoder(user_model) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(str(user_model()))
+    encoder = PromptEncoder(tokenizer, 32, chat_template=True)
+    with pytest.raises(DataError) as info:
+        encoder.ids("1+1=")
+    assert str(info.value) == (
+        "spec.data.chatTemplate: the tokenizer has no chat template; set chatTemplate: false to "
+        "send raw prompts"
+    )
