@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -301,7 +302,7 @@ class RecipeSpec(_Model):
     algorithm: Literal["pipelinerl", "ppo-off-policy"] = "pipelinerl"
     max_off_policy_steps: Int = Field(
         8,
-        ge=0,
+        ge=1,
         le=1000,
         description="k: PipelineRL-k staleness bound, or PPO-off-policy-k steps/batch.",
     )
@@ -314,6 +315,24 @@ class RecipeSpec(_Model):
     batch: BatchSpec = BatchSpec()
     optimizer: OptimizerSpec = OptimizerSpec()
     sampling: SamplingSpec = SamplingSpec()
+
+    @field_validator("max_off_policy_steps", mode="before")
+    @classmethod
+    def _some_lag(cls, value: Any, info: ValidationInfo) -> Any:
+        # Before `ge=1`, so that 0 is told what it would do, not only that it is too small.
+        if type(value) is not int or value != 0:
+            return value
+        if info.data.get("algorithm") == "ppo-off-policy":
+            raise ValueError(
+                "must be >= 1: with ppo-off-policy it is the optimizer steps taken on each "
+                "generated batch, and 0 steps would train nothing"
+            )
+        raise ValueError(
+            "must be >= 1: with pipelinerl, 0 would keep only groups sampled wholly by the "
+            "newest weights, but the generators sample while the trainer steps, so every group "
+            "in flight at a weight update would be dropped as stale; 1 is the most on-policy "
+            "pipelinerl runs (paper: 8)"
+        )
 
 
 # --- schedule, budget, placement -----------------------------------------------------------------
@@ -745,6 +764,19 @@ class RunSpec(_Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _warmup_within_budget(self) -> RunSpec:
+        optimizer, steps = self.recipe.optimizer, self.budget.max_steps
+        if optimizer.warmup_steps <= steps:
+            return self
+        default = "" if "warmup_steps" in optimizer.model_fields_set else " (the default)"
+        raise _at(
+            "recipe.optimizer.warmupSteps",
+            f"{optimizer.warmup_steps}{default} is more than budget.maxSteps {steps}: the "
+            f"learning rate would still be rising when the run ends and never reach lr "
+            f"{optimizer.lr:g}; set warmupSteps to {steps} or less",
+        )
+
     @property
     def colocated(self) -> bool:
         return self.placement == "colocated"
@@ -801,9 +833,13 @@ class Metadata(BaseModel):
 
 
 class _Resource(BaseModel):
-    """A scalerl.dev object: its apiVersion, kind and metadata as Kubernetes has them."""
+    """A scalerl.dev object: its apiVersion, kind and metadata as Kubernetes has them.
 
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    Nothing else may stand at the top: a block indented one level too little (`budget:` at
+    column 0) would otherwise be dropped without a word and the run get the defaults. Kubernetes'
+    own additions live in metadata (which allows them) and in status (which parsing skips)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     api_version: Literal["scalerl.dev/v1alpha1"] = Field(alias="apiVersion")
     metadata: Metadata
 
@@ -937,7 +973,7 @@ def parse_run(obj: Any) -> ScaleRLRun:
     try:
         return ScaleRLRun.model_validate(obj)
     except ValidationError as err:
-        raise SpecError([_describe(e) for e in err.errors()]) from None
+        raise SpecError(_problems(err, ScaleRLRun)) from None
 
 
 def parse_sweep(obj: Any) -> ScaleRLSweep:
@@ -948,7 +984,7 @@ def parse_sweep(obj: Any) -> ScaleRLSweep:
     try:
         sweep = ScaleRLSweep.model_validate(obj)
     except ValidationError as err:
-        raise SpecError([_describe(e) for e in err.errors()]) from None
+        raise SpecError(_problems(err, ScaleRLSweep)) from None
     sweep.variant_runs()
     return sweep
 
@@ -977,6 +1013,45 @@ def _load(path: str | Path, parse: Callable[[Any], T]) -> T:
         return parse(obj)
     except SpecError as err:
         raise SpecError([f"{path}: {p}" for p in err.problems]) from None
+
+
+def _problems(err: ValidationError, kind: type[_Resource]) -> list[str]:
+    """One line per problem; a key at the top level that is not one of the object's is named
+    with where it belongs, when that is clear."""
+    return [
+        _misplaced(str(e["loc"][0]), kind)
+        if e["type"] == "extra_forbidden" and len(e["loc"]) == 1
+        else _describe(e)
+        for e in err.errors()
+    ]
+
+
+def _misplaced(key: str, kind: type[_Resource]) -> str:
+    """`key` at the top of a `kind` document, and the field it most likely meant."""
+    where = _home_of(key, kind)
+    hint = f"; did you mean {where}? (move it under {where.rpartition('.')[0]})" if where else ""
+    return (
+        f"{key}: not a top-level field of a {kind.__name__} (those are apiVersion, kind, "
+        f"metadata, spec and status){hint}"
+    )
+
+
+def _home_of(key: str, kind: type[_Resource]) -> str | None:
+    """Where `key` (in any case, camelCase or snake_case) is a field below the top, or None."""
+    spec: Any = kind.model_fields["spec"].annotation
+    homes = [("metadata", ["name", "namespace", "labels", "annotations"]), ("spec", _fields(spec))]
+    if kind is ScaleRLSweep:  # a run's fields belong in the sweep's base
+        homes.append(("spec.base", _fields(RunSpec)))
+    wanted = key.replace("_", "").lower()
+    for prefix, fields in homes:
+        for field in fields:
+            if field.lower() == wanted:
+                return f"{prefix}.{field}"
+    return None
+
+
+def _fields(model: type[BaseModel]) -> list[str]:
+    return [field.alias or name for name, field in model.model_fields.items()]
 
 
 def _describe(error: Any) -> str:

@@ -6,11 +6,12 @@ import copy
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalerl.errors import InputError, SpecError
-from scalerl.spec import INTERRUPTION_PHRASE, LoraSpec, load_run, parse_run
+from scalerl.spec import INTERRUPTION_PHRASE, LoraSpec, RunSpec, load_run, parse_run, parse_sweep
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MINIMAL = {
@@ -319,3 +320,136 @@ def test_lora_defaults_on_any_number_of_trainer_ranks() -> None:
     ]
     for bad, field in wrong:
         assert problems(with_model(lora=bad))[0].startswith(f"spec.model.lora.{field}:"), bad
+
+
+# --- nothing at the top but the object's own fields ----------------------------------------------
+
+TOP_LEVEL = {"apiVersion", "kind", "metadata", "spec", "status"}
+SWEEP = yaml.safe_load((EXAMPLES / "sweep.yaml").read_text())
+
+
+def sweep_problems(obj: dict) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        parse_sweep(obj)
+    return info.value.problems
+
+
+def test_a_block_indented_one_level_too_little_is_refused_by_name(tmp_path: Path) -> None:
+    # The audit's S10: examples/local.yaml with its budget at column 0 was "valid", with the
+    # default budget (10000 steps, 16000 compute) instead of the file's (100, 0.5).
+    obj = yaml.safe_load((EXAMPLES / "local.yaml").read_text())
+    obj["budget"] = obj["spec"].pop("budget")
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    with pytest.raises(SpecError) as info:
+        load_run(path)
+    assert info.value.problems == [
+        f"{path}: budget: not a top-level field of a ScaleRLRun (those are apiVersion, kind, "
+        "metadata, spec and status); did you mean spec.budget? (move it under spec)"
+    ]
+
+
+@pytest.mark.parametrize("field", sorted(f.alias or n for n, f in RunSpec.model_fields.items()))
+def test_every_spec_block_at_the_top_says_where_it_belongs(field: str) -> None:
+    obj = copy.deepcopy(MINIMAL)
+    obj[field] = {}
+    [line] = problems(obj)
+    assert line.startswith(f"{field}: not a top-level field of a ScaleRLRun")
+    assert line.endswith(f"did you mean spec.{field}? (move it under spec)")
+
+
+@pytest.mark.parametrize("field", ["earlyStop", "maxParallel", "variants", "base"])
+def test_a_sweep_field_at_the_top_says_where_it_belongs(field: str) -> None:
+    # B13: `earlyStop` at the top of a sweep file was ignored, and every variant ran to its end.
+    obj = copy.deepcopy(SWEEP)
+    obj[field] = copy.deepcopy(obj["spec"][field])
+    [line] = sweep_problems(obj)
+    assert line.startswith(f"{field}: not a top-level field of a ScaleRLSweep")
+    assert line.endswith(f"did you mean spec.{field}? (move it under spec)")
+
+
+def test_a_run_field_at_the_top_of_a_sweep_belongs_in_its_base() -> None:
+    obj = copy.deepcopy(SWEEP)
+    obj["budget"] = obj["spec"]["base"].pop("budget")
+    [line] = sweep_problems(obj)
+    assert line.endswith("did you mean spec.base.budget? (move it under spec.base)")
+
+
+def test_metadata_fields_at_the_top_point_to_metadata() -> None:
+    obj = copy.deepcopy(MINIMAL)
+    obj["labels"] = {"team": "rl"}
+    [line] = problems(obj)
+    assert line.endswith("did you mean metadata.labels? (move it under metadata)")
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.text(min_size=1, max_size=30).filter(lambda k: k not in TOP_LEVEL))
+def test_any_unknown_top_level_key_is_refused_by_name(key: str) -> None:
+    obj = copy.deepcopy(MINIMAL)
+    obj[key] = 1
+    assert any(p.startswith(f"{key}: not a top-level field of a ScaleRLRun") for p in problems(obj))
+    sweep = copy.deepcopy(SWEEP)
+    sweep[key] = 1
+    found = sweep_problems(sweep)
+    assert any(p.startswith(f"{key}: not a top-level field of a ScaleRLSweep") for p in found)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    extra=st.dictionaries(
+        st.text(min_size=1, max_size=20).filter(lambda k: k not in {"name", "namespace"}),
+        st.one_of(st.none(), st.text(), st.integers(), st.dictionaries(st.text(), st.text())),
+        max_size=5,
+    )
+)
+def test_what_kubernetes_adds_to_a_live_object_is_accepted(extra: dict) -> None:
+    # The operator parses objects read from the cluster: metadata full of the API server's
+    # fields, and a status beside the spec.
+    live = {"uid": "1f0c", "resourceVersion": "42", "generation": 3, "managedFields": [{}]}
+    for obj, parse in ((copy.deepcopy(MINIMAL), parse_run), (copy.deepcopy(SWEEP), parse_sweep)):
+        obj["metadata"] |= {**live, "labels": {"a": "b"}, "annotations": {"c": "d"}, **extra}
+        obj["status"] = {"phase": "Running", "anything": [1, 2]}
+        assert parse(obj).name == obj["metadata"]["name"]
+
+
+# --- numbers that contradict each other or do nothing ------------------------------------------
+
+
+def test_no_off_policy_lag_is_refused_saying_what_it_would_do() -> None:
+    # B14: 0 was accepted; pipelinerl dropped the groups in flight at every update, and
+    # ppo-off-policy silently ran 1 step per batch.
+    [line] = problems(with_spec(recipe={"maxOffPolicySteps": 0}))
+    assert line.startswith("spec.recipe.maxOffPolicySteps: must be >= 1: with pipelinerl, 0 ")
+    assert "dropped as stale" in line
+    [line] = problems(with_spec(recipe={"algorithm": "ppo-off-policy", "maxOffPolicySteps": 0}))
+    assert line == (
+        "spec.recipe.maxOffPolicySteps: must be >= 1: with ppo-off-policy it is the optimizer "
+        "steps taken on each generated batch, and 0 steps would train nothing"
+    )
+    for algorithm in ("pipelinerl", "ppo-off-policy"):
+        recipe = {"algorithm": algorithm, "maxOffPolicySteps": 1}
+        assert parse_run(with_spec(recipe=recipe)).spec.recipe.max_off_policy_steps == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(warmup=st.integers(0, 2000), steps=st.integers(20, 2000))
+def test_a_warmup_longer_than_the_run_is_refused_naming_both(warmup: int, steps: int) -> None:
+    # B15: the configured lr was never reached, without a word.
+    obj = with_spec(
+        recipe={"optimizer": {"warmupSteps": warmup}},
+        budget={"maxSteps": steps},
+        evaluation={"everySteps": 1},  # enough evaluations for a fit at any of these budgets
+    )
+    if warmup <= steps:
+        assert parse_run(obj).spec.recipe.optimizer.warmup_steps == warmup
+        return
+    assert problems(obj) == [
+        f"spec.recipe.optimizer.warmupSteps: {warmup} is more than budget.maxSteps {steps}: the "
+        "learning rate would still be rising when the run ends and never reach lr 5e-07; set "
+        f"warmupSteps to {steps} or less"
+    ]
+
+
+def test_the_default_warmup_is_named_as_the_default() -> None:
+    [line] = problems(with_spec(budget={"maxSteps": 50}, evaluation={"everySteps": 5}))
+    assert line.startswith("spec.recipe.optimizer.warmupSteps: 100 (the default) is more than")

@@ -275,7 +275,7 @@ class Trainer:
         if recipe.algorithm == "pipelinerl":
             self.step_once(self.take(recipe.batch.prompts), recipe.max_off_policy_steps)
         else:
-            k = max(recipe.max_off_policy_steps, 1)
+            k = recipe.max_off_policy_steps  # >= 1: the spec refuses 0 (no step would train)
             groups = self.take(k * recipe.batch.prompts)
             for i in range(k):
                 chunk = groups[i * recipe.batch.prompts : (i + 1) * recipe.batch.prompts]
