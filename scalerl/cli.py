@@ -271,6 +271,14 @@ def _count(text: str) -> int:
     return value
 
 
+def _positive_count(text: str) -> int:
+    """argparse type: an integer >= 1 (checked before anything slow, such as loading a model)."""
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
 # --- scalerl validate / run / trainer / generator ----------------------------------------------
 
 
@@ -461,14 +469,14 @@ def add_evaluate_parser(subparsers: Subparsers) -> None:
     p.add_argument(
         "-k",
         metavar="N",
-        type=_count,
+        type=_positive_count,
         default=None,
         help="samples per prompt (default: the spec's evaluation.generationsPerPrompt)",
     )
     p.add_argument(
         "--prompts",
         metavar="N",
-        type=_count,
+        type=_positive_count,
         default=None,
         help="only the first N held-out prompts (default: all of data.validation.prompts)",
     )

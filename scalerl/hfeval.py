@@ -455,6 +455,9 @@ def evaluate_checkpoint(
     """Mean@k of a saved model folder on `run`'s held-out prompts (paths already resolved: see
     `load_spec`). `k` defaults to `evaluation.generationsPerPrompt`, `prompts` to all of
     `data.validation.prompts`, `dtype` to float32 (the distribution without rounding)."""
+    for name, value in (("k", k), ("prompts", prompts)):
+        if value is not None and value < 1:  # said before the minutes a model can take to load
+            raise InputError(f"{name} must be >= 1; got {value}")
     spec = run.spec
     folder = _model_folder(checkpoint)
     tokenizer = _tokenizer(folder, spec.model.path)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from scalerl.cli import main
@@ -453,8 +454,23 @@ def test_cli_names_a_folder_that_is_no_model(
 ) -> None:
     assert main(["evaluate", str(tmp_path), "--spec", str(DEMO_SPEC)]) == 2
     assert "not a Hugging Face model folder" in capsys.readouterr().err
-    assert main(["evaluate", "builtin:demo", "--spec", str(DEMO_SPEC), "-k", "0"]) == 2
-    assert "k must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["-k", "--prompts"])
+def test_no_samples_or_no_prompts_are_refused_before_anything_loads(
+    option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    # B18: `-k 0` was refused only after the spec's assets were built and the model loaded.
+    def never(*_: Any, **__: Any) -> None:
+        raise AssertionError("loaded something before checking the arguments")
+
+    monkeypatch.setattr("scalerl.hfeval.load_spec", never)
+    monkeypatch.setattr("scalerl.hfeval.load_model", never)
+    assert main(["evaluate", "builtin:demo", "--spec", str(DEMO_SPEC), option, "0"]) == 2
+    assert f"argument {option}: '0' must be >= 1" in capsys.readouterr().err
+    name = option.lstrip("-")
+    with pytest.raises(InputError, match=f"^{name} must be >= 1; got 0$"):
+        evaluate_checkpoint(tmp_path, parse_run(yaml.safe_load(DEMO_SPEC.read_text())), **{name: 0})
 
 
 def test_checkpoints_are_listed_by_step(tmp_path: Path) -> None:
