@@ -1,0 +1,71 @@
+"""status.trackRecord: how good a run's predictions were, kept in its status on a cluster.
+
+A run's status keeps a bounded summary of its track (`scalerl.fit.track`): the prediction each fit
+Job wrote that was the latest made by 25, 50 and 75 % of the run (`predictions`, at most three,
+each marked `seen`). When the run ends Succeeded the operator scores them against its last
+evaluation (`outcome`: its passRate and computeHours; each prediction's `actual`, `error`,
+`inside`, `width`). The operator pools the scored ones of every run it manages into Prometheus
+gauges (`scalerl.metrics.TrackRecordMetrics`).
+
+    record = with_prediction(status.get("trackRecord"), prediction, status["evaluations"])
+    record = ended(record, status["evaluations"])      # once the run has Succeeded
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scalerl.status.kubernetes import round_value
+
+TRACK_RECORD = "trackRecord"
+Record = dict[str, Any]
+
+
+def with_prediction(
+    record: Record | None, prediction: dict[str, Any], evaluations: list[dict[str, Any]]
+) -> Record | None:
+    """`record` with the fit's `prediction` (status.prediction's keys) kept, made from
+    `evaluations` (those the fit read); `record` itself when there is nothing to keep. A record
+    already scored (a last fit after the run ended) is scored again with the same outcome."""
+    from scalerl.fit.track import bounded, keep, kept_prediction  # late: the fit Job's
+
+    if not evaluations or not prediction.get("budget"):
+        return record
+    last = _last(evaluations)
+    kept = kept_prediction(prediction, compute=float(last["computeHours"]), step=int(last["step"]))
+    kept["fractionSeen"] = round_value(kept["fractionSeen"])
+    old = (record or {}).get("predictions") or []
+    out: Record = {"predictions": bounded(keep(old, kept))}
+    outcome = (record or {}).get("outcome")
+    return _scored(out["predictions"], outcome) if outcome else out
+
+
+def ended(record: Record | None, evaluations: list[dict[str, Any]]) -> Record | None:
+    """`record` scored against the last of `evaluations` (the run has ended); None when the run
+    kept no prediction or made no evaluation."""
+    if not record or not record.get("predictions") or not evaluations:
+        return None
+    last = _last(evaluations)
+    outcome = {"passRate": float(last["passRate"]), "computeHours": float(last["computeHours"])}
+    return _scored(record["predictions"], outcome)
+
+
+def scored_predictions(record: Record | None) -> list[dict[str, Any]] | None:
+    """The scored predictions of a run's status.trackRecord; None until the run is scored."""
+    if not record or not record.get("outcome"):
+        return None
+    return list(record.get("predictions") or [])
+
+
+def _scored(predictions: list[dict[str, Any]], outcome: dict[str, Any]) -> Record:
+    from scalerl.fit.track import Outcome, score
+
+    rows = score(predictions, Outcome(float(outcome["passRate"]), float(outcome["computeHours"])))
+    rounded = [
+        {k: round_value(v) if isinstance(v, float) else v for k, v in row.items()} for row in rows
+    ]
+    return {"predictions": rounded, "outcome": outcome}
+
+
+def _last(evaluations: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(evaluations, key=lambda e: float(e["computeHours"]))
