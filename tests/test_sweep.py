@@ -182,3 +182,52 @@ def test_a_null_in_the_base_stays_a_choice_in_every_variant(tmp_path: Path) -> N
     variant.proc.kill()
     variant.proc.wait()
     assert load_run(tmp_path / "specs" / "plain.yaml").spec.model.think_end is None
+
+
+def test_a_patch_naming_another_loss_replaces_the_loss_block() -> None:
+    # The base's cispo carries epsilonMax; merged into a dapo loss it named a field the user
+    # never wrote ("spec.recipe.loss.epsilonMax: unknown field").
+    body = sweep(
+        variants=[
+            {"name": "cispo"},
+            {"name": "dapo", "patch": {"recipe": {"loss": {"type": "dapo"}}}},
+        ]
+    )
+    runs = parse_sweep(body).variant_runs()
+    assert runs["dapo"].spec.recipe.loss.type == "dapo"
+    assert runs["cispo"].spec.recipe.loss.epsilon_max == 4.0  # the same type still merges
+    same = sweep(variants=[{"name": "wider", "patch": {"recipe": {"loss": {"epsilonMax": 5.0}}}}])
+    assert parse_sweep(same).variant_runs()["wider"].spec.recipe.loss.epsilon_max == 5.0
+
+
+def test_variants_that_evaluate_otherwise_are_refused() -> None:
+    changes = {
+        "data.validation": {"data": {"validation": {"prompts": 64}}},
+        "evaluation.generationsPerPrompt": {"evaluation": {"generationsPerPrompt": 4}},
+        "model": {"model": {"dtype": "bfloat16"}},
+    }
+    for field, patch in changes.items():
+        with pytest.raises(SpecError) as raised:
+            parse_sweep(sweep(variants=[{"name": "base"}, {"name": "other", "patch": patch}]))
+        (problem,) = raised.value.problems
+        assert problem.startswith(f"spec.variants.1 (other): spec.{field}: a sweep's variants")
+        assert "evaluation protocol" in problem
+
+
+def test_validate_refuses_run_names_too_long_for_a_cluster(tmp_path: Path, capsys: Any) -> None:
+    from scalerl.cli import main
+
+    body = sweep(variants=[{"name": "a" * 20}])
+    body["metadata"]["name"] = "a-very-long-sweep-name-for-this"  # 31 + 1 + 20 = 52 characters
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(body))
+    assert main(["validate", str(path)]) == 2
+    assert "at most 47 characters in a cluster" in capsys.readouterr().err
+
+
+def test_a_sweep_field_at_the_top_level_is_refused() -> None:
+    body = sweep()
+    body["earlyStop"] = body["spec"].pop("earlyStop")  # indented one level too little
+    with pytest.raises(SpecError) as raised:
+        parse_sweep(body)
+    assert any("earlyStop" in problem for problem in raised.value.problems), raised.value.problems
