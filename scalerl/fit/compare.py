@@ -40,11 +40,10 @@ class Comparison:
     def verdict(self, name_a: str = "a", name_b: str = "b") -> str:
         """One sentence a person reads."""
         names = {"a": name_a, "b": name_b}
-        gap = abs(self.A_a - self.A_b)
         if self.rule == "asymptote":
             return (
                 f"{names[self.winner]} is better: higher asymptote A "
-                f"({self.A_a:.3f} vs {self.A_b:.3f}, differ by {gap:.3f} > {self.margin:g})"
+                f"({self.A_a:.3f} vs {self.A_b:.3f}, differ by {self._gap()} > {self.margin:g})"
             )
         detail = (
             f"A within {self.margin:g} ({self.A_a:.3f} vs {self.A_b:.3f}); refitted at "
@@ -55,6 +54,15 @@ class Comparison:
         return (
             f"{names[self.winner]} is at least as good (higher B, more compute-efficient): {detail}"
         )
+
+    def _gap(self) -> str:
+        """|A_a - A_b| with the digits that show it beyond the margin (0.0204, not 0.020)."""
+        gap = abs(self.A_a - self.A_b)
+        for digits in range(3, 10):
+            text = f"{gap:.{digits}f}"
+            if float(text) > self.margin:
+                return text
+        return f"{gap:.10g}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -60,3 +60,13 @@ def test_the_same_run_twice_is_a_tie() -> None:
     assert result.winner == "tie"
     assert result.verdict().startswith("tie")
     assert set(result.to_dict()) >= {"winner", "rule", "A_a", "A_b", "A_shared", "B_a", "B_b"}
+
+
+def test_the_verdict_prints_the_gap_with_the_digits_that_show_it_beyond_the_margin() -> None:
+    # 0.0204 at three decimals read "differ by 0.020 > 0.02".
+    from scalerl.fit.compare import Comparison
+
+    close = Comparison("a", "asymptote", 0.8204, 0.8, 0.02)
+    assert "differ by 0.0204 > 0.02" in close.verdict()
+    far = Comparison("b", "asymptote", 0.6, 0.75, 0.02)
+    assert "differ by 0.150 > 0.02" in far.verdict()
