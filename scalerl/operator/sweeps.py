@@ -91,15 +91,17 @@ def reconcile(ctx: SweepContext) -> None:
         existing[variant] = created
         ctx.emit(sweep_obj, "Normal", "VariantStarted", f"run {run.name} for variant {variant}")
     for variant in resumed(existing):
-        body = {
+        body: dict[str, Any] = {
             "metadata": {"annotations": {STOPPED_BY: None, STOP_EVIDENCE: None, RESUMED: "true"}}
         }
         name = existing[variant]["metadata"]["name"]
         existing[variant] = ctx.kube.patch(API_VERSION, KIND, ctx.namespace, name, body)
         ctx.emit(sweep_obj, "Normal", "VariantResumed", f"variant {variant} resumed by its user")
     for variant, stop in stop_losers(sweep, runs, existing).items():
-        notes = {STOPPED_BY: stop.reason, STOP_EVIDENCE: stop.evidence}
-        body = {"metadata": {"annotations": notes}, "spec": {"suspend": True}}
+        body = {
+            "metadata": {"annotations": {STOPPED_BY: stop.reason, STOP_EVIDENCE: stop.evidence}},
+            "spec": {"suspend": True},
+        }
         name = existing[variant]["metadata"]["name"]
         existing[variant] = ctx.kube.patch(API_VERSION, KIND, ctx.namespace, name, body)
         message = f"variant {variant} stopped ({stop.evidence}): {stop.reason}"
