@@ -1,6 +1,6 @@
 """A ScaleRLSweep on the real control plane: the operator creates a run per variant (at most
-maxParallel live), stops the variant whose A interval lies below the best one's (its pods go, its
-checkpoints stay: it is suspended), reports the leader in `kubectl get srls`, and the sweep's
+maxParallel live), stops the variant that cannot win (its pods go, its checkpoints stay: it is
+suspended), reports the leader in `kubectl get srls`, and the sweep's
 deletion takes its runs with it (they are its dependents)."""
 
 from __future__ import annotations
