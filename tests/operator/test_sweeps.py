@@ -150,6 +150,17 @@ def check(cluster: Cluster) -> dict[str, Any]:
     return dict(cluster.objects[("ScaleRLSweep", "demo-sweep")].get("status") or {})
 
 
+def stopped_gauge(run: dict[str, Any]) -> float | None:
+    """scalerl_sweep_variant_stopped as the operator exports it from the run object."""
+    from scalerl.metrics import RunMetrics
+    from scalerl.operator.handlers import export_metrics
+
+    metrics = RunMetrics()
+    export_metrics(metrics, run, deleted=False)
+    labels = {"namespace": "ns", "run": run["metadata"]["name"]}
+    return metrics.registry.get_sample_value("scalerl_sweep_variant_stopped", labels)
+
+
 def test_a_stopped_variant_its_user_resumed_runs_again_and_is_not_stopped_twice() -> None:
     misfit = {**STALE, "confidence": "Misfit", "points": 10}
     runs = [run_object(v, history(v, seed=i), prediction=misfit) for i, v in enumerate(CURVES)]
@@ -163,10 +174,12 @@ def test_a_stopped_variant_its_user_resumed_runs_again_and_is_not_stopped_twice(
     # Stopped after its evaluation at step 50 (0.05): 60 steps at that pace end at 0.06.
     assert row["phase"] == "Stopped" and abs(row["computeSaved"] - 0.01) < 1e-12
     # Its user resumes it: it runs again, counts as running, and the sweep leaves it be.
+    assert stopped_gauge(crippled) == 1.0
     crippled["spec"]["suspend"] = False
     status = check(cluster)
     crippled = cluster.objects[("ScaleRLRun", "demo-sweep-crippled-lr")]
-    assert sweeps.STOPPED_BY not in crippled["metadata"]["annotations"]  # the gauge reads 0
+    assert sweeps.STOPPED_BY not in crippled["metadata"]["annotations"]
+    assert stopped_gauge(crippled) == 0.0  # ScaleRLSweepVariantStopped no longer fires
     assert crippled["metadata"]["annotations"][sweeps.RESUMED] == "true"
     assert crippled["spec"]["suspend"] is False
     assert (status["stopped"], status["running"], status["phase"]) == (0, 3, "Running")
