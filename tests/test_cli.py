@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scalerl.cli import main
+from scalerl.cli import main, prediction_line
 from scalerl.fit import sample_curve
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "curve.csv"
@@ -52,7 +52,10 @@ def test_fit_prints_a_readable_summary(capsys) -> None:
     names = [line.split()[0] for line in lines[1:5]]
     assert names == ["A", "B", "C_mid", "R0"]
     assert "95% interval [" in lines[1]
-    assert lines[5].strip().startswith("predicted pass rate at compute 50000: 0.6")
+    # The curve's band, then the wider interval an evaluation there would read.
+    assert lines[5].strip().startswith("at compute 50000: curve 0.6")
+    assert "; an evaluation there would read [" in lines[5]
+    assert "compute units of the file" in lines[0]
 
 
 def test_fit_options_reach_the_fitter(capsys) -> None:
@@ -154,6 +157,9 @@ def test_compare_names_the_bad_file(tmp_path: Path, capsys) -> None:
         ["fit", "x.csv", "--min-compute", "-1"],
         ["fit", "x.csv", "--predict-at", "nan"],
         ["fit", "x.csv", "--bootstrap", "-3"],
+        ["fit", "x.csv", "--bootstrap", "10"],  # B17: no "95% interval" from 10 draws
+        ["fit", "x.csv", "--budget", "0"],
+        ["fit", "x.csv", "--target", "80"],
         ["frobnicate"],
     ],
 )
@@ -206,3 +212,58 @@ def test_module_entry_point_runs() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "verdict: tie" in done.stdout
+
+
+def test_fewer_bootstrap_replicates_than_50_are_refused_with_the_reason(capsys) -> None:
+    assert main(["fit", str(EXAMPLE), "--bootstrap", "1"]) == 2
+    assert "use at least 50, or 0 for none" in capsys.readouterr().err
+    assert main(["fit", str(EXAMPLE), "--bootstrap", "0"]) == 0
+
+
+# --- `scalerl run`'s last line ----------------------------------------------------------------
+
+FIT = {
+    "A": 0.95, "A_interval": [0.90, 0.99], "A_atLeast": None, "C_mid": 0.024, "B": 1.7,
+    "budget": 0.071, "predictedAtBudget": 0.83, "predictedAtBudgetInterval": [0.80, 0.85],
+    "confidence": "OK", "confidenceReason": None,
+}  # fmt: skip
+
+
+def test_the_last_line_says_a_target_beyond_the_budget_is_not_reached() -> None:
+    # The audit's S4: the demo's budget is 0.071 process-hours; the curve reaches 0.9 at 0.3048.
+    line = prediction_line({**FIT, "computeToTarget": 0.3048}, "process-hours", 0.9)
+    assert "reached" not in line
+    assert (
+        ", target 0.9 lies beyond the budget (the curve reaches it at compute 0.3048 process-hours)"
+    ) in line
+    assert "pass rate at budget 0.071 process-hours: 0.830 [0.800, 0.850]" in line
+    assert "C_mid = 0.024 process-hours" in line
+    within = prediction_line({**FIT, "computeToTarget": 0.05}, "process-hours", 0.8)
+    assert ", target 0.8 reached at compute 0.05 process-hours" in within
+    below = prediction_line({**FIT, "computeToTarget": None}, "GPU-hours", 0.97)
+    assert ", A is below target 0.97" in below
+
+
+def test_the_last_line_says_why_a_fit_is_unchecked_and_shows_a_lower_bound() -> None:
+    why = "the half-run check needs 8 evaluations past the floor in the first half of the compute; it has 5"  # noqa: E501
+    fit = {**FIT, "confidence": "Unchecked", "confidenceReason": why, "computeToTarget": None}
+    line = prediction_line(fit, "process-hours")
+    assert line.endswith(f"; Unchecked: {why}")
+    assert prediction_line(FIT | {"computeToTarget": None}, "x").endswith(
+        "; OK: the half-run check held"
+    )
+    bounded = prediction_line({**fit, "A_atLeast": 0.812}, "process-hours")
+    assert bounded.startswith("prediction: A >= 0.812 (the points bound it from below only)")
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_exit_130(monkeypatch, capsys) -> None:
+    from scalerl.local import Interrupted
+
+    def interrupted(args: object) -> int:
+        raise Interrupted(42)
+
+    monkeypatch.setattr("scalerl.local.run_local", lambda *a, **k: interrupted(a))
+    assert main(["run", str(Path(__file__).parents[1] / "examples" / "local.yaml")]) == 130
+    captured = capsys.readouterr()
+    assert captured.err == "stopped at step 42; run the same command again to resume\n"
+    assert captured.out == ""

@@ -23,6 +23,7 @@ PPO_1 = {
     },
     "generators": {"replicas": 1},
     "budget": {"maxSteps": 8},
+    "evaluation": {"everySteps": 3},  # steps 0, 3, 6, 8: the fewest a spec allows (a fit's 4)
 }
 
 

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 from consumed import assert_once_per_epoch, batches, small_train_set
 from safetensors import safe_open
 
 from scalerl.cli import main
+from scalerl.local import Interrupted, LocalRun, PredictedStop, RunEnd
 from scalerl.runfile import run_command, write_variant
 from scalerl.spec import load_run
 from scalerl.status.history import read_history
@@ -220,7 +222,7 @@ def test_two_trainer_ranks_learn_survive_a_dead_rank_and_resume_on_one(tmp_path:
         # The demo's own batch: the small one of the other tests learns too noisily to assert on.
         "recipe": {"batch": {"prompts": 16, "generationsPerPrompt": 8}},
         "data": {"validation": {"prompts": 64}},
-        "evaluation": {"everySteps": 15, "generationsPerPrompt": 4},
+        "evaluation": {"everySteps": 10, "generationsPerPrompt": 4},
         "budget": {"maxSteps": 30},
         "checkpoint": {"everySteps": 10},
     }
@@ -233,7 +235,7 @@ def test_two_trainer_ranks_learn_survive_a_dead_rank_and_resume_on_one(tmp_path:
         output = finish(proc, timeout_s=600)
     assert "(1/3): trainer-1 exited with code -9" in output
     history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == [0, 15, 30]
+    assert [e["step"] for e in history] == [0, 10, 20, 30]
     # The sharded policy learns: 256 held-out samples per evaluation (standard error about
     # 0.03); `make demo` (one rank, this batch) goes from about 0.16 to 0.4 in 30 steps.
     assert history[-1]["pass_rate"] >= history[0]["pass_rate"] + 0.1, history
@@ -262,7 +264,7 @@ def test_the_demo_learns_colocated_in_one_process(tmp_path: Path) -> None:
         # The demo's own recipe and batch (16 x 8), 40 of its 100 steps.
         "recipe": {"batch": {"prompts": 16, "generationsPerPrompt": 8}},
         "data": {"validation": {"prompts": 128}},
-        "evaluation": {"everySteps": 20, "generationsPerPrompt": 8},
+        "evaluation": {"everySteps": 10, "generationsPerPrompt": 8},
         "budget": {"maxSteps": 40},
         "checkpoint": {"everySteps": 20},
     }
@@ -279,7 +281,7 @@ def test_the_demo_learns_colocated_in_one_process(tmp_path: Path) -> None:
         assert _sample(served, count) >= 4
         finish(proc, timeout_s=400)
     history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == [0, 20, 40]
+    assert [e["step"] for e in history] == [0, 10, 20, 30, 40]
     # 1024 held-out samples per evaluation (standard error about 0.015). Colocated demo runs
     # gained 0.18-0.31 by step 30 and 0.37 by step 40; the spread between runs (about 0.05)
     # comes from training, not from the evaluation.
@@ -335,7 +337,8 @@ def test_a_lora_run_learns_survives_a_kill_and_resumes_its_adapter(tmp_path: Pat
         # examples/lora.yaml at the demo's batch (16 x 8) for 20 of its 100 steps.
         "recipe": {"batch": {"prompts": 16, "generationsPerPrompt": 8}},
         "data": {"validation": {"prompts": 64}},
-        "evaluation": {"everySteps": 10, "generationsPerPrompt": 8},
+        # Steps 0, 7, 14, 20: the fewest evaluations a spec allows (a fit needs 4).
+        "evaluation": {"everySteps": 7, "generationsPerPrompt": 8},
         "budget": {"maxSteps": 20},
         "checkpoint": {"everySteps": 10},
     }
@@ -356,7 +359,7 @@ def test_a_lora_run_learns_survives_a_kill_and_resumes_its_adapter(tmp_path: Pat
     base = Path(load_run(out / "run.yaml").spec.model.path) / "model.safetensors"
     assert sent < base.stat().st_size / 4
     history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == [0, 10, 20]
+    assert [e["step"] for e in history] == [0, 7, 14, 20]
     # LoRA at lr 1e-3 on the demo read 0.20 -> 0.57-0.58 at step 20 in the README's runs (both
     # placements); full fine-tuning at its lr 1e-4, 0.36-0.43. The bar, 512 samples an
     # evaluation (standard error about 0.02): +0.2.
@@ -400,3 +403,107 @@ def test_a_lora_run_with_nothing_to_learn_stops_and_says_why(tmp_path: Path) -> 
     stopped = {c["type"]: c for c in json.loads((out / "status.json").read_text())["conditions"]}
     assert stopped["Stopped"]["reason"] == "NoLearningSignal"
     assert json.loads((out / "progress.json").read_text())["step"] == 0  # nothing was trained
+
+
+# --- budget.stopWhen, locally (fast: a recorded history, no processes) -------------------------
+
+
+def law_history(out: Path, every: int, seed: int = 2) -> None:
+    """history.jsonl of a demo-shaped run heading for A = 0.5: 128 prompts x 8 samples an
+    evaluation, every `every` of 100 steps, compute linear to 0.071."""
+    from scalerl.fit import sigmoid
+    from scalerl.status.history import HeldOut, HistoryRow, PromptScore, TrainSummary
+
+    rng = np.random.default_rng(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for step in range(0, 101, every):
+        compute = 0.071 * step / 100
+        rate = float(sigmoid(compute, 0.5, 1.7, 0.02, 0.1))
+        scores = [PromptScore(f"val/{i}", 8, int(c), 0) for i, c in
+                  enumerate(rng.binomial(8, rate, size=128))]  # fmt: skip
+        row = HistoryRow.of(
+            step=step, version=step, compute=compute, time=1.7e9 + 4.0 * step,
+            held_out=HeldOut.of(scores), train=TrainSummary(), counters={}, trainer_seconds={},
+            generation={},
+        )  # fmt: skip
+        lines.append(json.dumps(row.to_dict()) + "\n")
+    (out / "history.jsonl").write_text("".join(lines))
+
+
+def hopeless_run(tmp_path: Path) -> LocalRun:
+    stop = {"budget": {"maxSteps": 100, "stopWhen": {"predictedABelow": 0.7}}}
+    spec = write_variant(EXAMPLES / "local.yaml", tmp_path / "run.yaml", stop)
+    return LocalRun(load_run(spec), tmp_path / "run", display=False)
+
+
+def test_a_checked_fit_below_stop_when_stops_the_run_as_the_operator_would(
+    tmp_path: Path,
+) -> None:
+    local = hopeless_run(tmp_path)
+    law_history(local.out, every=5)  # 21 evaluations: the half-run check runs
+    with pytest.raises(PredictedStop) as stop:
+        local.refresh()
+    fit = json.loads((local.out / "fit.json").read_text())
+    assert fit["confidence"] == "OK" and fit["A_interval"][1] < 0.7
+    lo, hi = fit["A_interval"]
+    assert stop.value.reason == (
+        f"predicted A interval [{lo:.3f}, {hi:.3f}] from {fit['points']} points (confidence "
+        "OK) lies below stopWhen.predictedABelow 0.7"
+    )
+
+    # The run ends there: the condition the operator sets, and no restart.
+    def condemned() -> bool:
+        raise stop.value
+
+    local.attempt = condemned  # type: ignore[method-assign]
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(PredictedStop):
+            local.execute()
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    conditions = json.loads((local.out / "status.json").read_text())["conditions"]
+    stopped = next(c for c in conditions if c["type"] == "Stopped")
+    assert (stopped["status"], stopped["reason"]) == ("True", "PredictedBelowTarget")
+    assert stopped["message"] == stop.value.reason
+
+
+def test_an_unchecked_fit_never_stops_a_run(tmp_path: Path) -> None:
+    local = hopeless_run(tmp_path)
+    law_history(local.out, every=10)  # 11 evaluations: 5 in the first half, no check
+    local.refresh()
+    fit = json.loads((local.out / "fit.json").read_text())
+    assert fit["confidence"] == "Unchecked" and fit["A_interval"][1] < 0.7
+
+
+def test_a_run_without_a_fit_ends_saying_the_fitter_s_reason(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    # The audit's F16: the line blamed "too few evaluations" whatever kept the fit from being made.
+    local = hopeless_run(tmp_path)
+    law_history(local.out, every=50)  # 3 evaluations: 2 trained points
+    assert local.refit(read_history(local.out / "history.jsonl")) is None
+    assert local.fit_skipped is not None and "points" in local.fit_skipped
+    end = RunEnd(None, local.fit_skipped)
+    monkeypatch.setattr("scalerl.local.run_local", lambda *a, **k: end)
+    assert main(["run", str(tmp_path / "run.yaml")]) == 0
+    assert capsys.readouterr().out == f"run finished; no prediction: {local.fit_skipped}\n"
+
+
+def test_ctrl_c_stops_the_run_at_its_step(tmp_path: Path) -> None:
+    local = hopeless_run(tmp_path)
+    local.out.mkdir(parents=True)
+    (local.out / "progress.json").write_text(json.dumps({"step": 37}))
+
+    def interrupted() -> bool:
+        raise KeyboardInterrupt
+
+    local.attempt = interrupted  # type: ignore[method-assign]
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(Interrupted) as stop:
+            local.execute()
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert str(stop.value) == "stopped at step 37; run the same command again to resume"

@@ -1,18 +1,24 @@
 """Where a fitted run is heading, in numbers a user can act on: the pass rate it will end at, the
-compute at which it reaches its target, how long each is away, and whether there are enough
-points to say any of it and the run is following the law (`scalerl.fit.backtest`)."""
+compute at which it reaches its target, how long each is away, and what is known of the fit:
+whether there are enough points to say any of it, and whether the run's half-run check
+(`scalerl.fit.backtest`) ran and found it following the law."""
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from numpy.typing import ArrayLike
+
 from scalerl.fit.backtest import Backtest
+from scalerl.fit.fitter import MIN_COMPUTE_FRACTION
 from scalerl.fit.law import compute_to_reach
 from scalerl.fit.result import FitResult
-from scalerl.spec import PREDICTION_MIN_POINTS, BudgetSpec
+from scalerl.spec import MISFIT, OK, PREDICTION_MIN_POINTS, TOO_EARLY, UNCHECKED, BudgetSpec
 
-# One word each: a kubectl column splits on spaces.
-TOO_EARLY, UNCHECKED, MISFIT, OK = "TooEarly", "Unchecked", "Misfit", "OK"
+__all__ = ["MISFIT", "OK", "TOO_EARLY", "UNCHECKED", "outlook", "seconds_per_compute"]
 
 
 def outlook(
@@ -21,32 +27,43 @@ def outlook(
     *,
     step: int,
     compute: float,
-    units: int,
-    observation_se: float = 0.0,
+    units: int | None,
     backtest: Backtest | None = None,
+    unchecked: str = "",
+    wall_per_compute: float | None = None,
 ) -> dict[str, Any]:
-    """The run's outlook from `result`, for a run at `step` having spent `compute`, whose
-    compute grows by `units` per wall hour (its GPUs; processes locally).
+    """The run's outlook from `result`, for a run at `step` having spent `compute`.
 
     - predictedAtBudget: the curve where the run will end (the first budget it hits, `budget`,
       named by `budgetLimit`); predictedAtBudgetInterval: what an evaluation there will read
-      (the curve's band widened by one evaluation's noise, `observation_se`).
+      (`FitResult.predictive_interval`).
     - computeToTarget: the compute at which the curve reaches budget.targetPassRate (0 where it
       starts there; null where its A does not reach it, or without a target).
-    - etaSeconds: wall seconds from now to the budget and to the target, at `units`.
-    - confidence: TooEarly with fewer than PREDICTION_MIN_POINTS points past the compute
-      floor (the extrapolation rests on too little); else Misfit when the run's `backtest` (its
-      first half's fit) did not hold its last evaluation (the run is not following the law, and
-      the intervals assume it does); else OK.
+    - etaSeconds: seconds from the last evaluation to the budget and to the target (null where
+      there is none or it lies beyond the budget): wall seconds at `wall_per_compute` (the run's
+      measured wall seconds per unit of compute, `seconds_per_compute`); without a measure,
+      training seconds at `units` compute per hour (the run's GPUs, or processes); null
+      without either.
+    - confidence, and confidenceReason saying why it is not OK: TooEarly with fewer than
+      PREDICTION_MIN_POINTS trained points past the floor; Unchecked when the half-run
+      `backtest` could not run (`unchecked` says why); Misfit when it ran and its interval
+      missed the last evaluation (the run is not following the law, and the intervals assume
+      it does); OK only when it ran and held.
     - backtest: that check, as `Backtest.to_dict` (null until there is one).
     """
     end, limit = budget.end(step, compute)
-    reads = result.predict_interval(end, observation_se)
+    reads = result.predictive_interval(end)
     to_target = _compute_to(result, budget.target_pass_rate)
+    per_compute = wall_per_compute
+    if per_compute is None and units:
+        per_compute = 3600.0 / units
 
     def eta(at: float | None) -> float | None:
-        return None if at is None else max(0.0, at - compute) / units * 3600.0
+        if at is None or at > end or per_compute is None:
+            return None
+        return max(0.0, at - compute) * per_compute
 
+    confidence, reason = _confidence(result, backtest, unchecked)
     return {
         "predictedAtBudget": result.predict(end),
         "predictedAtBudgetInterval": None if reads is None else [reads[0], reads[1]],
@@ -54,17 +71,60 @@ def outlook(
         "budgetLimit": limit,
         "computeToTarget": to_target,
         "etaSeconds": {"budget": eta(end), "target": eta(to_target)},
-        "confidence": _confidence(result, backtest),
+        "confidence": confidence,
+        "confidenceReason": reason,
         "backtest": None if backtest is None else backtest.to_dict(),
     }
 
 
-def _confidence(result: FitResult, backtest: Backtest | None) -> str:
+def _confidence(
+    result: FitResult, backtest: Backtest | None, unchecked: str
+) -> tuple[str, str | None]:
     if result.points < PREDICTION_MIN_POINTS:
-        return TOO_EARLY
-    if backtest is not None and backtest.inside is False:
-        return MISFIT
-    return OK
+        return TOO_EARLY, (
+            f"{result.points} trained evaluations past the compute floor "
+            f"{result.min_compute:.4g}; a prediction needs {PREDICTION_MIN_POINTS}"
+        )
+    if backtest is None or backtest.inside is None:
+        why = unchecked or "the half-run check has no interval (no bootstrap)"
+        return UNCHECKED, why
+    if backtest.inside is False:
+        return MISFIT, "the half-run check's interval missed the last evaluation"
+    return OK, None
+
+
+def unchecked_reason(compute: ArrayLike, min_compute: float | None) -> str:
+    """Why the half-run check (`scalerl.fit.backtest`) found nothing to check on `compute`
+    (sorted): too few trained points past the floor in the first half of the compute, counted
+    as its fit counts them, or else that half could not be fitted."""
+    c = np.asarray(compute, dtype=float)
+    half = c[c <= c[-1] / 2] if c.size else c
+    floor = (
+        MIN_COMPUTE_FRACTION * float(half[-1]) if min_compute is None and half.size else
+        float(min_compute or 0.0)
+    )  # fmt: skip
+    have = int(((half > 0) & (half >= floor)).sum())
+    if have < PREDICTION_MIN_POINTS:
+        return (
+            f"the half-run check needs {PREDICTION_MIN_POINTS} evaluations past the floor in "
+            f"the first half of the compute; it has {have}"
+        )
+    return "the half-run check could not fit the first half of the compute"
+
+
+def seconds_per_compute(times: Sequence[float | None], compute: Sequence[float]) -> float | None:
+    """The run's wall seconds per unit of compute: the median over consecutive evaluations of
+    (wall time between them) / (compute between them). Compute counts training only, while the
+    wall clock also runs through evaluations, start-ups and restarts; the median keeps one long
+    pause (a resume the next day) from counting as the run's pace. None without two evaluations
+    that carry a time and compute apart."""
+    pairs = [(float(t), float(c)) for t, c in zip(times, compute, strict=True) if t is not None]
+    ratios = [
+        (t1 - t0) / (c1 - c0)
+        for (t0, c0), (t1, c1) in zip(pairs, pairs[1:], strict=False)
+        if c1 > c0 and t1 >= t0
+    ]
+    return statistics.median(ratios) if ratios else None
 
 
 def _compute_to(result: FitResult, target: float | None) -> float | None:

@@ -22,21 +22,37 @@ from scalerl.datafile import jsonl_records, read_text
 from scalerl.errors import DataError
 
 REQUIRED = ("compute", "pass_rate")
-OPTIONAL = ("step",)
+# A history.jsonl row's standard error and time of the evaluation (weights, wall pace) are read too.
+OPTIONAL = ("step", "pass_rate_se", "time")
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
 
 @dataclass(frozen=True)
 class Curve:
-    """A run's evaluations, sorted by compute. `step` is None when the file has no step column."""
+    """A run's evaluations, sorted by compute. An optional column (`step`, `pass_rate_se`,
+    `time`) is None when no row of the file has it."""
 
     compute: NDArray[np.float64]
     pass_rate: NDArray[np.float64]
     step: NDArray[np.float64] | None = None
     source: str = "<arrays>"
+    pass_rate_se: NDArray[np.float64] | None = None
+    time: NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
         return int(self.compute.size)
+
+    def rows(self) -> list[dict[str, float]]:
+        """One dict per point, named as history.jsonl names them; a column a row lacks is left
+        out of it."""
+        columns = {"compute": self.compute, "pass_rate": self.pass_rate}
+        for name in OPTIONAL:
+            if (values := getattr(self, name)) is not None:
+                columns[name] = values
+        return [
+            {name: float(v[i]) for name, v in columns.items() if not math.isnan(v[i])}
+            for i in range(len(self))
+        ]
 
 
 def check_points(
@@ -132,8 +148,11 @@ def load_curve(path: str | Path) -> Curve:
         return f"{path}:{lines[i]}"
 
     compute, pass_rate = check_points(columns[:, 0], columns[:, 1], where)
-    step = columns[:, 2] if not np.isnan(columns[:, 2]).all() else None
-    return Curve(compute=compute, pass_rate=pass_rate, step=step, source=str(path))
+    optional = {
+        name: columns[:, 2 + i] if not np.isnan(columns[:, 2 + i]).all() else None
+        for i, name in enumerate(OPTIONAL)
+    }
+    return Curve(compute=compute, pass_rate=pass_rate, source=str(path), **optional)
 
 
 def _is_jsonl(path: Path, text: str) -> bool:
@@ -142,7 +161,7 @@ def _is_jsonl(path: Path, text: str) -> bool:
     return path.suffix.lower() != ".csv" and text.lstrip().startswith("{")
 
 
-Row = tuple[int, tuple[float, float, float]]
+Row = tuple[int, tuple[float, ...]]  # line, (compute, pass_rate, *OPTIONAL: nan where absent)
 
 
 def _csv_rows(path: Path, text: str) -> Iterator[Row]:
@@ -172,12 +191,13 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
         yield line, _row_values(path, line, obj)
 
 
-def _row_values(path: Path, line: int, row: dict[str, Any]) -> tuple[float, float, float]:
-    compute, pass_rate = (_number(path, line, name, row[name]) for name in REQUIRED)
-    step = (
-        _number(path, line, "step", row["step"]) if row.get("step") not in (None, "") else math.nan
+def _row_values(path: Path, line: int, row: dict[str, Any]) -> tuple[float, ...]:
+    required = tuple(_number(path, line, name, row[name]) for name in REQUIRED)
+    optional = tuple(
+        _number(path, line, name, row[name]) if row.get(name) not in (None, "") else math.nan
+        for name in OPTIONAL
     )
-    return compute, pass_rate, step
+    return required + optional
 
 
 def _number(path: Path, line: int, column: str, value: Any) -> float:

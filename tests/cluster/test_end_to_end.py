@@ -222,7 +222,7 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
     computes = [e["computeHours"] for e in final["evaluations"]]
     assert computes == sorted(computes) and computes[0] == 0.0
     prediction = final["prediction"]
-    assert prediction["points"] == len(expected)
+    assert prediction["points"] == len(expected) - 1  # trained evaluations: not the step-0 one
     assert 0.0 <= prediction["A"] <= 1.0 and prediction["C_mid"] > 0
     assert final["restarts"] == 2
     restarts = watch.events("GangRestart")
@@ -254,4 +254,4 @@ def children(plane: ControlPlane, ns: str, name: str) -> list[str]:
 def fitted_all(current: dict[str, Any]) -> dict[str, Any] | None:
     """The status once the last fit Job covered every evaluation."""
     prediction, count = current.get("prediction") or {}, current.get("evaluationCount")
-    return current if count and prediction.get("points") == count else None
+    return current if count and prediction.get("evaluations") == count else None

@@ -55,7 +55,7 @@ def condition(plane: ControlPlane, ns: str, type_: str) -> dict[str, Any]:
 
 
 def fit(ns: str, *extra: str) -> int:
-    return main(["fit", "--run", "r1", "--namespace", ns, "--bootstrap", "40", *extra])
+    return main(["fit", "--run", "r1", "--namespace", ns, "--bootstrap", "50", *extra])
 
 
 def test_the_fit_writes_the_prediction_and_a_predicted_condition(

@@ -647,6 +647,7 @@ def test_a_hopeless_prediction_stops_the_run(plane: ControlPlane, ns: str, opera
         "predictedAtBudget": 0.3,
         "budget": 1000.0,
         "points": 8,
+        "confidence": "OK",
         "fittedAt": "2026-11-23T00:00:00Z",
     }
     with operator():
@@ -655,6 +656,9 @@ def test_a_hopeless_prediction_stops_the_run(plane: ControlPlane, ns: str, opera
         patch_run_status(plane, ns, {"prediction": {**hopeless, "points": 7}})
         time.sleep(0.5)
         assert phase_is(plane, ns, "Starting")  # too few points to be sure
+        patch_run_status(plane, ns, {"prediction": {**hopeless, "confidence": "Unchecked"}})
+        time.sleep(0.5)
+        assert phase_is(plane, ns, "Starting")  # nothing has checked the fit
         patch_run_status(plane, ns, {"prediction": hopeless})
         wait_for(lambda: phase_is(plane, ns, "Failed"), "stopped")
         wait_for(lambda: not pods(plane, ns) and "jobs" not in owned(plane, ns), "no gang")

@@ -69,7 +69,7 @@ ON_QUEUE = {
 
 def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
     """Create, run, fail and restart, fit, suspend and resume, stop on the prediction, delete."""
-    stop = {"predictedABelow": 0.5, "minPoints": 4}
+    stop = {"predictedABelow": 0.5, "minPoints": 8}
     create_run(plane, ns, run_manifest(ns, fit={"everyEvaluations": 2}, budget={"stopWhen": stop}))
     gang = gang_up(plane, ns, 0)
     set_running(plane, ns, gang)
@@ -85,7 +85,7 @@ def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
     patch_run(plane, ns, {"suspend": False})
     gang = gang_up(plane, ns, 1)
     hopeless = {"A": 0.3, "B": 1.5, "C_mid": 10.0, "R0": 0.1, "A_interval": [0.28, 0.33]}
-    patch_run_status(plane, ns, {"prediction": {**hopeless, "points": 4}})
+    patch_run_status(plane, ns, {"prediction": {**hopeless, "points": 8, "confidence": "OK"}})
     wait_for(lambda: phase_is(plane, ns, "Failed"), "stopped by its prediction")
     # A pod of the run that no Job owns (a leftover): the operator deletes it itself.
     create_pod(plane, ns, bare_pod(ns, "r1-generator-0-stray", like=gang[0]))

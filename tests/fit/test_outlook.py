@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from scalerl.fit import fit_curve, sample_curve, sigmoid
-from scalerl.fit.outlook import outlook
+from scalerl.fit.backtest import Backtest
+from scalerl.fit.outlook import outlook, seconds_per_compute
 from scalerl.spec import PREDICTION_MIN_POINTS, BudgetSpec
 
 LAW = {"A": 0.9, "B": 2.0, "C_mid": 0.8, "R0": 0.15}
@@ -34,7 +35,8 @@ def test_the_compute_and_time_to_a_target_are_where_the_curve_reaches_it() -> No
     # Already past it at compute 3.0: no time left. The budget, 3 compute-hours away at 4
     # units (GPUs) per wall hour: 45 minutes.
     assert said["etaSeconds"] == {"budget": pytest.approx(3.0 / 4 * 3600), "target": 0.0}
-    assert said["confidence"] == "OK"
+    # No half-run check was handed in: enough points, but nothing checked them.
+    assert said["confidence"] == "Unchecked"
 
 
 def test_a_target_ahead_is_reached_at_the_run_s_rate() -> None:
@@ -70,3 +72,57 @@ def test_too_few_points_past_the_floor_is_too_early() -> None:
     said = outlook(early, BudgetSpec(), step=150, compute=3.0, units=1)
     assert said["confidence"] == "TooEarly"
     assert math.isfinite(said["predictedAtBudget"])
+
+
+def check(inside: bool | None) -> Backtest:
+    interval = None if inside is None else ((0.5, 0.6) if inside else (0.7, 0.8))
+    return Backtest(fitted_on=10, compute=3.0, predicted=0.55, interval=interval, actual=0.55)
+
+
+@pytest.mark.parametrize(
+    ("test", "unchecked", "word", "reason"),
+    [
+        (None, "the half-run check needs 8 ...; it has 5", "Unchecked",
+         "the half-run check needs 8 ...; it has 5"),
+        (check(None), "", "Unchecked", "the half-run check has no interval (no bootstrap)"),
+        (check(False), "", "Misfit", "the half-run check's interval missed the last evaluation"),
+        (check(True), "", "OK", None),
+    ],
+)  # fmt: skip
+def test_ok_means_the_half_run_check_ran_and_held(
+    test: Backtest | None, unchecked: str, word: str, reason: str | None
+) -> None:
+    said = outlook(fitted(), BudgetSpec(), step=150, compute=3.0, units=1, backtest=test,
+                   unchecked=unchecked)  # fmt: skip
+    assert (said["confidence"], said["confidenceReason"]) == (word, reason)
+
+
+def test_too_early_says_how_many_points_it_has() -> None:
+    compute = np.linspace(0.0, 3.0, 20)
+    rates = sample_curve(compute, *LAW.values(), noise=0.0005, seed=3)
+    early = fit_curve(compute[:6], rates[:6], min_compute=0.0)
+    assert early.points == 5  # trained: compute > 0; the step-0 evaluation sets R0
+    said = outlook(early, BudgetSpec(), step=50, compute=float(compute[5]), units=1,
+                   backtest=check(True))  # fmt: skip
+    assert said["confidence"] == "TooEarly"
+    assert said["confidenceReason"].startswith("5 trained evaluations past the compute floor")
+
+
+def test_a_target_beyond_the_budget_has_no_time() -> None:
+    # The curve reaches 0.8 past compute 0.6, but the budget ends the run at 0.6.
+    result = fitted(last=0.6)
+    budget = BudgetSpec(max_compute_hours=0.6, target_pass_rate=0.8)
+    said = outlook(result, budget, step=60, compute=0.6, units=2)
+    assert said["computeToTarget"] > 0.6
+    assert said["etaSeconds"] == {"budget": 0.0, "target": None}
+
+
+def test_wall_pace_is_the_median_over_evaluations() -> None:
+    # 10 s of wall per 0.001 compute, but one resume an hour later between the 3rd and 4th.
+    compute = [0.0, 0.001, 0.002, 0.003, 0.004, 0.005]
+    times = [0.0, 10.0, 20.0, 3630.0, 3640.0, 3650.0]
+    assert seconds_per_compute(times, compute) == pytest.approx(10.0 / 0.001)
+    assert seconds_per_compute([None] * 6, compute) is None
+    said = outlook(fitted(), BudgetSpec(max_compute_hours=6.0), step=150, compute=3.0, units=4,
+                   wall_per_compute=1000.0)  # fmt: skip
+    assert said["etaSeconds"]["budget"] == pytest.approx(3.0 * 1000.0)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from scalerl.fit import sample_curve, sigmoid
 from scalerl.fit.report import write_fit
@@ -27,17 +29,21 @@ def budget(max_steps: int = 10_000, max_compute_hours: float = 6.0) -> BudgetSpe
 
 
 def test_write_fit_reports_prediction_backtest_and_plot(tmp_path: Path) -> None:
-    report = write_fit(history(16), tmp_path, min_compute=0.0, budget=budget(), units=1)
+    # 18 evaluations from compute 0 to 3: the first half (compute <= 1.5) holds the step-0 one
+    # and 8 trained ones, as many as the half-run check needs.
+    report = write_fit(history(18), tmp_path, min_compute=0.0, budget=budget(), units=1)
     on_disk = json.loads((tmp_path / "fit.json").read_text())
     assert on_disk == report
     assert abs(report["A"] - 0.9) < 0.03
     assert abs(report["predictedAtBudget"] - sigmoid(6.0, 0.9, 2.0, 0.8, 0.15)) < 0.03
     assert (report["budget"], report["budgetLimit"]) == (6.0, "maxComputeHours")
     backtest = report["backtest"]
-    assert backtest["fittedOn"] == 8 and backtest["compute"] == 3.0
+    assert backtest["fittedOn"] == 9 and backtest["compute"] == 3.0
     assert abs(backtest["error"]) < 0.03
     # The run follows the law: its last evaluation lies where its first half said.
     assert backtest["inside"] is True and report["confidence"] == "OK"
+    assert report["confidenceReason"] is None
+    assert report["points"] == 17  # trained evaluations: the step-0 one is not one
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -64,11 +70,13 @@ def test_the_interval_at_the_end_is_for_what_an_evaluation_there_will_read(
     z = statistics.NormalDist().inv_cdf(0.975)
     assert lo < report["predictedAtBudget"] < hi
     assert 2 * z * 0.02 * 0.95 <= hi - lo <= 2 * z * 0.02 * 1.6
-    # Where the evaluations say nothing of their noise, the interval is the curve's band.
+    # Where the evaluations say nothing of their noise, the fit's residuals tell it.
     quiet = [{k: v for k, v in row.items() if k != "pass_rate_se"} for row in history(16)]
     report = write_fit(quiet, tmp_path, min_compute=0.0, budget=budget(), units=1)
     lo, hi = report["predictedAtBudgetInterval"]
-    assert hi - lo < 2 * z * 0.004
+    residual_se = math.sqrt(report["sse"] / (16 - 3))
+    assert lo < report["predictedAtBudget"] < hi
+    assert hi - lo >= 2 * z * residual_se * 0.9
 
 
 def test_backtest_waits_for_eight_evaluations(tmp_path: Path) -> None:
@@ -76,3 +84,55 @@ def test_backtest_waits_for_eight_evaluations(tmp_path: Path) -> None:
         write_fit(history(6), tmp_path, min_compute=0.0, budget=budget(), units=1)["backtest"]
         is None
     )
+
+
+def demo_history(every: int, steps: int = 100, last: float = 0.071) -> list[dict[str, float]]:
+    """`make demo`'s layout: an evaluation every `every` of `steps` steps, compute linear in
+    steps up to `last`, 128 prompts x 8 samples of a rising curve."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for step in range(0, steps + 1, every):
+        c = last * step / steps
+        means = rng.binomial(8, float(sigmoid(c, 0.95, 1.7, 0.024, 0.18)), size=128) / 8
+        se = float(means.std(ddof=1) / math.sqrt(128))
+        rows.append({"step": step, "compute": c, "pass_rate": float(means.mean()),
+                     "pass_rate_se": se, "time": 1000.0 + 40.0 * step})  # fmt: skip
+    return rows
+
+
+def test_an_unchecked_fit_says_so_and_why(tmp_path: Path) -> None:
+    # The demo as it was (every 10 of 100 steps): 11 evaluations, so the first half of the
+    # compute (steps 0-50) holds 5 trained ones, too few for the half-run check. The fit has 10
+    # points, enough not to be TooEarly: it was "OK" without a check.
+    rows = demo_history(every=10)
+    report = write_fit(rows, tmp_path, min_compute=0.0, budget=budget(100, 0.5), units=3)
+    assert report["points"] == 10 and report["backtest"] is None
+    assert report["confidence"] == "Unchecked"
+    first_half = [r for r in rows if 0 < r["compute"] <= rows[-1]["compute"] / 2]
+    assert len(first_half) == 5
+    assert report["confidenceReason"] == (
+        "the half-run check needs 8 evaluations past the floor in the first half of the "
+        "compute; it has 5"
+    )
+
+
+def test_the_demo_evaluating_every_5_steps_gets_its_check(tmp_path: Path) -> None:
+    # 21 evaluations: the first half holds 10 trained ones, and the check runs.
+    report = write_fit(demo_history(every=5), tmp_path, min_compute=0.0, budget=budget(100, 0.5),
+                       units=3)  # fmt: skip
+    assert report["backtest"] is not None and report["backtest"]["fittedOn"] == 11
+    assert report["confidence"] in ("OK", "Misfit")
+    assert report["confidence"] == ("OK" if report["backtest"]["inside"] else "Misfit")
+
+
+def test_eta_is_wall_seconds_at_the_run_s_measured_pace(tmp_path: Path) -> None:
+    # 40 wall seconds per step, compute 0.071 / 100 per step: 40 / 0.00071 s per unit of
+    # compute; the run is at step 100 of maxSteps 200, so 100 steps (4000 s) are left.
+    rows = demo_history(every=10)
+    report = write_fit(rows, tmp_path, min_compute=0.0, budget=budget(200, 0.5), units=3)
+    assert report["budget"] == pytest.approx(0.142)
+    assert report["etaSeconds"]["budget"] == pytest.approx(4000.0)
+    # Without times, training seconds at 3 processes: 0.071 compute-hours left / 3 per hour.
+    untimed = [{k: v for k, v in r.items() if k != "time"} for r in rows]
+    report = write_fit(untimed, tmp_path, min_compute=0.0, budget=budget(200, 0.5), units=3)
+    assert report["etaSeconds"]["budget"] == pytest.approx(0.071 / 3 * 3600)
