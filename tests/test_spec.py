@@ -453,3 +453,47 @@ def test_a_warmup_longer_than_the_run_is_refused_naming_both(warmup: int, steps:
 def test_the_default_warmup_is_named_as_the_default() -> None:
     [line] = problems(with_spec(budget={"maxSteps": 50}, evaluation={"everySteps": 5}))
     assert line.startswith("spec.recipe.optimizer.warmupSteps: 100 (the default) is more than")
+
+
+# --- a spec that can never give a fit (F16, B2, B3) ---------------------------------------------
+
+
+def test_the_compute_floor_defaults_to_a_fraction_of_the_run_s_compute() -> None:
+    # It was an absolute 1500 GPU-hours: a local run (process-hours) never got a fit.
+    assert parse_run(MINIMAL).spec.fit.min_compute is None
+
+
+def test_a_floor_at_or_above_the_compute_budget_is_refused_naming_both() -> None:
+    obj = with_spec(fit={"minCompute": 0.5}, budget={"maxComputeHours": 0.5})
+    assert problems(obj) == [
+        "spec.fit.minCompute: must be below budget.maxComputeHours (0.5): every evaluation would "
+        "lie below it and no fit could be made; got 0.5"
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    every=st.integers(1, 400), steps=st.integers(1, 1000), floor=st.sampled_from([None, 0.0, 1.0])
+)
+def test_a_schedule_with_too_few_evaluations_for_a_fit_is_refused(
+    every: int, steps: int, floor: float | None
+) -> None:
+    # Evaluations at step 0, every `every` steps and at the last step, counted by hand.
+    evaluated = sorted({0, steps, *range(0, steps + 1, every)})
+    # The fitter needs 4 points past the floor; only a floor of 0 keeps step 0 (compute 0).
+    needed = 4 if floor == 0.0 else 5
+    obj = with_spec(
+        evaluation={"everySteps": every},
+        budget={"maxSteps": steps, "maxComputeHours": 10.0},
+        fit={"minCompute": floor},
+        recipe={"optimizer": {"warmupSteps": 0}},
+    )
+    if len(evaluated) >= needed:
+        assert parse_run(obj).spec.evaluation.every_steps == every
+        return
+    [line] = problems(obj)
+    assert line.startswith(
+        f"spec.evaluation.everySteps: {every} gives {len(evaluated)} evaluations within "
+        f"budget.maxSteps {steps}"
+    )
+    assert f"a fit needs {needed}" in line
