@@ -118,9 +118,9 @@ def at_seen(track: Iterable[Kept], seen: Sequence[float] = SEEN) -> dict[float, 
 
 def summarise(runs: Iterable[Sequence[Kept]], seen: Sequence[float] = SEEN) -> list[dict[str, Any]]:
     """The scored rows of many runs (one sequence per run) pooled by fraction seen: per fraction,
-    `runs` (how many runs had a prediction by then), `withInterval`, `coverage` (the share of
-    those whose interval held the actual), `medianError`, `medianAbsError`, `medianWidth`
-    (null where nothing to take a median of)."""
+    `runs` (how many runs had a prediction by then), `withInterval`, `held` (of those, how many
+    intervals held the actual), `coverage` (held / withInterval), `medianError`,
+    `medianAbsError`, `medianWidth` (null where nothing to take a median of)."""
     picked: dict[float, list[Kept]] = {fraction: [] for fraction in seen}
     for rows in runs:
         for fraction, row in at_seen(rows, seen).items():
@@ -136,6 +136,7 @@ def _bucket(fraction: float, rows: list[Kept]) -> dict[str, Any]:
         "seen": fraction,
         "runs": len(rows),
         "withInterval": len(held),
+        "held": sum(held),
         "coverage": sum(held) / len(held) if held else None,
         "medianError": statistics.median(errors) if errors else None,
         "medianAbsError": statistics.median(abs(e) for e in errors) if errors else None,

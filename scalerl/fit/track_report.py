@@ -81,7 +81,7 @@ def table(records: Records) -> str:
     )
     lines = [f"track record of {len(records.runs)} finished runs", header]
     for b in records.summary():
-        held = f"{round((b['coverage'] or 0.0) * b['withInterval'])}/{b['withInterval']}"
+        held = f"{b['held']}/{b['withInterval']}"
         lines.append(
             f"{b['seen']:>5.0%}  {b['runs']:>4}  {held:>6}  "
             f"{_pct(b['coverage']):>8}  {_num(b['medianError'], '+.3f'):>12}  "
@@ -109,7 +109,7 @@ def plot(records: Records, path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10.0, 4.0), layout="constrained")
+    fig = Figure(figsize=(13.0, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     coverage_ax, error_ax = fig.subplots(1, 2)
     summary = records.summary()
@@ -124,7 +124,10 @@ def plot(records: Records, path: Path) -> Path:
 
 def _draw_coverage(ax: Axes, summary: list[dict[str, Any]]) -> None:
     seen = [100 * b["seen"] for b in summary]
-    ax.bar(seen, [100 * (b["coverage"] or 0.0) for b in summary], width=12, color="tab:blue")
+    heights = [100 * (b["coverage"] or 0.0) for b in summary]
+    ax.bar(seen, heights, width=12, color="tab:blue")
+    for x, height, b in zip(seen, heights, summary, strict=True):  # how many runs each rests on
+        ax.text(x, height + 1, f"{b['held']}/{b['withInterval']}", ha="center", fontsize="small")
     ax.axhline(95, color="gray", linestyle="--", label="nominal 95 %")
     ax.set(xlabel="% of the run seen", ylabel="% of intervals holding the end", ylim=(0, 105))
     ax.set_xticks(seen)
@@ -149,4 +152,5 @@ def _draw_errors(ax: Axes, records: Records, summary: list[dict[str, Any]]) -> N
     ax.axhline(0.0, color="gray", linewidth=0.8)
     ax.set(xlabel="% of the run seen", ylabel="predicted - last evaluation", xlim=(0, 100))
     ax.set_title("error of the prediction at the budget")
-    ax.legend(loc="best", fontsize="small")
+    # Beside the axes: one entry per run would hide the curves.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="x-small")

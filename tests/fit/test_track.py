@@ -165,6 +165,7 @@ def test_summarise_pools_runs_by_fraction_seen() -> None:
     for bucket in table:
         seen = bucket["seen"]
         assert bucket["medianError"] == pytest.approx(statistics.median(errors[seen]))
+        assert bucket["held"] == sum(inside[seen]) and bucket["withInterval"] == 3
         assert bucket["coverage"] == pytest.approx(sum(inside[seen]) / 3)
         assert bucket["medianWidth"] == pytest.approx(0.1)
     assert summarise([]) == [
@@ -172,6 +173,7 @@ def test_summarise_pools_runs_by_fraction_seen() -> None:
             "seen": f,
             "runs": 0,
             "withInterval": 0,
+            "held": 0,
             "coverage": None,
             "medianError": None,
             "medianAbsError": None,
