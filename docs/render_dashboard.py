@@ -35,12 +35,15 @@ from scalerl.spec import parse_run  # noqa: E402
 
 DASHBOARD = ROOT / "helm" / "scalerl" / "dashboards" / "scalerl-runs.json"
 STEP_S = 2.0
+TARGET = 0.9
 
 
 def run_demo(workdir: Path, steps: int, out: Path) -> None:
     """The demo with Prometheus scraping it, then every panel drawn from what it stored."""
     run = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
     run["spec"]["budget"]["maxSteps"] = steps
+    # A target, so the panel of the pass rate predicted at the end draws its line.
+    run["spec"]["budget"].setdefault("targetPassRate", TARGET)
     spec = workdir / "run.yaml"
     spec.write_text(yaml.safe_dump(run))
     run_dir = workdir / "run"
@@ -50,7 +53,8 @@ def run_demo(workdir: Path, steps: int, out: Path) -> None:
         subprocess.run(command, check=True)
         end = time.time()
         parsed = parse_run(run)
-        Panels(server, parsed.namespace, parsed.name, start, end).draw(out)
+        panels = Panels(server, parsed.namespace, parsed.name, start, end)
+        panels.draw(out, parsed.spec.compute_unit)
 
 
 class Panels:
@@ -81,13 +85,18 @@ class Panels:
         found = self.series(expr)
         return found[0][1][-1] if found and found[0][1] else None
 
-    def draw(self, out: Path) -> None:
+    def draw(self, out: Path, unit: str) -> None:
+        """Every panel where it sits; `unit` is the run's compute unit (RunSpec.compute_unit)."""
+        # The file holds the chart's default alert values, the windows and thresholds the
+        # chart renders by default.
         dashboard = json.loads(DASHBOARD.read_text())
         rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in dashboard["panels"])
         rows += 1  # room for the title
         fig = plt.figure(figsize=(16, rows * 0.42))
         fig.suptitle(
-            f"{dashboard['title']}: run {self.run} (the local demo, from Prometheus)", y=0.995
+            f"{dashboard['title']}: run {self.run} (the local demo with targetPassRate {TARGET}, "
+            "from Prometheus)",
+            y=0.995,
         )
         for panel in dashboard["panels"]:
             g = panel["gridPos"]  # a 24-column grid, rows of equal height
@@ -101,7 +110,7 @@ class Panels:
             )
             ax.set_title(panel["title"], fontsize=10, loc="left")
             if panel["type"] == "xychart":
-                self.pass_rate_vs_compute(ax, panel)
+                self.pass_rate_vs_compute(ax, panel, unit)
             elif panel["type"] == "stat":
                 self.stat(ax, panel)
             else:
@@ -112,18 +121,38 @@ class Panels:
     def timeseries(self, ax: Any, panel: dict[str, Any]) -> None:
         defaults = panel["fieldConfig"]["defaults"]
         factor, label = scale(defaults.get("unit", "none"))
+        # A query whose override gives it a unit of its own goes on a right-hand axis.
+        own = {
+            o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}
+            for o in panel["fieldConfig"].get("overrides", [])
+            if o["matcher"]["id"] == "byFrameRefID"
+        }
+        right = None
         for target in panel["targets"]:
             legend = self.bind(target.get("legendFormat", ""))
+            where, by = ax, factor
+            if "unit" in own.get(target["refId"], {}):
+                right = right or ax.twinx()
+                where, (by, right_label) = right, scale(own[target["refId"]]["unit"])
+                right.set_ylabel(
+                    own[target["refId"]].get("custom.axisLabel", right_label), fontsize=8
+                )
+                right.tick_params(labelsize=7)
             for times, values in self.series(target["expr"]):
-                ax.plot(times, [v * factor for v in values], label=legend or None)
+                style = "--" if where is right else "-"
+                where.plot(times, [v * by for v in values], style, label=legend or None)
         for step in defaults.get("thresholds", {}).get("steps", []):
             if step.get("value") is not None:  # drawn as a line, as thresholdsStyle asks
                 ax.axhline(step["value"] * factor, color="red", linestyle="--", linewidth=1)
         ax.set_xlabel("seconds since the run started", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
         ax.tick_params(labelsize=7)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="best")
+        handles, labels = ax.get_legend_handles_labels()
+        if right is not None:
+            more = right.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
+        if handles:
+            ax.legend(handles, labels, fontsize=7, loc="best")
 
     def stat(self, ax: Any, panel: dict[str, Any]) -> None:
         ax.axis("off")
@@ -132,9 +161,9 @@ class Panels:
             value = self.last(target["expr"])
             name = self.bind(target.get("legendFormat", ""))
             lines.append(f"{name}: {'-' if value is None else f'{value:.3g}'}")
-        ax.text(0.5, 0.5, "\n".join(lines), ha="center", va="center", fontsize=14)
+        ax.text(0.5, 0.5, "\n".join(lines), ha="center", va="center", fontsize=11)
 
-    def pass_rate_vs_compute(self, ax: Any, panel: dict[str, Any]) -> None:
+    def pass_rate_vs_compute(self, ax: Any, panel: dict[str, Any], unit: str) -> None:
         """Held-out pass rate against the compute it was measured at (the panel's queries A and
         B, joined on time), the curve fitted last (its parameters from the run's gauges) and its
         asymptote."""
@@ -158,7 +187,7 @@ class Panels:
             curve = sigmoid(grid, fit["asymptote"], fit["slope"], fit["cmid"], fit["r0"])
             ax.plot(grid, [v * factor for v in curve], label="fitted curve")
             ax.axhline(fit["asymptote"] * factor, linestyle="--", color="gray", label="A")
-        ax.set_xlabel("compute (process-hours locally; GPU-hours in a cluster)", fontsize=8)
+        ax.set_xlabel(f"compute at evaluation ({unit} for this run)", fontsize=8)
         ax.set_ylabel(label, fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7, loc="lower right")
@@ -170,7 +199,7 @@ def scale(unit: str) -> tuple[float, str]:
         return 100.0, "%"
     if unit.startswith(("suffix:", "si:")):
         return 1.0, unit.split(":", 1)[1]
-    return 1.0, {"s": "seconds", "none": ""}.get(unit, unit)
+    return 1.0, {"s": "seconds", "none": "", "short": ""}.get(unit, unit)
 
 
 def main() -> int:
