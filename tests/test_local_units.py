@@ -48,7 +48,7 @@ def test_the_fit_counts_the_same_units(tmp_path: Path, monkeypatch: pytest.Monke
 
     def write_fit(history: list[dict[str, Any]], out: Path, **kwargs: Any) -> dict[str, Any]:
         seen.update(kwargs)
-        return {"A": 0.8, "B": 1.5, "C_mid": 120.0, "R0": 0.1, "points": 9}
+        return {"A": 0.8, "B": 1.5, "C_mid": 120.0, "R0": 0.1, "points": 9, "confidence": "OK"}
 
     monkeypatch.setattr("scalerl.fit.report.write_fit", write_fit)
     run = local.LocalRun(load_run(EXAMPLES / "run.yaml"), tmp_path, display=False)
