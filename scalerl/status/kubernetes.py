@@ -79,6 +79,9 @@ def status_evaluation(entry: dict[str, Any]) -> dict[str, Any]:
     samples = entry.get("eval_samples")
     if isinstance(samples, int):
         out["samples"] = samples
+    when = entry.get("time")
+    if isinstance(when, int | float) and math.isfinite(when):
+        out["time"] = int(when)  # whole seconds: six significant digits would blur a unix time
     return out
 
 
