@@ -2,6 +2,7 @@
 with the noise our evaluations have.
 
     .venv/bin/python bench/calibration.py [--draws N] [--seed S] [--runs SEED ... [--work DIR]]
+        [--external DIR] [--kept DIR]
 
 Each scenario is a run's curve (the demo's fit, the paper's Table 1 8B row, and a curve still far
 from its asymptote at the run's end). A draw evaluates it every few steps the way a run does:
@@ -51,6 +52,7 @@ import numpy as np
 from scalerl.errors import ScaleRLError
 from scalerl.fit import FitResult, fit_curve, sigmoid
 from scalerl.fit.backtest import backtest as self_check
+from scalerl.fit.points import load_curve
 from scalerl.runfile import run_command, write_variant
 from scalerl.status.history import read_history
 
@@ -227,6 +229,77 @@ def backtest_runs(seeds: list[int], work: Path) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Checked:
+    """One curve's half-run backtest (`scalerl.fit.backtest`), as the product runs it."""
+
+    name: str
+    points: int
+    check: Any  # scalerl.fit.backtest.Backtest, or None: too few points in the first half
+
+    def row(self) -> str:
+        if self.check is None:
+            return f"  {self.name:<58}{self.points:>5}  (first half too short to check)"
+        b = self.check
+        lo, hi = b.interval if b.interval is not None else (math.nan, math.nan)
+        at_least = getattr(b, "A_at_least", None)
+        bound = "" if at_least is None else f"  A>={at_least:.3f}"
+        return (
+            f"  {self.name:<58}{self.points:>5}{b.fitted_on:>5}{b.predicted:>10.3f}  "
+            f"[{lo:.3f}, {hi:.3f}]{b.actual:>9.3f}  {'yes' if b.inside else 'NO':<4}"
+            f"{b.predicted - b.actual:>+8.3f}{hi - lo:>8.3f}{bound}"
+        )
+
+
+def check_curves(curves: list[tuple[str, np.ndarray, np.ndarray, np.ndarray | None]]) -> None:
+    """The half-run backtest of every curve (name, compute, pass rate, SEs or None): per curve
+    and in total, predicted, interval, actual, inside, signed error (predicted - actual), width."""
+    print(
+        f"  {'curve':<58}{'n':>5}{'half':>5}{'predicted':>10}  {'95 % interval':<16}"
+        f"{'actual':>9}  {'in':<4}{'error':>8}{'width':>8}"
+    )
+    rows = [Checked(name, c.size, self_check(c, y, sigma=se)) for name, c, y, se in curves]
+    for checked in rows:
+        print(checked.row())
+    done = [r.check for r in rows if r.check is not None and r.check.interval is not None]
+    if not done:
+        print("  no curve holds enough points for the check")
+        return
+    errors = [b.predicted - b.actual for b in done]
+    widths = [b.interval[1] - b.interval[0] for b in done]
+    print(
+        f"  total: {sum(bool(b.inside) for b in done)} of {len(done)} inside; signed error "
+        f"median {statistics.median(errors):+.3f} (mean {statistics.mean(errors):+.3f}), "
+        f"median |error| {statistics.median(map(abs, errors)):.3f}; "
+        f"median width {statistics.median(widths):.3f}"
+    )
+
+
+def external_curves(folder: Path) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Every CSV of `folder` (columns compute, pass_rate; published curves carry no SEs: the
+    backtest reads the noise from the first half's residuals)."""
+    files = sorted(folder.glob("*.csv"))
+    if not files:
+        raise SystemExit(f"{folder}: no .csv files")
+    out = []
+    for path in files:
+        curve = load_curve(path)
+        out.append((path.stem[:58], curve.compute, curve.pass_rate, None))
+    return out
+
+
+def kept_runs(folder: Path) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Every finished run under `folder` (a `history.jsonl` per subfolder), with its SEs."""
+    out = []
+    for path in sorted(folder.glob("*/history.jsonl")):
+        history = read_history(path)
+        compute = np.array([row["compute"] for row in history], dtype=float)
+        pass_rate = np.array([row["pass_rate"] for row in history], dtype=float)
+        se = np.array([row.get("pass_rate_se") or 0.0 for row in history], dtype=float)
+        out.append((path.parent.name, compute, pass_rate, se))
+    return out
+
+
 def _run(example: Path, changes: dict[str, object], seed: int, out: Path) -> list[dict[str, Any]]:
     """The run's history; a run already in `out` (a finished one, `--work`) is read again."""
     if (out / "history.jsonl").exists():
@@ -250,9 +323,28 @@ def main() -> None:
         default=None,
         help="keep the real runs here; a run already there is read, not run again",
     )
+    parser.add_argument(
+        "--external",
+        type=Path,
+        metavar="DIR",
+        help="half-run backtest of every CSV curve (compute, pass_rate) in DIR",
+    )
+    parser.add_argument(
+        "--kept",
+        type=Path,
+        metavar="DIR",
+        help="half-run backtest of the finished runs kept in DIR (its */history.jsonl)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    for scenario in SCENARIOS:
+    if args.external:
+        print(f"published curves in {args.external}: half-run backtest (fit compute <= half "
+              "the last, predict the last)")  # fmt: skip
+        check_curves(external_curves(args.external))
+    if args.kept:
+        print(f"kept runs in {args.kept}: half-run backtest, weighted by each evaluation's SE")
+        check_curves(kept_runs(args.kept))
+    for scenario in SCENARIOS[: 0 if args.draws == 0 else None]:
         noise = math.sqrt(0.25 / (scenario.prompts * scenario.samples))
         print(
             f"{scenario.name}: A {scenario.A}, B {scenario.B}, C_mid {scenario.C_mid:g}, "

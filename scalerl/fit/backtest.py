@@ -14,7 +14,6 @@ evaluation lies outside the interval the first half gave for it, the prediction'
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ from numpy.typing import ArrayLike
 from scalerl.errors import InputError, ScaleRLError
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.points import check_points
-from scalerl.fit.result import FitResult, Interval
+from scalerl.fit.result import Interval
 from scalerl.spec import PREDICTION_MIN_POINTS
 
 
@@ -67,10 +66,10 @@ def backtest(
 ) -> Backtest | None:
     """Fit the evaluations at compute <= half the last one's (with the run's `min_compute`,
     `sigma` and `fit_options` of `fit_curve`, as its own fit), and ask it what the last
-    evaluation would read: the curve's band widened by that evaluation's standard error (its
-    `sigma`; without one, the first half's residual standard error, since the band alone holds
-    the curve and not an evaluation of it). Points must be sorted by compute, as `fit_curve`
-    wants them.
+    evaluation would read: the curve's band widened by the noise an evaluation at that pass
+    rate has, as the first half's own evaluations show it (`FitResult.predictive_interval`:
+    their standard errors and residuals; the band alone holds the curve, not an evaluation of
+    it). Points must be sorted by compute, as `fit_curve` wants them.
 
     None when the first half cannot be fitted or holds fewer than PREDICTION_MIN_POINTS points
     past the floor: a prediction from that half would itself be TooEarly, and its interval from
@@ -96,17 +95,10 @@ def backtest(
         return None
     if early.points < PREDICTION_MIN_POINTS:
         return None
-    observation_se = float(se[-1]) if se is not None else _residual_se(early)
     return Backtest(
         fitted_on=int(half.sum()),
         compute=float(c[-1]),
         predicted=float(early.predict(float(c[-1]))),
-        interval=early.predict_interval(float(c[-1]), observation_se),
+        interval=early.predictive_interval(float(c[-1])),
         actual=float(y[-1]),
     )
-
-
-def _residual_se(fit: FitResult) -> float:
-    """One evaluation's noise as the fit's residuals tell it: sqrt(SSE / degrees of freedom)."""
-    free = 3 + (fit.r0_mode == "fit")
-    return math.sqrt(fit.sse / max(fit.points - free, 1))

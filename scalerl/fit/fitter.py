@@ -1,5 +1,6 @@
 """Fitting the sigmoidal law to a run's evaluations: the paper's grid search, a continuous
-refinement, and a residual bootstrap for intervals on A and C_mid.
+refinement, a residual bootstrap for intervals on B and C_mid, and a profile of A for A's
+interval and the prediction band.
 
 The procedure (paper, Sec. "fitting"; our additions marked):
 
@@ -13,8 +14,11 @@ The procedure (paper, Sec. "fitting"; our additions marked):
 3. Grid: A over 0.005 steps, C_mid over 100 linearly spaced values; for each cell B is fitted by
    least squares and the cell with the lowest SSE is kept. Paper: A in {0.450, ..., 0.800},
    C_mid in [100, 40000] GPU-h. Ours: A from min(0.450, max(R0, highest pass rate)) up to 1.0,
-   so the paper's A grid is a subset and tiny runs with low asymptotes are covered; C_mid in
-   [h/100, h] with h = 2 x the largest fitted compute, so the grid follows the data's unit.
+   so the paper's A grid is a subset and tiny runs with low asymptotes are covered (and down to
+   the lowest point when a run fell below R0); C_mid over 100 log-spaced values from a tenth of
+   the smallest positive fitted compute to 100 x the largest, so the grid follows the data's
+   unit and holds the midpoints of curves that have not bent yet (a grid ending at 2 x the data,
+   linear in compute, made half-run fits of such curves bend early and underpredict).
    The B fits of all cells run together (`solver.solve_batched`, Levenberg-Marquardt like
    `curve_fit`; solver.py says why not scipy per cell), each started from the best of a coarse B
    grid rather than curve_fit's B = 1, so every cell converges in a few steps.
@@ -41,6 +45,14 @@ The procedure (paper, Sec. "fitting"; our additions marked):
    A replicate whose refit fails (does not converge, or to non-finite values: it happens on a
    handful of noisy points) is dropped and counted in `FitResult.bootstrap_failed`; when all fail
    the fit is returned without intervals.
+6. (ours) Profile of A (`scalerl.fit.profile`): for every A of the grid the other parameters are
+   refitted from that row's best cell (all rows at once); the A whose weighted SSE stays within
+   the likelihood-ratio threshold make A's interval, and their curves widen the prediction band.
+   A bootstrap from the best fit sees only the noise about it; before the bend the points allow
+   a far wider range of ceilings, and this says so (`A_at_least` when only a floor is known).
+7. (ours) The run's own rolling-origin backtests (`scalerl.fit.drift`) widen the band beyond the
+   data by how its earlier parts extrapolated, and `scalerl.fit.noise` reads one evaluation's
+   noise at any pass rate from the fitted points (the predictive interval's).
 
 Any input gives a FitResult or a ScaleRLError that says why (DataError for bad points, InputError
 for bad options, FitError when the law cannot be fitted); nothing else is raised.
@@ -50,17 +62,21 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
 from scipy.special import expit
 
-from scalerl.errors import FitError, InputError
+from scalerl.errors import FitError, InputError, ScaleRLError
+from scalerl.fit.drift import Drift, measure
 from scalerl.fit.law import gradient, log_compute
+from scalerl.fit.noise import ObservationNoise
 from scalerl.fit.points import check_points
+from scalerl.fit.profile import Profile, select, threshold
 from scalerl.fit.result import FitResult
 from scalerl.fit.solver import solve_batched
 
@@ -70,6 +86,8 @@ PAPER_A_GRID = np.round(np.arange(0.450, 0.800 + 1e-9, 0.005), 3)
 PAPER_C_MID_RANGE = (100.0, 40000.0)
 A_STEP = 0.005
 C_MID_GRID_SIZE = 100
+# The C_mid grid reaches this many times the largest fitted compute.
+C_MID_GRID_REACH = 100.0
 MIN_COMPUTE_FRACTION = 0.03
 MIN_POINTS = 4
 # The law has three shape parameters (A, B, C_mid): points at fewer distinct compute values
@@ -140,6 +158,7 @@ def fit_curve(
     r0_weight = float(np.mean(weights[c == c[0]]))
     used = c >= cutoff
     _check_enough(c, used, cutoff)
+    every = (c, y)
     c, y, weights = c[used], y[used], weights[used]
     free = np.array([a_fixed is None, True, True, r0 == "fit"])
     grid_a = _a_grid(a_grid, r0_value, y) if a_fixed is None else np.array([float(a_fixed)])
@@ -148,18 +167,30 @@ def fit_curve(
     # and are handled by the finiteness checks below rather than reported as warnings.
     with np.errstate(all="ignore"):
         box = _bounds(c)
-        start = _grid_search(c, y, weights, r0_value, grid_a, grid_c, box)
-        best = _refine(c, y, weights, start, free, box)
+        grid = _grid_search(c, y, weights, r0_value, grid_a, grid_c, box)
+        best = _refine(c, y, weights, grid.start, free, box)
         problem = _Problem(c, y[None, :], best[None, :], free, weights)
         resid = problem(best[free][None, :], np.zeros(1, dtype=np.intp))[0][0]
         _check_estimate(best, resid)
         fixed_r0 = r0_weight if r0 == "fixed" else None
         draws, failed = _bootstrap(problem, best, resid, box, int(bootstrap), int(seed), fixed_r0)
+        kept, drift = None, None
+        if bootstrap and a_fixed is None:
+            kept = _profile(problem, grid, best, float(resid @ resid), box, float(level), sigma)
+            options = {"min_compute": cutoff, "r0": r0, "a_grid": a_grid, "c_mid_grid": c_mid_grid}
+            drift = _drift(*every, used, sigma, options)
+    noise = ObservationNoise.estimate(
+        y, sigma=None if sigma is None else np.asarray(sigma, dtype=float).ravel()[used],
+        residuals=resid / weights, dof=int(c.size - free.sum()),
+    )  # fmt: skip
     return FitResult.build(
         params=best,
         draws=draws,
         level=float(level),
-        points=int(used.sum()),
+        profile=kept,
+        noise=noise,
+        drift=drift,
+        points=int((c > 0).sum()),  # trained evaluations past the floor: not the step-0 one
         excluded=int((~used).sum()),
         sse=float(resid @ resid),
         min_compute=cutoff,
@@ -168,6 +199,38 @@ def fit_curve(
         bootstrap_failed=failed,
         sigma=None if sigma is None else np.array(sigma, dtype=float).ravel(),
     )
+
+
+def _drift(
+    c: FloatArray,
+    y: FloatArray,
+    used: NDArray[np.bool_],
+    sigma: ArrayLike | None,
+    options: dict[str, Any],
+) -> Drift:
+    """The run's own rolling-origin backtests (`scalerl.fit.drift`): refits of its earlier
+    points with this fit's options, without intervals; on the default grids, every other A and
+    C_mid of them (a quarter of the cells: the grid only starts the continuous refinement, and
+    these refits would otherwise triple a fit's time)."""
+    se = None if sigma is None else np.asarray(sigma, dtype=float).ravel()
+
+    def refit(mask: NDArray[np.bool_]) -> Callable[[FloatArray], FloatArray] | None:
+        grids = dict(options)
+        part = c[mask][c[mask] >= options["min_compute"]]
+        if grids["a_grid"] is None and part.size and np.any(part > 0):
+            r0 = float(y[0]) if options["r0"] in ("fixed", "fit") else float(options["r0"])
+            grids["a_grid"] = _a_grid(None, r0, y[mask][c[mask] >= options["min_compute"]])[::2]
+        if grids["c_mid_grid"] is None and part.size and np.any(part > 0):
+            grids["c_mid_grid"] = _c_mid_grid(None, part)[::2]
+        try:
+            early = fit_curve(c[mask], y[mask], bootstrap=0, sigma=None if se is None else se[mask],
+                              **grids)  # fmt: skip
+        except ScaleRLError:
+            return None
+        curve: Callable[[FloatArray], FloatArray] = early.predict
+        return curve
+
+    return measure(c, y, used, refit)
 
 
 def _weights(sigma: ArrayLike | None, n: int) -> FloatArray:
@@ -239,12 +302,18 @@ def _a_grid(a_grid: ArrayLike | None, r0: float, y: FloatArray) -> FloatArray:
     """Candidate asymptotes: the paper's 0.450..0.800 extended to cover max(R0, max y)..1.0."""
     if a_grid is not None:
         grid = _option_array(a_grid, "a_grid")
+        grid = grid[grid > r0]
     else:
         top = math.floor(max(r0, float(y.max())) / A_STEP) * A_STEP
-        start = min(float(PAPER_A_GRID[0]), top)
+        # A run that falls below its start (a flat or failing one) also gets the asymptotes
+        # down to its lowest point: a falling curve is the law with A < R0.
+        bottom = math.floor(float(y.min()) / A_STEP) * A_STEP if y.min() < r0 else top
+        start = min(float(PAPER_A_GRID[0]), top, bottom)
         grid = np.round(np.arange(start, 1.0 + 1e-9, A_STEP), 3)
-    # A = R0 makes the curve flat and B meaningless: only asymptotes above R0 are candidates.
-    grid = grid[(grid > r0) & (grid <= 1.0)]
+        # A = R0 makes the curve flat and B meaningless: only asymptotes above R0 are
+        # candidates, or below it when the run fell there.
+        grid = grid[(grid > r0) | ((grid < r0) & (y.min() < r0))]
+    grid = grid[(grid >= 0.0) & (grid <= 1.0) & (grid != r0)]
     if grid.size == 0:
         raise FitError(
             f"R0 = {r0:g} leaves no room below 1.0 (or the A grid) for the curve to rise"
@@ -253,14 +322,17 @@ def _a_grid(a_grid: ArrayLike | None, r0: float, y: FloatArray) -> FloatArray:
 
 
 def _c_mid_grid(c_mid_grid: ArrayLike | None, c: FloatArray) -> FloatArray:
-    """Candidate midpoints, linearly spaced over [h/100, h]; h = 2 x the largest fitted compute."""
+    """Candidate midpoints, log-spaced from a tenth of the smallest positive fitted compute to
+    C_MID_GRID_REACH x the largest: the law is a logistic in log compute, and a curve that has not
+    bent yet has its midpoint beyond the data (a grid that stops at the data's end makes it bend
+    there, which is what half-run fits underpredicted by)."""
     if c_mid_grid is not None:
         grid = _option_array(c_mid_grid, "c_mid_grid")
         if grid.size == 0 or not np.all((grid > 0) & np.isfinite(grid)):
             raise InputError("c_mid_grid must hold finite positive values")
         return grid
-    high = 2.0 * float(c[-1])
-    return np.linspace(high / C_MID_GRID_SIZE, high, C_MID_GRID_SIZE)
+    low, high = float(c[c > 0][0]) / 10.0, C_MID_GRID_REACH * float(c[-1])
+    return np.geomspace(low, high, C_MID_GRID_SIZE)
 
 
 def _option_array(values: ArrayLike, name: str) -> FloatArray:
@@ -288,7 +360,7 @@ def _grid_search(
     grid_a: FloatArray,
     grid_c: FloatArray,
     box: Box,
-) -> FloatArray:
+) -> _Grid:
     """The paper's grid: best B for every (A, C_mid) cell, then the cell with the lowest
     (weighted) SSE."""
     log_c_mid = np.log(grid_c)
@@ -304,7 +376,57 @@ def _grid_search(
     best = int(np.argmin(sse))
     if not math.isfinite(sse[best]):
         raise FitError("no cell of the (A, C_mid) grid gave a finite fit")
-    return np.array([cells_a[best], b[best, 0], cells_lc[best], r0])
+    shape = (grid_a.size, grid_c.size)
+    return _Grid(
+        start=np.array([cells_a[best], b[best, 0], cells_lc[best], r0]),
+        a=grid_a,
+        log_c_mid=log_c_mid,
+        b=b[:, 0].reshape(shape),
+        sse=sse.reshape(shape),
+    )
+
+
+class _Grid(NamedTuple):
+    """The grid search: its best cell (A, B, ln C_mid, R0), and every cell's B and SSE."""
+
+    start: FloatArray
+    a: FloatArray  # (nA,)
+    log_c_mid: FloatArray  # (nC,)
+    b: FloatArray  # (nA, nC)
+    sse: FloatArray  # (nA, nC)
+
+
+def _profile(
+    problem: _Problem,
+    grid: _Grid,
+    best: FloatArray,
+    best_sse: float,
+    box: Box,
+    level: float,
+    sigma: ArrayLike | None,
+) -> Profile:
+    """The profile of A (`scalerl.fit.profile`): each grid A's best cell, its other free
+    parameters refitted continuously (all A at once), kept within the likelihood threshold."""
+    cell = np.argmin(grid.sse, axis=1)
+    rows = np.arange(grid.a.size)
+    base = np.column_stack(
+        [grid.a, grid.b[rows, cell], grid.log_c_mid[cell], np.full(grid.a.size, best[3])]
+    )
+    free = problem.free.copy()
+    free[0] = False
+    batch = _Problem(problem.compute, problem.targets, base, free, problem.weights)
+    solution = solve_batched(batch, base[:, free], box[0][free], box[1][free])
+    base[:, free] = solution.theta
+    resid = batch(solution.theta, rows)[0]
+    sse = np.einsum("kn,kn->k", resid, resid)
+    typical = 0.0
+    if sigma is not None:
+        se = np.asarray(sigma, dtype=float).ravel()
+        typical = float(np.median(se[se > 0])) if np.any(se > 0) else 0.0
+    n, p = problem.compute.size, int(problem.free.sum())
+    limit = threshold(best_sse, n, p, typical * typical, level)
+    c = problem.compute
+    return select(base, sse, best, best_sse, limit, (float(c[0]), float(c[-1])), float(grid.a[-1]))
 
 
 def _coarse_b(

@@ -8,11 +8,14 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.stats import norm
 
+from scalerl.fit.drift import Drift
 from scalerl.fit.law import sigmoid
+from scalerl.fit.noise import ObservationNoise
+from scalerl.fit.profile import Profile
 
 Interval = tuple[float, float]
-NOISE_DRAWS = 25  # evaluation-noise draws per bootstrap replicate in a predictive interval
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,36 @@ class FitResult:
     # The per-point standard errors the fit was weighted by (None: all points alike), for refits
     # of the same points (the comparison rule's).
     sigma: NDArray[np.float64] | None = field(default=None, repr=False, compare=False)
+    # The points bound the ceiling only from below (`scalerl.fit.profile`): A >= this.
+    A_at_least: float | None = None
+    # The profile's kept parameter sets (A, B, C_mid, R0): the curves the points allow.
+    profile: NDArray[np.float64] = field(
+        default_factory=lambda: np.empty((0, 4)), repr=False, compare=False
+    )
+    # One evaluation's noise at a pass rate, read from the fitted points (`scalerl.fit.noise`).
+    noise: ObservationNoise | None = field(default=None, repr=False, compare=False)
+    # How the run's own earlier extrapolations missed (`scalerl.fit.drift`): widens the band
+    # beyond the fitted data.
+    drift: Drift | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(
-        cls, *, params: NDArray[np.float64], draws: NDArray[np.float64], level: float, **kw: Any
+        cls,
+        *,
+        params: NDArray[np.float64],
+        draws: NDArray[np.float64],
+        level: float,
+        profile: Profile | None = None,
+        **kw: Any,
     ) -> FitResult:
-        """From the fitter's parameter vector (A, B, ln C_mid, R0) and its bootstrap draws."""
+        """From the fitter's parameter vector (A, B, ln C_mid, R0), its bootstrap draws and the
+        profile of A. With a profile, A's interval is the profile's (the asymptotes the points
+        cannot rule out; a bootstrap from the best fit sees only the noise about it), and B's and
+        C_mid's hold the bootstrap's percentiles and every value of the profile's kept curves."""
         draws = np.array(draws, dtype=float)
         draws.setflags(write=False)
+        kept = np.empty((0, 4)) if profile is None else np.array(profile.kept, dtype=float)
+        kept.setflags(write=False)
         tail = 100.0 * (1.0 - level) / 2.0
 
         def interval(column: int) -> Interval | None:
@@ -65,14 +90,21 @@ class FitResult:
             return float(lo), float(hi)
 
         A, B, log_c_mid, R0 = (float(v) for v in params)
+        a_interval, b_interval, c_mid_interval = interval(0), interval(1), interval(2)
+        if a_interval is not None and profile is not None:
+            a_interval = profile.interval
+            b_interval = _hull(b_interval, kept[:, 1])
+            c_mid_interval = _hull(c_mid_interval, kept[:, 2])
         return cls(
             A=A,
             B=B,
             C_mid=math.exp(log_c_mid),
             R0=R0,
-            A_interval=interval(0),
-            B_interval=interval(1),
-            C_mid_interval=interval(2),
+            A_interval=a_interval,
+            A_at_least=None if profile is None or a_interval is None else profile.at_least,
+            profile=kept,
+            B_interval=b_interval,
+            C_mid_interval=c_mid_interval,
             level=level,
             draws=draws,
             **kw,
@@ -84,35 +116,53 @@ class FitResult:
         return float(out) if np.ndim(out) == 0 else out
 
     def predict_interval(
-        self, compute: ArrayLike, observation_se: float = 0.0
+        self, compute: ArrayLike, observation_se: float | ObservationNoise = 0.0
     ) -> tuple[Any, Any] | None:
-        """Bootstrap percentile band of R(C) at `compute` (None without bootstrap draws).
+        """The curve's band at `compute` (None without bootstrap draws): the bootstrap's
+        percentile band, stretched to hold every curve the profile of A kept (the curves the
+        points allow; before the bend they part far more than the bootstrap's).
 
-        With `observation_se` (the standard error of one evaluation there, e.g. the binomial
-        sqrt(R (1 - R) / (prompts k)) of a mean@k), the interval is for what that evaluation
-        will read, not for the curve: each replicate's curve plus evaluation noise. Where the
-        fit is tight the curve's band is narrower than one evaluation's scatter, and an
-        observed pass rate falls outside it far more often than the level says.
+        With `observation_se` (one evaluation's standard error there: an ObservationNoise, whose
+        error depends on the pass rate read, or a number), the interval is for what that
+        evaluation will read, not for the curve: each end moves out by the evaluation's
+        two-sided `level` quantile at that end's pass rate, added in quadrature to the band's
+        half-width on that side. Always within [0, 1].
         """
         if self.draws.shape[0] == 0:
             return None
-        A, B, C_mid, R0 = (self.draws[:, i] for i in range(4))
         c = np.asarray(compute, dtype=float)
-        curves = sigmoid(
-            c[None, ...], *(p.reshape((-1,) + (1,) * c.ndim) for p in (A, B, C_mid, R0))
-        )
-        if observation_se > 0.0:
-            # Fixed noise draws (seed 0), NOISE_DRAWS per replicate: the same fit always gives
-            # the same interval, and its percentiles rest on thousands of values.
-            noise = np.random.default_rng(0).normal(
-                0.0, observation_se, size=(NOISE_DRAWS, *curves.shape)
-            )
-            curves = (curves[None, ...] + noise).reshape(-1, *curves.shape[1:])
         tail = 100.0 * (1.0 - self.level) / 2.0
-        lo, hi = np.percentile(curves, [tail, 100.0 - tail], axis=0)
+        lo, hi = np.percentile(self._curves(self.draws, c), [tail, 100.0 - tail], axis=0)
+        if self.profile.shape[0]:
+            allowed = self._curves(self.profile, c)
+            lo, hi = np.minimum(lo, allowed.min(axis=0)), np.maximum(hi, allowed.max(axis=0))
+        noise = (
+            observation_se
+            if isinstance(observation_se, ObservationNoise)
+            else ObservationNoise.constant(float(observation_se))
+        )
+        z = float(norm.ppf(0.5 + self.level / 2.0))
+        mid = np.clip(self.predict(c), lo, hi)
+        down, up = (self.drift or Drift()).widening(c, self.fit_range[1])
+        lo = mid - np.sqrt((mid - lo) ** 2 + down**2 + (z * noise.se(lo)) ** 2)
+        hi = mid + np.sqrt((hi - mid) ** 2 + up**2 + (z * noise.se(hi)) ** 2)
+        lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
         if c.ndim == 0:
             return float(lo), float(hi)
         return lo, hi
+
+    def predictive_interval(self, compute: ArrayLike) -> tuple[Any, Any] | None:
+        """What an evaluation at `compute` will read: the band widened by the noise the fitted
+        evaluations themselves show at that pass rate (`self.noise`)."""
+        return self.predict_interval(compute, self.noise or 0.0)
+
+    @staticmethod
+    def _curves(params: NDArray[np.float64], c: NDArray[np.float64]) -> NDArray[np.float64]:
+        """R(c) for each row (A, B, C_mid, R0) of `params`: shape (rows, *c.shape)."""
+        shape = (-1,) + (1,) * c.ndim
+        columns = (params[:, i].reshape(shape) for i in range(4))
+        out: NDArray[np.float64] = sigmoid(c[None, ...], *columns)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: plain floats, intervals as [lo, hi] lists or null."""
@@ -126,6 +176,7 @@ class FitResult:
             "C_mid": self.C_mid,
             "R0": self.R0,
             "A_interval": pair(self.A_interval),
+            "A_atLeast": self.A_at_least,
             "B_interval": pair(self.B_interval),
             "C_mid_interval": pair(self.C_mid_interval),
             "level": self.level,
@@ -139,3 +190,10 @@ class FitResult:
             "bootstrap_failed": self.bootstrap_failed,
             "weighted": self.sigma is not None,
         }
+
+
+def _hull(interval: Interval | None, values: NDArray[np.float64]) -> Interval | None:
+    """`interval` stretched to hold `values` (None stays None: no bootstrap, no intervals)."""
+    if interval is None or values.size == 0:
+        return interval
+    return min(interval[0], float(values.min())), max(interval[1], float(values.max()))

@@ -131,7 +131,10 @@ def check_result(result: FitResult, case: Case) -> None:
     assert all(math.isfinite(v) for v in values), values
     assert 0.0 <= result.A <= 1.0 and 0.0 <= result.R0 <= 1.0
     assert result.B > 0.0 and result.C_mid > 0.0 and result.sse >= 0.0
-    assert result.points >= 4 and result.points + result.excluded == case.compute.size
+    # `points` counts the trained evaluations fitted (compute > 0, at or past the floor).
+    used = case.compute >= result.min_compute
+    assert result.points >= 4 and result.points == int((used & (case.compute > 0)).sum())
+    assert result.excluded == int((~used).sum())
     r0 = case.options["r0"]
     if r0 == "fixed":
         assert result.R0 == np.mean(case.pass_rate[case.compute == case.compute[0]])

@@ -140,7 +140,9 @@ def test_bootstrap_is_deterministic_for_a_seed_and_varies_with_it() -> None:
     again = fit_curve(compute, pass_rate, seed=7)
     other = fit_curve(compute, pass_rate, seed=8)
     assert (first.A_interval, first.C_mid_interval) == (again.A_interval, again.C_mid_interval)
-    assert first.A_interval != other.A_interval
+    np.testing.assert_array_equal(first.draws, again.draws)
+    # A's interval is the profile's (no resampling); the bootstrap's draws follow the seed.
+    assert not np.array_equal(first.draws, other.draws)
     assert first.A == other.A  # the point estimate does not depend on the bootstrap
 
 
@@ -244,7 +246,10 @@ def test_equal_standard_errors_weigh_as_no_standard_errors() -> None:
     plain = fit_curve(compute, pass_rate, bootstrap=50)
     alike = fit_curve(compute, pass_rate, bootstrap=50, sigma=np.full(compute.size, 0.01))
     assert (alike.A, alike.B, alike.C_mid) == pytest.approx((plain.A, plain.B, plain.C_mid))
-    assert alike.A_interval == pytest.approx(plain.A_interval)
+    # The intervals differ only in the noise they assume: the stated 0.01 is more than the
+    # points scatter (0.006), and A's profile interval takes the larger of the two.
+    assert alike.A_interval[0] <= plain.A_interval[0] <= plain.A_interval[1] <= alike.A_interval[1]
+    np.testing.assert_allclose(alike.draws, plain.draws)
     assert alike.to_dict()["weighted"] and not plain.to_dict()["weighted"]
 
 

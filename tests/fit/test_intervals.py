@@ -45,8 +45,9 @@ def test_the_interval_widens_as_c_mid_moves_past_the_data(a: float, b: float, se
     bent, early = fits[0.3], fits[3.0]
     assert bent.A_interval is not None and early.A_interval is not None
     assert early.A_interval[1] - early.A_interval[0] > bent.A_interval[1] - bent.A_interval[0]
-    # Bent: A is pinned, and the truth is inside. Not yet bent: only a floor under the ceiling.
-    assert bent.A_at_least is None and bent.A_interval[0] <= a <= bent.A_interval[1]
+    # Bent: A is pinned (whether the truth is inside is a matter of coverage, measured by
+    # bench/calibration.py, not of every draw). Not yet bent: only a floor under the ceiling.
+    assert bent.A_at_least is None
     assert early.A_at_least is not None and early.A_at_least <= a
 
 
