@@ -1,6 +1,7 @@
 """The `scalerl fit` and `scalerl compare` commands, as a user runs them."""
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -256,14 +257,17 @@ def test_the_last_line_says_why_a_fit_is_unchecked_and_shows_a_lower_bound() -> 
     assert bounded.startswith("prediction: A >= 0.812 (the points bound it from below only)")
 
 
-def test_ctrl_c_ends_a_command_with_one_line_and_exit_130(monkeypatch, capsys) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_ends_a_run_with_one_line_and_the_shell_s_exit_code(
+    monkeypatch, capsys, signum: int, code: int
+) -> None:
     from scalerl.local import Interrupted
 
     def interrupted(args: object) -> int:
-        raise Interrupted(42)
+        raise Interrupted(42, signum)
 
     monkeypatch.setattr("scalerl.local.run_local", lambda *a, **k: interrupted(a))
-    assert main(["run", str(Path(__file__).parents[1] / "examples" / "local.yaml")]) == 130
+    assert main(["run", str(Path(__file__).parents[1] / "examples" / "local.yaml")]) == code
     captured = capsys.readouterr()
     assert captured.err == "stopped at step 42; run the same command again to resume\n"
     assert captured.out == ""

@@ -491,13 +491,16 @@ def test_a_run_without_a_fit_ends_saying_the_fitter_s_reason(
     assert capsys.readouterr().out == f"run finished; no prediction: {local.fit_skipped}\n"
 
 
-def test_ctrl_c_stops_the_run_at_its_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_the_run_at_its_step(tmp_path: Path, signum: int) -> None:
     local = hopeless_run(tmp_path)
     local.out.mkdir(parents=True)
     (local.out / "progress.json").write_text(json.dumps({"step": 37}))
 
     def interrupted() -> bool:
-        raise KeyboardInterrupt
+        os.kill(os.getpid(), signum)  # SIGTERM reaches execute's handler; SIGINT pytest's
+        time.sleep(5)
+        raise AssertionError("no signal arrived")
 
     local.attempt = interrupted  # type: ignore[method-assign]
     handler = signal.getsignal(signal.SIGTERM)
@@ -507,3 +510,4 @@ def test_ctrl_c_stops_the_run_at_its_step(tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGTERM, handler)
     assert str(stop.value) == "stopped at step 37; run the same command again to resume"
+    assert stop.value.signum == signum
