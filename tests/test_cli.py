@@ -56,7 +56,7 @@ def test_fit_prints_a_readable_summary(capsys) -> None:
     # The curve's band, then the wider interval an evaluation there would read.
     assert lines[5].strip().startswith("at compute 50000: curve 0.6")
     assert "; an evaluation there would read [" in lines[5]
-    assert "compute units of the file" in lines[0]
+    assert lines[0].endswith("compute in the file's units")
 
 
 def test_fit_options_reach_the_fitter(capsys) -> None:
@@ -271,3 +271,25 @@ def test_ctrl_c_ends_a_run_with_one_line_and_the_shell_s_exit_code(
     captured = capsys.readouterr()
     assert captured.err == "stopped at step 42; run the same command again to resume\n"
     assert captured.out == ""
+
+
+def test_fit_says_whether_the_target_is_reached_within_the_budget(capsys) -> None:
+    from scalerl.fit import fit_curve, load_curve
+
+    curve = load_curve(EXAMPLE)
+    law = fit_curve(curve.compute, curve.pass_rate, bootstrap=0)
+    # By hand: 0.6 = R0 + (A - R0) / (1 + (C_mid / C)^B)  =>  C = C_mid (A-R0 / 0.6-R0 - 1)^(-1/B)
+    at = law.C_mid * ((law.A - law.R0) / (0.6 - law.R0) - 1.0) ** (-1.0 / law.B)
+    assert curve.compute[-1] < at < 1e5
+    assert main(["fit", str(EXAMPLE), "--target", "0.6", "--bootstrap", "0"]) == 0
+    assert (
+        f"  target 0.6 lies beyond the budget (the curve reaches it at compute {at:.4g} in the "
+        "file's units)"
+    ) in capsys.readouterr().out
+    beyond = ["--target", "0.6", "--budget", "1e5", "--bootstrap", "0"]
+    assert main(["fit", str(EXAMPLE), *beyond]) == 0
+    assert f"  target 0.6 reached at compute {at:.4g} in the file's units" in (
+        capsys.readouterr().out
+    )
+    assert main(["fit", str(EXAMPLE), "--target", "0.9", "--bootstrap", "0"]) == 0
+    assert "  A is below target 0.9" in capsys.readouterr().out
