@@ -50,9 +50,8 @@ The procedure (paper, Sec. "fitting"; our additions marked):
    the likelihood-ratio threshold make A's interval, and their curves widen the prediction band.
    A bootstrap from the best fit sees only the noise about it; before the bend the points allow
    a far wider range of ceilings, and this says so (`A_at_least` when only a floor is known).
-7. (ours) The run's own rolling-origin backtests (`scalerl.fit.drift`) widen the band beyond the
-   data by how its earlier parts extrapolated, and `scalerl.fit.noise` reads one evaluation's
-   noise at any pass rate from the fitted points (the predictive interval's).
+7. (ours) `scalerl.fit.noise` reads one evaluation's noise at any pass rate from the fitted
+   points' standard errors and residuals: the predictive interval's.
 
 Any input gives a FitResult or a ScaleRLError that says why (DataError for bad points, InputError
 for bad options, FitError when the law cannot be fitted); nothing else is raised.
@@ -62,17 +61,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
 from scipy.special import expit
 
-from scalerl.errors import FitError, InputError, ScaleRLError
-from scalerl.fit.drift import Drift, measure
+from scalerl.errors import FitError, InputError
 from scalerl.fit.law import gradient, log_compute
 from scalerl.fit.noise import ObservationNoise
 from scalerl.fit.points import check_points
@@ -158,7 +155,6 @@ def fit_curve(
     r0_weight = float(np.mean(weights[c == c[0]]))
     used = c >= cutoff
     _check_enough(c, used, cutoff)
-    every = (c, y)
     c, y, weights = c[used], y[used], weights[used]
     free = np.array([a_fixed is None, True, True, r0 == "fit"])
     grid_a = _a_grid(a_grid, r0_value, y) if a_fixed is None else np.array([float(a_fixed)])
@@ -174,11 +170,9 @@ def fit_curve(
         _check_estimate(best, resid)
         fixed_r0 = r0_weight if r0 == "fixed" else None
         draws, failed = _bootstrap(problem, best, resid, box, int(bootstrap), int(seed), fixed_r0)
-        kept, drift = None, None
+        kept = None
         if bootstrap and a_fixed is None:
             kept = _profile(problem, grid, best, float(resid @ resid), box, float(level), sigma)
-            options = {"min_compute": cutoff, "r0": r0, "a_grid": a_grid, "c_mid_grid": c_mid_grid}
-            drift = _drift(*every, used, sigma, options)
     noise = ObservationNoise.estimate(
         y, sigma=None if sigma is None else np.asarray(sigma, dtype=float).ravel()[used],
         residuals=resid / weights, dof=int(c.size - free.sum()),
@@ -189,7 +183,6 @@ def fit_curve(
         level=float(level),
         profile=kept,
         noise=noise,
-        drift=drift,
         points=int((c > 0).sum()),  # trained evaluations past the floor: not the step-0 one
         excluded=int((~used).sum()),
         sse=float(resid @ resid),
@@ -199,38 +192,6 @@ def fit_curve(
         bootstrap_failed=failed,
         sigma=None if sigma is None else np.array(sigma, dtype=float).ravel(),
     )
-
-
-def _drift(
-    c: FloatArray,
-    y: FloatArray,
-    used: NDArray[np.bool_],
-    sigma: ArrayLike | None,
-    options: dict[str, Any],
-) -> Drift:
-    """The run's own rolling-origin backtests (`scalerl.fit.drift`): refits of its earlier
-    points with this fit's options, without intervals; on the default grids, every other A and
-    C_mid of them (a quarter of the cells: the grid only starts the continuous refinement, and
-    these refits would otherwise triple a fit's time)."""
-    se = None if sigma is None else np.asarray(sigma, dtype=float).ravel()
-
-    def refit(mask: NDArray[np.bool_]) -> Callable[[FloatArray], FloatArray] | None:
-        grids = dict(options)
-        part = c[mask][c[mask] >= options["min_compute"]]
-        if grids["a_grid"] is None and part.size and np.any(part > 0):
-            r0 = float(y[0]) if options["r0"] in ("fixed", "fit") else float(options["r0"])
-            grids["a_grid"] = _a_grid(None, r0, y[mask][c[mask] >= options["min_compute"]])[::2]
-        if grids["c_mid_grid"] is None and part.size and np.any(part > 0):
-            grids["c_mid_grid"] = _c_mid_grid(None, part)[::2]
-        try:
-            early = fit_curve(c[mask], y[mask], bootstrap=0, sigma=None if se is None else se[mask],
-                              **grids)  # fmt: skip
-        except ScaleRLError:
-            return None
-        curve: Callable[[FloatArray], FloatArray] = early.predict
-        return curve
-
-    return measure(c, y, used, refit)
 
 
 def _weights(sigma: ArrayLike | None, n: int) -> FloatArray:

@@ -10,7 +10,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import norm
 
-from scalerl.fit.drift import Drift
 from scalerl.fit.law import sigmoid
 from scalerl.fit.noise import ObservationNoise
 from scalerl.fit.profile import Profile
@@ -59,9 +58,6 @@ class FitResult:
     )
     # One evaluation's noise at a pass rate, read from the fitted points (`scalerl.fit.noise`).
     noise: ObservationNoise | None = field(default=None, repr=False, compare=False)
-    # How the run's own earlier extrapolations missed (`scalerl.fit.drift`): widens the band
-    # beyond the fitted data.
-    drift: Drift | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -143,9 +139,8 @@ class FitResult:
         )
         z = float(norm.ppf(0.5 + self.level / 2.0))
         mid = np.clip(self.predict(c), lo, hi)
-        down, up = (self.drift or Drift()).widening(c, self.fit_range[1])
-        lo = mid - np.sqrt((mid - lo) ** 2 + down**2 + (z * noise.se(lo)) ** 2)
-        hi = mid + np.sqrt((hi - mid) ** 2 + up**2 + (z * noise.se(hi)) ** 2)
+        lo = mid - np.hypot(mid - lo, z * noise.se(lo))
+        hi = mid + np.hypot(hi - mid, z * noise.se(hi))
         lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
         if c.ndim == 0:
             return float(lo), float(hi)
