@@ -20,6 +20,7 @@ from scalerl.errors import FitError, InputError, ScaleRLError, report
 
 if TYPE_CHECKING:
     from scalerl.fit import Curve, FitResult
+    from scalerl.fit.report import FitReport
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -35,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except ScaleRLError as err:
         return report(err)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: one line, no traceback
+        print(str(stop) or "interrupted", file=sys.stderr)
+        return 128 + int(getattr(stop, "signum", 2))  # as a shell reports it: 130, 143
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,18 +94,19 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     if args.run is not None:
         return cmd_fit_run(args)
-    curve, result = _fit_file(args.file, args)
+    curve, fitted = _fit_file(args.file, args)
+    result = fitted.result
     predicted = [_prediction(result, c) for c in args.predict_at]
     if args.plot:
         horizon = max(args.predict_at) if args.predict_at else None
         plot_fit(result, curve.compute, curve.pass_rate, args.plot, predict_to=horizon)
     if args.json:
-        out = {"file": args.file, **result.to_dict(), "predicted": predicted}
+        out = {"file": args.file, **fitted.to_dict(), "predicted": predicted}
         if args.plot:
             out["plot"] = args.plot
         print(json.dumps(out))
     else:
-        print(_fit_summary(args.file, result, predicted))
+        print(_fit_summary(args.file, curve, fitted, predicted, args.target))
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0
@@ -127,8 +132,9 @@ def add_compare_parser(subparsers: Subparsers) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from scalerl.fit import compare
 
-    curve_a, fit_a = _fit_file(args.file_a, args)
-    curve_b, fit_b = _fit_file(args.file_b, args)
+    curve_a, report_a = _fit_file(args.file_a, args)
+    curve_b, report_b = _fit_file(args.file_b, args)
+    fit_a, fit_b = report_a.result, report_b.result
     result = compare(
         fit_a, fit_b, (curve_a.compute, curve_a.pass_rate), (curve_b.compute, curve_b.pass_rate)
     )
@@ -175,40 +181,80 @@ def _add_fit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--bootstrap",
         metavar="N",
-        type=_count,
+        type=_replicates,
         default=200,
-        help="bootstrap replicates for the intervals (default 200; 0 skips them)",
+        help=f"bootstrap replicates for the intervals (default 200, at least {MIN_BOOTSTRAP}; "
+        "0 skips them)",
+    )
+    p.add_argument(
+        "--budget",
+        metavar="C",
+        type=_positive_compute,
+        default=None,
+        help="the compute the run will end at, for predictedAtBudget and its interval "
+        "(default: the last point's)",
+    )
+    p.add_argument(
+        "--target",
+        metavar="R",
+        type=_pass_rate,
+        default=None,
+        help="a pass rate to reach: the compute at which the curve reaches it (computeToTarget)",
     )
     p.add_argument("--seed", metavar="S", type=int, default=0, help="bootstrap seed (default 0)")
 
 
-def _fit_file(path: str, args: argparse.Namespace) -> tuple[Curve, FitResult]:
-    from scalerl.fit import fit_curve, load_curve
+def _fit_file(path: str, args: argparse.Namespace) -> tuple[Curve, FitReport]:
+    """The file's curve and its fit as fit.json has it (`fit_report`: weighted by the file's
+    pass_rate_se where every row has one, the outlook at --budget, the half-run backtest)."""
+    from scalerl.fit import load_curve
+    from scalerl.fit.report import fit_report
+    from scalerl.spec import MAX_STEPS, BudgetSpec
 
     curve = load_curve(path)
+    last = float(curve.compute[-1])
+    # Built without the spec's bounds: a file's compute may be in any unit, of any size.
+    budget = BudgetSpec.model_construct(
+        max_steps=MAX_STEPS,
+        max_compute_hours=args.budget if args.budget is not None else last or 1.0,
+        target_pass_rate=args.target,
+        stop_when=None,
+    )
     try:
-        result = fit_curve(
-            curve.compute,
-            curve.pass_rate,
+        fitted = fit_report(
+            curve.rows(),
             min_compute=args.min_compute,
+            budget=budget,
+            units=None,  # a file's compute has no known rate: etaSeconds only from its times
             r0=args.r0,
             bootstrap=args.bootstrap,
             seed=args.seed,
         )
     except FitError as err:
         raise FitError(f"{path}: {err}") from None
-    return curve, result
+    return curve, fitted
 
 
 def _prediction(result: FitResult, compute: float) -> dict[str, Any]:
+    """The curve at `compute`, its band, and what an evaluation there would read."""
     out: dict[str, Any] = {"compute": compute, "pass_rate": result.predict(compute)}
-    band = result.predict_interval(compute)
-    if band is not None:
-        out["interval"] = list(band)
+    band, reads = result.predict_interval(compute), result.predictive_interval(compute)
+    out["curveInterval"] = None if band is None else list(band)
+    out["evaluationInterval"] = None if reads is None else list(reads)
     return out
 
 
-def _fit_summary(path: str, result: FitResult, predicted: list[dict[str, Any]]) -> str:
+FILE_UNIT = "in the file's units"  # a curve file's compute has no unit we know
+
+
+def _fit_summary(
+    path: str,
+    curve: Curve,
+    fitted: FitReport,
+    predicted: list[dict[str, Any]],
+    target: float | None = None,
+) -> str:
+    result = fitted.result
     level = f"{round(100 * result.level)}% interval"
 
     def row(name: str, value: str, interval: tuple[float, float] | None, fmt: str) -> str:
@@ -216,21 +262,68 @@ def _fit_summary(path: str, result: FitResult, predicted: list[dict[str, Any]]) 
         return f"  {name:<6} {value:>8}{tail}"
 
     lines = [
-        f"{path}: fitted {result.points} points, {result.excluded} below min_compute "
-        f"{result.min_compute:.4g} excluded, R0 {_R0_MODES[result.r0_mode]}",
+        f"{path}: fitted {result.points} trained points (compute > 0), {result.excluded} below "
+        f"min_compute {result.min_compute:.4g} excluded, R0 {_R0_MODES[result.r0_mode]}; "
+        "compute in the file's units",
         row("A", f"{result.A:.4f}", result.A_interval, ".4f"),
         row("B", f"{result.B:.3f}", result.B_interval, ".3f"),
         row("C_mid", f"{result.C_mid:.4g}", result.C_mid_interval, ".4g"),
         row("R0", f"{result.R0:.4f}", None, ""),
     ]
-    for p in predicted:
-        band = f"   [{p['interval'][0]:.4f}, {p['interval'][1]:.4f}]" if "interval" in p else ""
+    if result.A_at_least is not None:
+        lines.append(f"  A >= {result.A_at_least:.4f}: the points bound it from below only")
+    if _falls(curve, result):
         lines.append(
-            f"  predicted pass rate at compute {p['compute']:.6g}: {p['pass_rate']:.4f}{band}"
+            "  the curve falls: it ends below where it started (R0), and the law, a rise from "
+            "R0 to A, does not fit it"
         )
+    for p in predicted:
+        lines.append(_predicted_line(p))
+    if target is not None:
+        lines.append(f"  {_target_words(fitted.outlook, FILE_UNIT, target)[2:]}")
+    lines.append(_confidence_line(fitted.outlook))
     if result.bootstrap_failed:
         lines.append(_bootstrap_note(result))
     return "\n".join(lines)
+
+
+def _falls(curve: Curve, result: FitResult) -> bool:
+    """Whether the later half of the trained points lies below R0 by more than two standard
+    errors of its mean: a falling run, which the law (a rise from R0 to A) cannot follow. One
+    point's noise: the file's pass_rate_se, else the scatter of successive differences (the
+    fit's residuals would count the fall itself as noise)."""
+    import numpy as np
+
+    trained = curve.compute > 0
+    y = curve.pass_rate[trained]
+    late = y[y.size // 2 :]
+    if late.size < 2:
+        return False
+    if curve.pass_rate_se is not None:
+        noise = float(np.mean(curve.pass_rate_se[trained][y.size // 2 :]))
+    else:
+        noise = float(np.std(np.diff(y), ddof=1)) / math.sqrt(2.0)
+    return bool(result.R0 - float(np.mean(late)) > 2 * noise / math.sqrt(late.size))
+
+
+def _predicted_line(p: dict[str, Any]) -> str:
+    """The curve at a compute with its band, and the wider interval an evaluation would read."""
+    curve, reads = p["curveInterval"], p["evaluationInterval"]
+    band = f" [{curve[0]:.4f}, {curve[1]:.4f}]" if curve else ""
+    evaluation = (
+        f"; an evaluation there would read [{reads[0]:.4f}, {reads[1]:.4f}]" if reads else ""
+    )
+    return f"  at compute {p['compute']:.6g}: curve {p['pass_rate']:.4f}{band}{evaluation}"
+
+
+def _confidence_line(outlook: dict[str, Any]) -> str:
+    """What is known of the fit, in fit.json's words."""
+    from scalerl.operator.prediction import misfit_note
+
+    confidence, why = outlook["confidence"], outlook.get("confidenceReason")
+    if confidence == "Misfit":
+        return f"  confidence{misfit_note(outlook)[1:]}"
+    return f"  confidence {confidence}: {why or 'the half-run check held'}"
 
 
 def _bootstrap_note(result: FitResult) -> str:
@@ -257,6 +350,41 @@ def _compute_value(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+# Fewer bootstrap replicates give a "95 % interval" from a handful of draws, which need not even
+# hold the estimate (with 1, its ends are one draw).
+MIN_BOOTSTRAP = 50
+
+
+def _replicates(text: str) -> int:
+    """argparse type: 0 (no intervals) or at least MIN_BOOTSTRAP bootstrap replicates."""
+    value = _count(text)
+    if 0 < value < MIN_BOOTSTRAP:
+        raise argparse.ArgumentTypeError(
+            f"{value} replicates give no 95% interval worth the name: use at least "
+            f"{MIN_BOOTSTRAP}, or 0 for none"
+        )
+    return value
+
+
+def _positive_compute(text: str) -> float:
+    """argparse type: a finite compute value > 0."""
+    value = _compute_value(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _pass_rate(text: str) -> float:
+    """argparse type: a pass rate in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a pass rate in (0, 1]")
     return value
 
 
@@ -319,6 +447,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     else:
         runs = [load_run(args.file)]
         label = f"ScaleRLRun {runs[0].name}"
+    _check_cluster_names(runs)
     if args.deep:
         from scalerl import preflight
         from scalerl.local import resolve_paths
@@ -327,6 +456,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
             preflight.check(resolve_paths(run))
     print(f"{args.file}: {label} is valid" + (" (deep check)" if args.deep else ""))
     return 0
+
+
+def _check_cluster_names(runs: list[Any]) -> None:
+    """A run name the operator would refuse (its children's names append to it) is refused
+    here, before `kubectl apply`."""
+    from scalerl.errors import SpecError
+    from scalerl.operator.names import name_problems
+
+    problems = [p for run in runs for p in name_problems(run.name, queued=bool(run.queue_name))]
+    if problems:
+        raise SpecError(problems)
 
 
 def add_run_parser(subparsers: Subparsers) -> None:
@@ -347,33 +487,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from scalerl.local import run_local
+    from scalerl.spec import load_run
 
     out = Path(args.out) if args.out else None
-    report = run_local(Path(args.file), out, display=not args.no_progress)
-    if report is None:
-        print("run finished; too few evaluations for a prediction")
+    end = run_local(Path(args.file), out, display=not args.no_progress)
+    if end.report is None:
+        print(f"run finished; no prediction: {end.no_fit or 'no evaluations'}")
         return 0
-    print(prediction_line(report))
+    spec = load_run(args.file).spec
+    print(prediction_line(end.report, spec.compute_unit, spec.budget.target_pass_rate))
     return 0
 
 
-def prediction_line(report: dict[str, Any]) -> str:
-    """fit.json in one line: the law, where the run ends, its target, and TooEarly."""
-    from scalerl.fit.outlook import TOO_EARLY
+def prediction_line(report: dict[str, Any], unit: str, target: float | None = None) -> str:
+    """fit.json in one line: the law, where the run ends (compute in `unit`), the target pass
+    rate `target` (budget.targetPassRate) and whether the run gets there, and what is known of
+    the fit: its confidence, and why."""
     from scalerl.operator.prediction import misfit_note
 
     parts = [
-        f"prediction: A = {report['A']:.3f} {_interval(report['A_interval'])}, "
-        f"C_mid = {report['C_mid']:.4g}, B = {report['B']:.2f}, "
-        f"pass rate at budget {report['budget']:.4g}: {report['predictedAtBudget']:.3f} "
-        f"{_interval(report['predictedAtBudgetInterval'])}"
+        f"prediction: {_asymptote(report)}, C_mid = {report['C_mid']:.4g} {unit}, "
+        f"B = {report['B']:.2f}, pass rate at budget {report['budget']:.4g} {unit}: "
+        f"{report['predictedAtBudget']:.3f} {_interval(report['predictedAtBudgetInterval'])}",
+        _target_words(report, unit, target),
     ]
-    if report.get("computeToTarget") is not None:
-        parts.append(f", target reached at compute {report['computeToTarget']:.4g}")
-    if report.get("confidence") == TOO_EARLY:
-        parts.append(" (too early: few evaluations past fit.minCompute)")
-    parts.append(misfit_note(report))
+    confidence, why = report.get("confidence"), report.get("confidenceReason")
+    if confidence == "Misfit":
+        parts.append(misfit_note(report))
+    elif confidence is not None:
+        parts.append(f"; {confidence}: {why or 'the half-run check held'}")
     return "".join(parts)
+
+
+def _asymptote(fit: dict[str, Any]) -> str:
+    """A and its interval, or `A >= x` where the points bound it only from below."""
+    if fit.get("A_atLeast") is not None:
+        return f"A >= {fit['A_atLeast']:.3f} (the points bound it from below only)"
+    return f"A = {fit['A']:.3f} {_interval(fit.get('A_interval'))}".rstrip()
+
+
+def _target_words(fit: dict[str, Any], unit: str, target: float | None) -> str:
+    """Where the curve reaches the target: within the budget, beyond it, or never (A below)."""
+    at = fit.get("computeToTarget")
+    name = "the target" if target is None else f"target {target:g}"
+    if at is None:
+        return "" if target is None else f", A is below {name}"
+    if at <= fit["budget"]:
+        return f", {name} reached at compute {at:.4g} {unit}"
+    return f", {name} lies beyond the budget (the curve reaches it at compute {at:.4g} {unit})"
 
 
 def add_sweep_parser(subparsers: Subparsers) -> None:
@@ -381,9 +542,10 @@ def add_sweep_parser(subparsers: Subparsers) -> None:
         "sweep",
         help="run a ScaleRLSweep's variants on this machine and rank them",
         description="Run each variant (spec.base with its patch) as `scalerl run`, at most "
-        "spec.maxParallel at once; stop a variant whose A interval lies below the best "
-        "variant's (spec.earlyStop); rank them the paper's way into DIR/leaderboard.json, with "
-        "every curve in DIR/curves.png.",
+        "spec.maxParallel at once; stop a variant that cannot win (spec.earlyStop: measured "
+        "below the best at the same compute, its ceiling below the best one's floor); rank them "
+        "the paper's way into DIR/leaderboard.json, with every curve in DIR/curves.png. Ctrl-C "
+        "or SIGTERM stops every running variant (checkpoints kept) and writes the leaderboard.",
     )
     p.add_argument("file", help="ScaleRLSweep YAML")
     p.add_argument("--out", default=None, help="sweep directory (default: runs/<name>)")
@@ -391,20 +553,32 @@ def add_sweep_parser(subparsers: Subparsers) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run the sweep and print its leaderboard; ended by SIGTERM or Ctrl-C, the leaderboard so
+    far, one line, and 128 + the signal's number (143, 130)."""
     from pathlib import Path
 
-    from scalerl.sweep import run_sweep
+    from scalerl.sweep import Interrupted, run_sweep
 
-    board = run_sweep(Path(args.file), Path(args.out) if args.out else None)
+    try:
+        board = run_sweep(Path(args.file), Path(args.out) if args.out else None)
+    except Interrupted as stopped:
+        _print_board(stopped.board)
+        print(stopped, file=sys.stderr)
+        return 128 + stopped.signum
+    _print_board(board)
+    return 0
+
+
+def _print_board(board: list[dict[str, Any]]) -> None:
     for place, row in enumerate(board, 1):
-        a = "no fit" if row["A"] is None else f"A = {row['A']:.3f} {_interval(row['A_interval'])}"
+        a = "no fit" if row["A"] is None else _asymptote(row)
         why = (
             f": {row['stopReason'] or row['failure']}"
             if row["phase"] in ("Stopped", "Failed")
             else ""
         )
-        print(f"{place}. {row['name']} ({row['phase']}{why}) {a}")
-    return 0
+        evidence = f" [{row['stopEvidence']}]" if row.get("stopEvidence") else ""
+        print(f"{place}. {row['name']} ({row['phase']}{evidence}{why}) {a}")
 
 
 def _interval(pair: list[float] | None) -> str:
@@ -510,8 +684,8 @@ def cmd_fit_run(args: argparse.Namespace) -> int:
     from scalerl.operator.prediction import describe, fit_run
     from scalerl.status.kubernetes import RunStatus
 
-    if args.file is not None or args.plot or args.predict_at:
-        raise InputError("--run takes no FILE, --plot or --predict-at")
+    if args.file is not None or args.plot or args.predict_at or args.budget or args.target:
+        raise InputError("--run takes no FILE, --plot, --predict-at, --budget or --target")
     namespace = args.namespace or _current_namespace()
     options = {"r0": args.r0, "bootstrap": args.bootstrap, "seed": args.seed}
     try:
@@ -619,6 +793,36 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- scalerl track-record ------------------------------------------------------------------------
+
+
+def add_track_record_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "track-record",
+        help="how good finished runs' predictions were, by fraction of the run seen",
+        description="Pool the track records of finished local runs (each folder's fit.json "
+        "trackRecord): coverage of the 95 % intervals, median error and median width of the "
+        "prediction at the budget made by 25, 50 and 75 % of each run.",
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="run folders (runs/*)")
+    p.add_argument("--plot", metavar="FILE", help="also write a PNG of it to FILE")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.set_defaults(handler=cmd_track_record)
+
+
+def cmd_track_record(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from scalerl.fit.track_report import plot, read_records, table
+
+    records = read_records([Path(d) for d in args.dirs])
+    print(json.dumps(records.to_dict(), indent=2) if args.json else table(records))
+    if args.plot:
+        plot(records, Path(args.plot))
+        print(f"wrote {args.plot}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 # Each entry declares one subcommand; add new commands here.
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_run_parser,
@@ -626,6 +830,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_validate_parser,
     add_fit_parser,
     add_compare_parser,
+    add_track_record_parser,
     add_evaluate_parser,
     add_export_parser,
     add_process_parsers,

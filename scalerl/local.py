@@ -29,7 +29,7 @@ from scalerl.ports import free_port
 from scalerl.progress import ProgressDisplay
 from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
-from scalerl.status.files import STATUS_FILE, read_status
+from scalerl.status.files import STATUS_FILE, FileStatus, read_status
 from scalerl.status.history import HISTORY_FILE, PROGRESS_FILE, read_history
 
 log = logging.getLogger("scalerl.local")
@@ -160,18 +160,20 @@ class LocalRun:
     def __init__(self, run: ScaleRLRun, out: Path, *, display: bool = True) -> None:
         self.run, self.out = run, out
         self.spec_path = out / "run.yaml"
-        self.display = ProgressDisplay(run.spec.budget.max_steps, enabled=display)
-        self.metrics = RunMetrics()
-        stop_when = run.spec.budget.stop_when
-        self.metrics.set_target(
-            run.namespace, run.name, stop_when.predicted_a_below if stop_when else None
+        self.display = ProgressDisplay(
+            run.spec.budget.max_steps, unit=run.spec.compute_unit, enabled=display
         )
+        self.metrics = RunMetrics()
+        budget = run.spec.budget
+        stop_below = budget.stop_when.predicted_a_below if budget.stop_when else None
+        self.metrics.set_targets(run.namespace, run.name, budget.target_pass_rate, stop_below)
         self.metrics.set_restarts(run.namespace, run.name, 0)
         port = free_port()
         self.metrics.serve(port, addr="127.0.0.1")
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"  # the prediction, for Prometheus
         self.fitted_at = 0
         self.restarts = 0
+        self.fit_skipped: str | None = None  # why the last fit could not be made
 
     def launch(self) -> Gang:
         spec = self.run.spec
@@ -188,7 +190,7 @@ class LocalRun:
             trainer_host="127.0.0.1",
             channel_port=free_port(),
             sync_port=free_port(),
-            compute_units=spec.processes,  # process-hours, locally
+            compute_units=spec.cluster_compute_units,  # GPUs; processes for a CPU run
             metrics_port=0,
             trainer_ranks=trainers,
             ranks_port=free_port(),
@@ -235,21 +237,35 @@ class LocalRun:
                 pass  # being replaced right now; next tick
         history = read_history(self.out / HISTORY_FILE)
         if len(history) - self.fitted_at >= self.run.spec.fit.every_evaluations:
-            self.refit(history)
+            self.judge(self.refit(history))
 
-    def refit(self, history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def judge(self, report: dict[str, Any] | None) -> None:
+        """Raise PredictedStop when budget.stopWhen condemns the run on this fit: the cluster's
+        rule (`stop_reason`: a checked, in-law fit whose whole A interval lies below the target)."""
+        from scalerl.operator.prediction import stop_reason
+
+        reason = stop_reason(self.run.spec.budget, report)
+        if reason is not None:
+            raise PredictedStop(reason)
+
+    def refit(self, history: list[dict[str, Any]], ended: bool = False) -> dict[str, Any] | None:
+        """Fit the history so far (fit.json, its track); once the run has `ended`, the last fit
+        also scores every prediction the run kept (fit.json's trackRecord)."""
         from scalerl.fit.report import write_fit
 
         self.fitted_at = len(history)
+        self.fit_skipped = None
         try:
             result = write_fit(
                 history,
                 self.out,
                 min_compute=self.run.spec.fit.min_compute,
                 budget=self.run.spec.budget,
-                units=self.run.spec.processes,  # process-hours, locally
+                units=self.run.spec.cluster_compute_units,  # as the trainer counts compute
+                ended=ended,
             )
         except ScaleRLError as err:  # too few points yet, or a flat curve: try again later
+            self.fit_skipped = str(err)
             self.display.note(f"fit skipped: {err}")
             return None
         except Exception as err:  # noqa: BLE001 — a failed fit must never take the run down
@@ -258,8 +274,8 @@ class LocalRun:
             return None
         self.metrics.set_prediction(self.run.namespace, self.run.name, result)
         self.display.note(
-            f"fit: A={result['A']:.3f} C_mid={result['C_mid']:.3g} "
-            f"B={result['B']:.2f} ({result['points']} points)"
+            f"fit: A={result['A']:.3f} C_mid={result['C_mid']:.3g} {self.run.spec.compute_unit} "
+            f"B={result['B']:.2f} ({result['points']} points, {result['confidence']})"
         )
         return result
 
@@ -267,10 +283,20 @@ class LocalRun:
         self.out.mkdir(parents=True, exist_ok=True)
         self.spec_path.write_text(yaml.safe_dump(self.run.model_dump(by_alias=True, mode="json")))
         signal.signal(signal.SIGTERM, _raise_interrupt)
-        with self.display:
-            while not self.attempt():
-                pass
-        return self.refit(read_history(self.out / HISTORY_FILE))
+        try:
+            with self.display:
+                while not self.attempt():
+                    pass
+        except PredictedStop as stop:
+            # As the operator ends a run it condemns: Stopped, reason PredictedBelowTarget, no
+            # restart. Written once the gang has stopped (attempt's finally), so that no
+            # trainer rewrites status.json after it.
+            FileStatus(self.out).condition("Stopped", True, PREDICTED_BELOW_TARGET, stop.reason)
+            raise
+        except KeyboardInterrupt as interrupt:
+            signum = getattr(interrupt, "signum", signal.SIGINT)
+            raise Interrupted(self.trained_steps(), signum) from None
+        return self.refit(read_history(self.out / HISTORY_FILE), ended=True)
 
     def attempt(self) -> bool:
         """Run one gang to the end (True) or to a failure worth a restart (False)."""
@@ -291,9 +317,6 @@ class LocalRun:
                 f"restarting from the last checkpoint ({self.restarts}/{limit}): {err}"
             )
             return False
-        except KeyboardInterrupt:
-            self.display.note("stopped; run the same command again to resume")
-            raise
         finally:
             gang.stop()
 
@@ -312,12 +335,46 @@ def stopped_reason(out: Path) -> str | None:
     return None
 
 
+PREDICTED_BELOW_TARGET = "PredictedBelowTarget"  # the Stopped reason, as the operator's
+
+
+class PredictedStop(ScaleRLError):
+    """budget.stopWhen condemned the run on its prediction: it ends, without a restart."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"run stopped: {reason}")
+        self.reason = reason
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, `signum`) stopped the run at a step; the same command resumes it."""
+
+    def __init__(self, step: int, signum: int = signal.SIGINT) -> None:
+        super().__init__(f"stopped at step {step}; run the same command again to resume")
+        self.step, self.signum = step, int(signum)
+
+
+class _Terminated(KeyboardInterrupt):
+    signum = signal.SIGTERM
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops the gang like Ctrl-C does
+    raise _Terminated  # SIGTERM stops the gang like Ctrl-C does
 
 
-def run_local(path: Path, out: Path | None, *, display: bool = True) -> dict[str, Any] | None:
-    """Run the ScaleRLRun in `path` to its end (or resume it) in `out` (default runs/<name>)."""
+@dataclass(frozen=True)
+class RunEnd:
+    """A finished run's last fit (fit.json's data), or why none could be made."""
+
+    report: dict[str, Any] | None
+    no_fit: str | None = None
+
+
+def run_local(path: Path, out: Path | None, *, display: bool = True) -> RunEnd:
+    """Run the ScaleRLRun in `path` to its end (or resume it) in `out` (default runs/<name>).
+    Raises PredictedStop when budget.stopWhen ends it, Interrupted on Ctrl-C or SIGTERM."""
     run = resolve_paths(load_run(path))
     preflight.check(run)
-    return LocalRun(run, out or Path("runs") / run.name, display=display).execute()
+    local = LocalRun(run, out or Path("runs") / run.name, display=display)
+    report = local.execute()
+    return RunEnd(report, None if report is not None else local.fit_skipped)

@@ -353,21 +353,33 @@ class EvaluationSpec(_Model):
     )
 
 
+def evaluations_within(max_steps: int, every_steps: int) -> int:
+    """Held-out evaluations of a run to max_steps: step 0, every every_steps, and the last."""
+    return 1 + max_steps // every_steps + (max_steps % every_steps != 0)
+
+
 class FitSpec(_Model):
     every_evaluations: Int = Field(
         5, ge=1, le=10_000, description="Refit after this many new evaluations."
     )
-    min_compute: Float = Field(
-        1500,
+    min_compute: Float | None = Field(
+        None,
         ge=0,
         le=1e9,
-        description="Exclude points below this compute (GPU-hours); paper ~1.5k.",
+        description="Exclude points below this compute (the run's unit: GPU-hours, or "
+        "process-hours for a CPU run); null: 3 % of the largest compute so far, as the paper's "
+        "~1.5k of 50k GPU-hours.",
     )
 
 
 # Points past the compute floor a prediction needs before it is more than "too early": the
 # paper fits dozens; with fewer, an extrapolation of three shape parameters rests on too little.
 PREDICTION_MIN_POINTS = 8
+# The fewest points past the floor the fitter fits at all (scalerl.fit.fitter.MIN_POINTS).
+FIT_MIN_POINTS = 4
+# A prediction's confidence (scalerl.fit.outlook says when each applies); one word each: a
+# kubectl column splits on spaces.
+TOO_EARLY, UNCHECKED, MISFIT, OK = "TooEarly", "Unchecked", "Misfit", "OK"
 
 
 class StopWhenSpec(_Model):
@@ -377,22 +389,29 @@ class StopWhenSpec(_Model):
         alias="predictedABelow",
         gt=0,
         le=1,
-        description="Stop when the whole A interval of the fit lies below this pass rate.",
+        description="Stop when the whole A interval of a checked fit (confidence OK: its "
+        "half-run backtest ran and held) lies below this pass rate.",
     )
     min_points: Int = Field(
         PREDICTION_MIN_POINTS,
-        ge=4,
+        ge=PREDICTION_MIN_POINTS,
         le=10_000,
-        description="Only after the fit used at least this many evaluations.",
+        description="Only after the fit used at least this many trained evaluations past "
+        f"fit.minCompute (at least {PREDICTION_MIN_POINTS}: a fit of fewer is TooEarly, and "
+        "its A interval can be far too narrow to stop a run on).",
     )
 
 
 class BudgetSpec(_Model):
     max_steps: Int = Field(10000, ge=1, le=MAX_STEPS)
     max_compute_hours: Float = Field(
-        16000, gt=0, le=1e9, description="GPU-hours (process-hours locally)."
+        16000, gt=0, le=1e9, description="GPU-hours; process-hours for a CPU run."
     )
-    stop_when: StopWhenSpec | None = Field(None, description="Prediction-driven early stop.")
+    stop_when: StopWhenSpec | None = Field(
+        None,
+        description="Prediction-driven early stop, on a cluster and by `scalerl run`: the run "
+        "ends (Stopped, reason PredictedBelowTarget) without a restart.",
+    )
     target_pass_rate: Float | None = Field(
         None,
         gt=0,
@@ -777,6 +796,31 @@ class RunSpec(_Model):
             f"{optimizer.lr:g}; set warmupSteps to {steps} or less",
         )
 
+    @model_validator(mode="after")
+    def _a_fit_can_be_made(self) -> RunSpec:
+        """Refuse a compute floor or an evaluation schedule that leaves no fit possible: the
+        run would train to its end and never say where it is heading."""
+        floor, budget = self.fit.min_compute, self.budget
+        if floor is not None and floor >= budget.max_compute_hours:
+            raise _at(
+                "fit.minCompute",
+                f"must be below budget.maxComputeHours ({budget.max_compute_hours:g}): every "
+                f"evaluation would lie below it and no fit could be made; got {floor:g}",
+            )
+        every = self.evaluation.every_steps
+        count = evaluations_within(budget.max_steps, every)
+        # A floor of 0 keeps the step-0 evaluation as a point; any other floor excludes it.
+        needed = FIT_MIN_POINTS + (floor != 0)
+        if count < needed:
+            raise _at(
+                "evaluation.everySteps",
+                f"{every} gives {count} evaluations within budget.maxSteps {budget.max_steps} "
+                f"(step 0, every {every} steps, the last step); a fit needs {needed} with "
+                f"fit.minCompute {'null' if floor is None else f'{floor:g}'} (and a prediction "
+                f"{PREDICTION_MIN_POINTS} past step 0): evaluate more often",
+            )
+        return self
+
     @property
     def colocated(self) -> bool:
         return self.placement == "colocated"
@@ -876,6 +920,14 @@ class ScaleRLRun(_Resource):
 # --- a sweep: variants of one run, compared the paper's way --------------------------------------
 
 SWEEP_KIND = "ScaleRLSweep"
+# A variant's phase in a sweep's leaderboard, locally and on a cluster alike.
+VARIANT_PHASES = PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED = (
+    "Pending",
+    "Running",
+    "Stopped",
+    "Succeeded",
+    "Failed",
+)
 # A variant's run is "<sweep>-<variant>": short names leave room for the run's own children.
 MAX_VARIANT_NAME = 20
 VariantName = Annotated[
@@ -893,16 +945,17 @@ class VariantSpec(_Model):
 
 
 class EarlyStopSpec(_Model):
-    """Stop a variant once its A interval lies wholly below the best variant's A interval: it
-    cannot catch up, and the rest of its budget is saved."""
+    """Stop a variant that cannot win: measured clearly below the best variant at the same
+    compute, and its ceiling below the best one's floor (`scalerl.fit.earlystop`); the rest of
+    its budget is saved."""
 
     min_points: Int = Field(
         PREDICTION_MIN_POINTS,
         ge=PREDICTION_MIN_POINTS,
         le=10_000,
-        description="Judge a variant (and count one as the best) only once its fit used this "
-        f"many evaluations past fit.minCompute (at least {PREDICTION_MIN_POINTS}: a fit of "
-        "fewer is TooEarly, and its bootstrap interval for A can be far too narrow).",
+        description="Judge a variant (and count one as the yardstick) only once it has this "
+        f"many trained evaluations past fit.minCompute (at least {PREDICTION_MIN_POINTS}: a "
+        "fit of fewer is TooEarly, and its bootstrap interval for A can be far too narrow).",
     )
 
 
@@ -937,16 +990,53 @@ class ScaleRLSweep(_Resource):
                 "kind": KIND,
                 "metadata": {"name": f"{self.name}-{variant.name}"}
                 | ({"namespace": self.metadata.namespace} if self.metadata.namespace else {}),
-                "spec": merge_patch(self.spec.base, variant.patch),
+                "spec": patched(self.spec.base, variant.patch),
             }
+            where = f"spec.variants.{i} ({variant.name}): "
             try:
                 runs[variant.name] = parse_run(obj)
             except SpecError as err:
-                where = f"spec.variants.{i} ({variant.name}): "
                 problems += [where + problem for problem in err.problems]
+                continue
+            first = next(iter(runs.values()))
+            problems += [where + p for p in _protocol_changes(first, runs[variant.name])]
         if problems:
             raise SpecError(problems)
         return runs
+
+
+def patched(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A variant's run spec: `base` with `patch` merged (RFC 7386), except that a patch naming
+    another loss type replaces the loss block (a tagged union: the base loss's own fields, such
+    as cispo's epsilonMax, mean nothing to another loss)."""
+    spec = merge_patch(base, patch)
+    loss, base_loss = _loss_block(patch), _loss_block(base)
+    if isinstance(loss, dict) and "type" in loss and loss["type"] != (base_loss or {}).get("type"):
+        spec["recipe"]["loss"] = merge_patch({}, loss)
+    return dict(spec)
+
+
+def _loss_block(spec: dict[str, Any]) -> Any:
+    recipe = spec.get("recipe")
+    return recipe.get("loss") if isinstance(recipe, dict) else None
+
+
+def _protocol_changes(first: ScaleRLRun, run: ScaleRLRun) -> list[str]:
+    """How `run` evaluates otherwise than the sweep's first variant: its pass rates would not be
+    comparable (other prompts, another k, another model), so neither its rank nor a stop."""
+    a, b = first.spec, run.spec
+    differs = {
+        "data.validation": a.data.validation != b.data.validation,
+        "evaluation.generationsPerPrompt": a.evaluation.generations_per_prompt
+        != b.evaluation.generations_per_prompt,
+        "model": a.model != b.model,
+    }
+    return [
+        f"spec.{name}: a sweep's variants share the evaluation protocol (their pass rates are "
+        f"compared); this variant changes it from the first variant's"
+        for name, changed in differs.items()
+        if changed
+    ]
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

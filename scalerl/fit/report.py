@@ -1,9 +1,13 @@
-"""The fit of a run in progress: `fit.json` and `curve.png` next to its `history.jsonl`."""
+"""The fit of a run's evaluations and its outlook: `fit_report`, the one computation behind
+`fit.json` (with `curve.png`, next to a run's `history.jsonl`), `status.prediction` on a cluster
+and `scalerl fit FILE --json`."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +15,88 @@ import numpy as np
 
 from scalerl.fit.backtest import backtest
 from scalerl.fit.fitter import fit_curve
-from scalerl.fit.outlook import outlook
+from scalerl.fit.outlook import outlook, seconds_per_compute, unchecked_reason
 from scalerl.fit.plot import plot_fit
 from scalerl.fit.points import standard_errors
+from scalerl.fit.result import FitResult
+from scalerl.fit.track import Outcome, keep, kept_prediction, score
 from scalerl.spec import BudgetSpec
 
 FIT_FILE = "fit.json"
 PLOT_FILE = "curve.png"
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The names an evaluation's numbers have in a list of rows."""
+
+    compute: str
+    pass_rate: str
+    se: str
+    time: str  # unix seconds of the evaluation's end
+
+
+HISTORY = Columns("compute", "pass_rate", "pass_rate_se", "time")  # history.jsonl, curve files
+STATUS = Columns("computeHours", "passRate", "passRateSE", "time")  # status.evaluations
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """A fit of a run's evaluations and the run's outlook from it (`scalerl.fit.outlook`)."""
+
+    result: FitResult
+    outlook: dict[str, Any]
+    evaluations: int
+    last_step: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """fit.json's fields (without the run's track)."""
+        return {
+            **self.result.to_dict(),
+            **self.outlook,
+            "evaluations": self.evaluations,
+            "lastStep": self.last_step,
+        }
+
+
+def fit_report(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    min_compute: float | None,
+    budget: BudgetSpec,
+    units: int | None,
+    columns: Columns = HISTORY,
+    **fit_options: Any,
+) -> FitReport:
+    """Fit `rows` (evaluations sorted by compute; names per `columns`), weighted by their
+    standard errors when every row has one, and the outlook of a run that has come as far as
+    the last row: predictedAtBudget and what an evaluation there will read, computeToTarget,
+    etaSeconds (wall seconds at the pace the rows' times show; without times, training seconds
+    at `units` compute per hour; null without either), confidence and the half-run backtest it
+    rests on. `fit_options` go to `fit_curve` (and the backtest's fit). Raises what `fit_curve`
+    raises."""
+    compute = np.array([float(r[columns.compute]) for r in rows], dtype=float)
+    pass_rate = np.array([float(r[columns.pass_rate]) for r in rows], dtype=float)
+    sigma = standard_errors(rows, columns.se)
+    result = fit_curve(compute, pass_rate, min_compute=min_compute, sigma=sigma, **fit_options)
+    check = backtest(compute, pass_rate, sigma=sigma, min_compute=min_compute, **fit_options)
+    step = rows[-1].get("step")
+    end = outlook(
+        result,
+        budget,
+        step=int(step or 0),
+        compute=float(compute[-1]),
+        units=units,
+        backtest=check,
+        unchecked="" if check else unchecked_reason(compute, min_compute),
+        wall_per_compute=seconds_per_compute([_time(r, columns) for r in rows], list(compute)),
+    )
+    return FitReport(result, end, len(rows), None if step is None else int(step))
+
+
+def _time(row: Mapping[str, Any], columns: Columns) -> float | None:
+    value = row.get(columns.time)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def write_fit(
@@ -27,33 +106,43 @@ def write_fit(
     min_compute: float | None,
     budget: BudgetSpec,
     units: int,
+    ended: bool = False,
 ) -> dict[str, Any]:
-    """Fit the evaluations so far; write fit.json and curve.png in `out`; return fit.json's data:
-    the fit, and the run's outlook (`scalerl.fit.outlook`: predictedAtBudget and what an
-    evaluation there will read, computeToTarget, etaSeconds at `units` compute per hour,
-    confidence and the half-run backtest it rests on), the evaluation noise taken from the last
-    evaluation's `pass_rate_se`."""
-    compute = np.array([e["compute"] for e in history], dtype=float)
-    pass_rate = np.array([e["pass_rate"] for e in history], dtype=float)
-    sigma = standard_errors(history, "pass_rate_se")
-    result = fit_curve(compute, pass_rate, min_compute=min_compute, sigma=sigma)
-    end = outlook(
-        result,
-        budget,
-        step=int(history[-1]["step"]),
-        compute=float(compute[-1]),
-        units=units,
-        observation_se=float(history[-1].get("pass_rate_se") or 0.0),
-        backtest=backtest(compute, pass_rate, sigma=sigma, min_compute=min_compute),
-    )
-    report = {
-        **result.to_dict(),
-        **end,
-        "evaluations": len(history),
-        "lastStep": history[-1].get("step"),
-    }
+    """Fit the evaluations so far (`fit_report`); write fit.json and curve.png in `out`; return
+    fit.json's data: the fit and the run's outlook, and its `track` (`scalerl.fit.track`): the
+    predictions kept so far, this one added, and once the run has `ended`, `trackRecord`: each
+    scored against the last evaluation."""
+    fitted = fit_report(history, min_compute=min_compute, budget=budget, units=units)
+    report = fitted.to_dict()
+    report.update(_track(out, report, history, ended=ended))
     tmp = out / (FIT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out / FIT_FILE)
-    plot_fit(result, compute, pass_rate, out / PLOT_FILE, predict_to=end["budget"])
+    compute = np.array([e["compute"] for e in history], dtype=float)
+    pass_rate = np.array([e["pass_rate"] for e in history], dtype=float)
+    plot_fit(fitted.result, compute, pass_rate, out / PLOT_FILE, predict_to=report["budget"])
     return report
+
+
+def _track(
+    out: Path, report: dict[str, Any], history: list[dict[str, Any]], *, ended: bool
+) -> dict[str, Any]:
+    """fit.json's `track` (the previous fit.json's, with this fit's prediction kept) and, once
+    the run has ended, its `trackRecord`."""
+    last = history[-1]
+    kept = kept_prediction(report, compute=float(last["compute"]), step=int(last["step"]))
+    track = keep(_previous_track(out / FIT_FILE), kept)
+    if not ended:
+        return {"track": track}
+    outcome = Outcome(pass_rate=float(last["pass_rate"]), compute=float(last["compute"]))
+    return {"track": track, "trackRecord": score(track, outcome)}
+
+
+def _previous_track(path: Path) -> list[dict[str, Any]]:
+    """The track of the fit.json in place; none where there is none (the first fit), or it is
+    unreadable (a folder's fit.json from before tracks were kept: the track starts afresh)."""
+    try:
+        track = json.loads(path.read_text()).get("track")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return list(track) if isinstance(track, list) else []

@@ -18,9 +18,9 @@ Failed with that reason.
 Succeeded means trainer 0 exited 0: it reached the budget (its own last evaluation and checkpoint
 written). Every earlier end is Failed with a reason, as Kubernetes Jobs end Failed on
 `activeDeadlineSeconds`: a gang that failed more often than `failurePolicy.maxRestarts`, a start
-past its timeout, or a run stopped by `budget.stopWhen` because its predicted A interval lies
-below the target (Stopped=True says so). Automation that promotes Succeeded checkpoints must not
-promote those.
+past its timeout, or a run stopped by `budget.stopWhen` because the A interval of a checked fit
+(confidence OK) lies below the target (`prediction.stop_reason`; Stopped=True says so).
+Automation that promotes Succeeded checkpoints must not promote those.
 
 Each status change is a guarded transition: read, check the guard, write with a resourceVersion
 precondition. Two handlers racing on one run (or an operator restarting half-way) cannot restart
@@ -37,7 +37,7 @@ from typing import Any
 
 from scalerl.errors import SpecError
 from scalerl.kube import Kube, KubeError
-from scalerl.operator import children, names
+from scalerl.operator import children, names, trackrecord
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
 from scalerl.operator.prediction import stop_reason
 from scalerl.spec import ScaleRLRun, parse_run
@@ -611,8 +611,22 @@ def finish(ctx: Context, run_obj: dict[str, Any], message: str) -> None:
         conditions=[("Ready", False, SUCCEEDED, message)],
     )
     if written:
+        score_track_record(ctx.status)
         children.remove_workloads(ctx.kube, ctx.owner, queued=queued(run_obj))
         ctx.emit(run_obj, NORMAL, "BudgetReached", message)
+
+
+def score_track_record(status: RunStatus) -> None:
+    """The run has Succeeded: score the predictions its fits kept (status.trackRecord) against
+    its last evaluation. A fit Job may write the record meanwhile: read-modify-write."""
+
+    def change(run: dict[str, Any]) -> dict[str, Any] | None:
+        current = status_of(run)
+        kept = current.get(trackrecord.TRACK_RECORD)
+        record = trackrecord.ended(kept, current.get("evaluations") or [])
+        return None if record is None or record == kept else {trackrecord.TRACK_RECORD: record}
+
+    status.update(change)
 
 
 # --- status changes: fits and the prediction-driven stop -----------------------------------------

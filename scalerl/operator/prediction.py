@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from scalerl.errors import DataError, FitError, InputError, ScaleRLError, SpecError
-from scalerl.spec import BudgetSpec, parse_run
+from scalerl.operator.trackrecord import TRACK_RECORD, with_prediction
+from scalerl.spec import OK, BudgetSpec, parse_run
 from scalerl.status.conditions import now_rfc3339, set_condition
 from scalerl.status.kubernetes import RunStatus, round_value
 
@@ -20,53 +21,37 @@ PREDICTED = "Predicted"
 def predict(
     evaluations: list[dict[str, Any]],
     *,
-    min_compute: float,
+    min_compute: float | None,
     budget: BudgetSpec,
     units: int,
     **fit_options: Any,
 ) -> dict[str, Any]:
     """status.prediction from status.evaluations; FitError/DataError when no fit can be made.
 
-    The fit, and the run's outlook (`scalerl.fit.outlook`): predictedAtBudget at the first budget
-    it will hit and what an evaluation there will read (the curve's band widened by the last
-    evaluation's standard error), computeToTarget, etaSeconds at `units` compute per hour,
+    The fit and the run's outlook, as fit.json has them (`scalerl.fit.report.fit_report`):
+    predictedAtBudget and what an evaluation there will read, computeToTarget, etaSeconds,
     confidence and the half-run backtest it rests on.
     """
-    from scalerl.fit import fit_curve  # late: scipy, only in the fit Job
-    from scalerl.fit.backtest import backtest
-    from scalerl.fit.outlook import outlook
-    from scalerl.fit.points import standard_errors
+    from scalerl.fit.report import STATUS, fit_report  # late: scipy, only in the fit Job
 
     points = sorted(evaluations, key=lambda e: e["computeHours"])
     if not points:
         raise FitError("no evaluations yet")
-    compute = [e["computeHours"] for e in points]
-    pass_rate = [e["passRate"] for e in points]
-    sigma = standard_errors(points, "passRateSE")
-    result = fit_curve(compute, pass_rate, min_compute=min_compute, sigma=sigma, **fit_options)
-    fitted = result.to_dict()
-    interval = fitted["A_interval"]
-    last = points[-1]
-    end = outlook(
-        result,
-        budget,
-        step=int(last["step"]),
-        compute=float(last["computeHours"]),
-        units=units,
-        observation_se=float(last.get("passRateSE") or 0.0),
-        backtest=backtest(compute, pass_rate, sigma=sigma, min_compute=min_compute, **fit_options),
+    fitted = fit_report(
+        points, min_compute=min_compute, budget=budget, units=units, columns=STATUS, **fit_options
     )
+    result = fitted.result.to_dict()
     return {
-        "A": round_value(fitted["A"]),
-        "B": round_value(fitted["B"]),
-        "C_mid": round_value(fitted["C_mid"]),
-        "R0": round_value(fitted["R0"]),
-        "A_interval": None if interval is None else [round_value(v) for v in interval],
-        **_rounded(end),
-        "points": int(fitted["points"]),
+        **{key: _rounded(result[key]) for key in _FIT_KEYS if key in result},
+        **_rounded(fitted.outlook),
+        "points": int(result["points"]),
         "evaluations": len(points),
         "fittedAt": now_rfc3339(),
     }
+
+
+# The fit's numbers status.prediction carries (fit.json has them all).
+_FIT_KEYS = ("A", "B", "C_mid", "R0", "A_interval", "A_atLeast")
 
 
 def _rounded(value: Any) -> Any:
@@ -78,17 +63,31 @@ def _rounded(value: Any) -> Any:
     return round_value(value) if isinstance(value, float) else value
 
 
-def describe(prediction: dict[str, Any]) -> str:
+def describe(prediction: dict[str, Any], unit: str = "") -> str:
+    """The Predicted condition's message: the law, where the run ends (compute in `unit`), and
+    what is known of the fit (its confidence, and why when it is not OK)."""
     interval = prediction.get("A_interval")
     band = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+    at_least = prediction.get("A_atLeast")
+    bound = f" (A >= {at_least:.3f}: the points bound it from below only)" if at_least else ""
+    unit = f" {unit}" if unit else ""
     return (
-        f"A={prediction['A']:.3f}{band} C_mid={prediction['C_mid']:.4g} "
-        f"B={prediction['B']:.2f} from {prediction['points']} points past fit.minCompute of "
-        f"{prediction['evaluations']} in status.evaluations; "
+        f"A={prediction['A']:.3f}{band}{bound} C_mid={prediction['C_mid']:.4g}{unit} "
+        f"B={prediction['B']:.2f} from {prediction['points']} trained evaluations past "
+        f"fit.minCompute of {prediction['evaluations']} in status.evaluations; "
         f"{prediction['predictedAtBudget']:.3f} predicted at the run's end "
-        f"({prediction['budgetLimit']}, compute {prediction['budget']:.4g})"
-        f"{misfit_note(prediction)}"
+        f"({prediction['budgetLimit']}, compute {prediction['budget']:.4g}{unit})"
+        f"{confidence_note(prediction)}{misfit_note(prediction)}"
     )
+
+
+def confidence_note(fit: dict[str, Any]) -> str:
+    """'; <confidence>: <why>' for a TooEarly or Unchecked fit ('' for any other), to add to its
+    summary (a Misfit's says more: `misfit_note`)."""
+    confidence, why = fit.get("confidence"), fit.get("confidenceReason")
+    if confidence in (None, "OK", "Misfit") or not why:
+        return ""
+    return f"; {confidence}: {why}"
 
 
 def misfit_note(fit: dict[str, Any]) -> str:
@@ -116,16 +115,33 @@ def fit_run(status: RunStatus, min_compute: float | None = None, **options: Any)
     prediction: dict[str, Any] = {}
     try:
         prediction = _predict_run(run, min_compute, options)
-        ok, reason, message = True, "Fitted", describe(prediction)
+        ok, reason, message = True, "Fitted", describe(prediction, _unit(run))
     except (FitError, DataError, InputError) as err:
         ok, reason, message = False, _reason(err), str(err)
 
     def change(fresh: dict[str, Any]) -> dict[str, Any] | None:
         fields = _conditions(fresh, ok, reason, message) or {}
-        return {**fields, "prediction": prediction} if prediction else fields or None
+        if not prediction:
+            return fields or None
+        return {**fields, "prediction": prediction, **_kept(fresh, prediction, run)}
 
     status.update(change)
     return prediction
+
+
+def _kept(
+    fresh: dict[str, Any], prediction: dict[str, Any], fitted: dict[str, Any]
+) -> dict[str, Any]:
+    """status.trackRecord with the prediction kept (`scalerl.operator.trackrecord`), from the
+    evaluations of the run as the fit read it (`fitted`)."""
+    old = (fresh.get("status") or {}).get(TRACK_RECORD)
+    evaluations = (fitted.get("status") or {}).get("evaluations") or []
+    record = with_prediction(old, prediction, evaluations)
+    return {TRACK_RECORD: record} if record is not None else {}
+
+
+def _unit(run: dict[str, Any]) -> str:
+    return parse_run(run).spec.compute_unit  # parsed already by the fit that got here
 
 
 def _predict_run(
@@ -154,13 +170,17 @@ def _reason(err: ScaleRLError) -> str:
 
 
 def stop_reason(budget: BudgetSpec, prediction: dict[str, Any] | None) -> str | None:
-    """Why the run should stop now (spec.budget.stopWhen), or None.
+    """Why the run should stop now (spec.budget.stopWhen), or None; the one rule for a cluster
+    and for `scalerl run`.
 
-    Only when the whole A interval lies below the target: a point estimate below it is not
-    enough evidence to throw away the compute already spent.
+    Only on a checked fit in the law (confidence OK: its half-run backtest ran and held) of at
+    least stopWhen.minPoints trained evaluations, and only when its whole A interval lies below
+    the target: a TooEarly fit rests on too little, an Unchecked one was never tested, a Misfit
+    one's intervals are too narrow (its prediction is at best a lower bound), and a point
+    estimate below the target is not enough evidence to throw away the compute already spent.
     """
     rule = budget.stop_when
-    if rule is None or not prediction:
+    if rule is None or not prediction or prediction.get("confidence") != OK:
         return None
     interval = prediction.get("A_interval")
     if interval is None or prediction.get("points", 0) < rule.min_points:
@@ -169,6 +189,6 @@ def stop_reason(budget: BudgetSpec, prediction: dict[str, Any] | None) -> str | 
         return None
     return (
         f"predicted A interval [{interval[0]:.3f}, {interval[1]:.3f}] from "
-        f"{prediction['points']} points lies below stopWhen.predictedABelow "
+        f"{prediction['points']} points (confidence OK) lies below stopWhen.predictedABelow "
         f"{rule.predicted_a_below}"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from scalerl import spec as _spec
+from scalerl.metrics import COMPUTE_UNIT
 
 # The reward field_validator's own regex: pydantic's JSON schema cannot carry a validator.
 REWARD_PATTERN = _spec._REWARD.pattern
@@ -226,7 +227,7 @@ def _progress() -> dict[str, Any]:
             "step": _int("Optimizer steps taken."),
             "policyVersion": _int("Version of the weights generators sample with."),
             "maxSteps": _int("spec.budget.maxSteps as the trainer read it."),
-            "computeHours": _num("Compute spent (GPU-hours; suspended time excluded)."),
+            "computeHours": _num(f"Compute spent ({COMPUTE_UNIT}; suspended time excluded)."),
             "evalPassRate": _num(
                 "Held-out mean@k pass rate of the last evaluation.", nullable=True
             ),
@@ -252,10 +253,14 @@ def _evaluations() -> dict[str, Any]:
             "required": ["step", "computeHours", "passRate"],
             "properties": {
                 "step": _int("Step of the evaluation."),
-                "computeHours": _num("Compute at the evaluation (GPU-hours)."),
+                "computeHours": _num(f"Compute at the evaluation ({COMPUTE_UNIT})."),
                 "passRate": _num("Held-out mean@k pass rate (correct / samples)."),
                 "passRateSE": _num("Standard error of passRate, from the per-prompt means."),
                 "samples": _int("Held-out samples scored (prompts x k)."),
+                "time": _int(
+                    "Unix time (seconds) the evaluation ended: with computeHours, the run's "
+                    "wall pace (prediction.etaSeconds)."
+                ),
                 "truncationRate": _num("Fraction of held-out samples cut at the budget."),
             },
         },
@@ -269,9 +274,14 @@ def _prediction() -> dict[str, Any]:
         "properties": {
             "A": _num("Asymptotic pass rate."),
             "B": _num("Scaling exponent (compute efficiency)."),
-            "C_mid": _num("Compute (GPU-hours) at half of the gain from R0 to A."),
+            "C_mid": _num(f"Compute ({COMPUTE_UNIT}) at half of the gain from R0 to A."),
             "R0": _num("Pass rate at the start."),
             "A_interval": _interval("Bootstrap interval of A."),
+            "A_atLeast": _num(
+                "A lower bound of A where the points bound it from below only (the curve has "
+                "not bent yet: C_mid beyond the data); null otherwise.",
+                nullable=True,
+            ),
             "predictedAtBudget": _num(
                 "Predicted pass rate where the run will end: at the first budget it will hit."
             ),
@@ -280,8 +290,8 @@ def _prediction() -> dict[str, Any]:
                 "there, widened by one evaluation's noise (the last evaluation's passRateSE)."
             ),
             "budget": _num(
-                "The compute where the run will end (GPU-hours): maxComputeHours, or the compute "
-                "maxSteps will have taken at the run's compute per step so far."
+                f"The compute where the run will end ({COMPUTE_UNIT}): maxComputeHours, or "
+                "the compute maxSteps will have taken at the run's compute per step so far."
             ),
             "budgetLimit": {
                 "type": "string",
@@ -289,36 +299,55 @@ def _prediction() -> dict[str, Any]:
                 "description": "The budget the run will hit first.",
             },
             "computeToTarget": _num(
-                "Compute (GPU-hours) at which the fitted curve reaches budget.targetPassRate: 0 "
-                "where it starts there, null where its A does not reach it or without a target.",
+                f"Compute ({COMPUTE_UNIT}) at which the fitted curve reaches "
+                "budget.targetPassRate: 0 where it starts there, null where its A does not reach "
+                "it or without a target.",
                 nullable=True,
             ),
             "etaSeconds": {
                 "type": "object",
-                "description": "Wall seconds from the last evaluation, at the run's GPUs.",
+                "description": "Seconds from the last evaluation: wall seconds at the run's "
+                "measured pace (the median wall time per unit of compute between its "
+                "evaluations, which counts evaluations and restarts too); where evaluations "
+                "carry no time, training seconds at the run's GPUs.",
                 "properties": {
-                    "budget": _num("To the run's end (predictedAtBudget's compute)."),
-                    "target": _num("To computeToTarget (null when there is none).", nullable=True),
+                    "budget": _num(
+                        "To the run's end (predictedAtBudget's compute).", nullable=True
+                    ),
+                    "target": _num(
+                        "To computeToTarget (null when there is none or it lies beyond the "
+                        "budget: the run will not get there).",
+                        nullable=True,
+                    ),
                 },
             },
             "confidence": {
                 "type": "string",
-                "enum": ["TooEarly", "Misfit", "OK"],
+                "enum": [_spec.TOO_EARLY, _spec.UNCHECKED, _spec.MISFIT, _spec.OK],
                 "description": f"TooEarly while fewer than {_spec.PREDICTION_MIN_POINTS} "
-                "evaluations lie past fit.minCompute: the numbers are an extrapolation that "
-                "rests on too little. Misfit when the backtest's last evaluation lies outside "
-                "its interval: the run is not following the law (yet), and the intervals, "
-                "which assume it does, are too narrow. Else OK.",
+                "trained evaluations lie past fit.minCompute: the numbers are an extrapolation "
+                "that rests on too little. Unchecked while the half-run backtest cannot run "
+                f"(its first half holds fewer than {_spec.PREDICTION_MIN_POINTS} such "
+                "evaluations, about twice as many in the whole run): nothing has tested the "
+                "fit yet. Misfit when the backtest's interval missed the last evaluation: the "
+                "run is not following the law (yet), and the intervals, which assume it does, "
+                "are too narrow. OK only when the backtest ran and held.",
+            },
+            "confidenceReason": {
+                "type": "string",
+                "nullable": True,
+                "description": "Why the confidence is not OK, in words (null when OK).",
             },
             "backtest": {
                 "type": "object",
                 "nullable": True,
                 "description": "The fit of the evaluations in the first half of the compute, "
-                "asked what the last evaluation would read (null until there are 8 "
-                "evaluations and that half can be fitted).",
+                "asked what the last evaluation would read (null until that half holds "
+                f"{_spec.PREDICTION_MIN_POINTS} trained evaluations past fit.minCompute and "
+                "can be fitted).",
                 "properties": {
                     "fittedOn": _int("Evaluations at compute up to half the last one's."),
-                    "compute": _num("The last evaluation's compute (GPU-hours)."),
+                    "compute": _num(f"The last evaluation's compute ({COMPUTE_UNIT})."),
                     "predicted": _num("The first half's curve there."),
                     "interval": _interval(
                         "What an evaluation there would read, by the first half's fit."
@@ -332,11 +361,69 @@ def _prediction() -> dict[str, Any]:
                     },
                 },
             },
-            "points": _int("Evaluations the fit used (past fit.minCompute)."),
+            "points": _int(
+                "Trained evaluations the fit used: past fit.minCompute, not the step-0 one "
+                "(compute 0, which sets R0)."
+            ),
             "evaluations": _int(
                 "Evaluations the fit read: status.evaluations, thinned evenly on log compute."
             ),
             "fittedAt": {"type": "string", "format": "date-time"},
+        },
+    }
+
+
+def _track_record() -> dict[str, Any]:
+    """status.trackRecord (scalerl.operator.trackrecord)."""
+    score = {
+        "actual": _num("The run's last evaluation (outcome.passRate)."),
+        "actualCompute": _num(f"Its compute ({COMPUTE_UNIT})."),
+        "error": _num("predictedAtBudget - actual."),
+        "inside": {
+            "type": "boolean",
+            "nullable": True,
+            "description": "Whether actual lies in predictedAtBudgetInterval (null without one).",
+        },
+        "width": _num("The width of predictedAtBudgetInterval.", nullable=True),
+    }
+    kept = {
+        "seen": _num("The fraction of the run this prediction stands for: the latest made by it."),
+        "fractionSeen": _num(
+            "The fraction of the run seen when it was made: compute then over the budget's "
+            "compute the run was heading for then."
+        ),
+        "compute": _num(f"Compute of the last evaluation it fitted ({COMPUTE_UNIT})."),
+        "step": _int("Step of that evaluation."),
+        "A": _num("Asymptotic pass rate then."),
+        "A_interval": _interval("Interval of A then."),
+        "A_atLeast": _num(
+            "Lower bound of A then, where the data bound it from below only.", nullable=True
+        ),
+        "predictedAtBudget": _num("What it predicted the run would end at."),
+        "predictedAtBudgetInterval": _interval("What an evaluation at the end would read, then."),
+        "confidence": {"type": "string", "description": "The prediction's confidence then."},
+        **score,
+    }
+    return {
+        "type": "object",
+        "description": "How good the run's predictions were: the prediction that was the latest "
+        "made by 25, 50 and 75 % of the run, scored against its last evaluation once it has "
+        "Succeeded (the operator's track record metrics pool them).",
+        "properties": {
+            "predictions": {
+                "type": "array",
+                "maxItems": 3,
+                "items": {"type": "object", "properties": kept},
+            },
+            "outcome": {
+                "type": "object",
+                "nullable": True,
+                "description": "Where the run ended (absent until it has Succeeded).",
+                "properties": {
+                    "passRate": _num("Its last evaluation."),
+                    "computeHours": _num(f"Its compute ({COMPUTE_UNIT})."),
+                },
+            },
         },
     }
 
@@ -365,6 +452,7 @@ def status_schema() -> dict[str, Any]:
             "evaluationCount": _int("Evaluations made (status.evaluations may be thinned)."),
             "evaluations": _evaluations(),
             "prediction": _prediction(),
+            "trackRecord": _track_record(),
             "fit": {
                 "type": "object",
                 "description": "Fit Jobs the operator created.",
@@ -379,21 +467,33 @@ def status_schema() -> dict[str, Any]:
 
 def sweep_status_schema() -> dict[str, Any]:
     """status of a ScaleRLSweep, written by the operator (scalerl/operator/sweeps.py)."""
+    text = {"type": "string", "nullable": True}
     row = {
         "type": "object",
+        "description": "One variant, as a row of `scalerl sweep`'s leaderboard.json: the fit "
+        "of its run's evaluations (weighted by their SEs) it was ranked by.",
         "properties": {
-            "variant": {"type": "string"},
-            "run": {"type": "string", "nullable": True},
-            "state": {"type": "string", "enum": ["Pending", "Running", "Stopped", "Done"]},
-            "phase": {"type": "string", "nullable": True, "description": "Its run's phase."},
-            "A": _num("Its predicted A.", nullable=True),
+            "name": {"type": "string", "description": "The variant."},
+            "run": {"type": "string"},
+            "phase": {"type": "string", "enum": list(_spec.VARIANT_PHASES)},
+            "A": _num("The ranked fit's A.", nullable=True),
             "A_interval": _interval("Its A interval."),
+            "A_atLeast": _num(
+                "A lower bound on A where the data bound it only from below.", nullable=True
+            ),
             "B": _num("Its B.", nullable=True),
             "C_mid": _num("Its C_mid.", nullable=True),
             "points": {"type": "integer", "nullable": True},
-            "computeHours": _num("Compute its run spent (its last evaluation's)."),
-            "stopReason": {"type": "string", "nullable": True},
-            "computeSaved": _num("Compute its early stop saved (to its budget).", nullable=True),
+            "confidence": {**text, "description": "Its run's own prediction's confidence."},
+            "compute": _num("Compute its run spent (its last evaluation's), in computeUnit."),
+            "computeUnit": {"type": "string", "description": "GPU-hours or process-hours."},
+            "stopReason": {**text, "description": "Why the sweep stopped it."},
+            "stopEvidence": {**text, "description": "What decided the stop: measured or fit."},
+            "failure": {**text, "description": "Why its run failed."},
+            "computeSaved": _num(
+                "Compute its early stop saved: its budget's end beyond its last evaluation.",
+                nullable=True,
+            ),
         },
     }
     return {
