@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,10 @@ def backtest_runs(seeds: list[int], work: Path) -> None:
     )
 
 
+# A curve to backtest: its name, compute, pass rates and their SEs (None: the file has none).
+CurveRow = tuple[str, np.ndarray, np.ndarray, np.ndarray | None]
+
+
 @dataclass(frozen=True)
 class Checked:
     """One curve's half-run backtest (`scalerl.fit.backtest`), as the product runs it."""
@@ -251,7 +256,7 @@ class Checked:
         )
 
 
-def check_curves(curves: list[tuple[str, np.ndarray, np.ndarray, np.ndarray | None]]) -> None:
+def check_curves(curves: list[CurveRow]) -> None:
     """The half-run backtest of every curve (name, compute, pass rate, SEs or None): per curve
     and in total, predicted, interval, actual, inside, signed error (predicted - actual), width."""
     print(
@@ -275,22 +280,22 @@ def check_curves(curves: list[tuple[str, np.ndarray, np.ndarray, np.ndarray | No
     )
 
 
-def external_curves(folder: Path) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray | None]]:
+def external_curves(folder: Path) -> list[CurveRow]:
     """Every CSV of `folder` (columns compute, pass_rate; published curves carry no SEs: the
     backtest reads the noise from the first half's residuals)."""
     files = sorted(folder.glob("*.csv"))
     if not files:
         raise SystemExit(f"{folder}: no .csv files")
-    out = []
+    out: list[CurveRow] = []
     for path in files:
         curve = load_curve(path)
         out.append((path.stem[:58], curve.compute, curve.pass_rate, None))
     return out
 
 
-def kept_runs(folder: Path) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray | None]]:
+def kept_runs(folder: Path) -> list[CurveRow]:
     """Every finished run under `folder` (a `history.jsonl` per subfolder), with its SEs."""
-    out = []
+    out: list[CurveRow] = []
     for path in sorted(folder.glob("*/history.jsonl")):
         history = read_history(path)
         compute = np.array([row["compute"] for row in history], dtype=float)
@@ -300,7 +305,7 @@ def kept_runs(folder: Path) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarra
     return out
 
 
-def _run(example: Path, changes: dict[str, object], seed: int, out: Path) -> list[dict[str, Any]]:
+def _run(example: Path, changes: Mapping[str, Any], seed: int, out: Path) -> list[dict[str, Any]]:
     """The run's history; a run already in `out` (a finished one, `--work`) is read again."""
     if (out / "history.jsonl").exists():
         return read_history(out / "history.jsonl")

@@ -261,6 +261,7 @@ def _check_enough(c: FloatArray, used: NDArray[np.bool_], cutoff: float) -> None
 
 def _a_grid(a_grid: ArrayLike | None, r0: float, y: FloatArray) -> FloatArray:
     """Candidate asymptotes: the paper's 0.450..0.800 extended to cover max(R0, max y)..1.0."""
+    grid: FloatArray
     if a_grid is not None:
         grid = _option_array(a_grid, "a_grid")
         grid = grid[grid > r0]

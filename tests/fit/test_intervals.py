@@ -63,7 +63,9 @@ def test_a_straight_early_curve_reads_a_lower_bound_not_a_tight_interval() -> No
     assert rates.max() <= result.A_at_least <= result.A_interval[0] + 1e-12
     assert result.to_dict()["A_atLeast"] == result.A_at_least
     # The band at the run's end holds every curve the points allow, up to the one with A = 1.
-    lo, hi = result.predict_interval(0.0064)
+    band = result.predict_interval(0.0064)
+    assert band is not None
+    lo, hi = band
     for A, B, C_mid, R0 in result.profile:
         assert lo - 1e-12 <= sigmoid(0.0064, A, B, C_mid, R0) <= hi + 1e-12
     assert result.profile[:, 0].max() == 1.0
@@ -101,7 +103,9 @@ def test_the_noise_added_is_an_evaluation_s_at_the_predicted_rate_and_stays_belo
     at = result.predict(1.0)
     assert 0.998 < at < 1.0
     noise = ObservationNoise(c=1 / 128, floor=0.0)
-    lo, hi = result.predict_interval(1.0, noise)
+    reads = result.predict_interval(1.0, noise)
+    assert reads is not None
+    lo, hi = reads
     z = statistics.NormalDist().inv_cdf(0.975)
     assert lo == pytest.approx(at - z * math.sqrt(at * (1 - at) / 128), rel=1e-9)
     assert hi == 1.0  # at + z se would pass 1
@@ -113,7 +117,9 @@ def test_the_noise_added_is_an_evaluation_s_at_the_predicted_rate_and_stays_belo
     rates = rng.binomial(128, sigmoid(compute, 1.0, 2.0, 0.03, 0.18)) / 128
     fitted = fit_curve(compute, rates, sigma=np.sqrt(rates * (1 - rates) / 128))
     for budget in (0.4, 16000.0):
-        lo, hi = fitted.predictive_interval(budget)
+        reads = fitted.predictive_interval(budget)
+        assert reads is not None
+        lo, hi = reads
         assert 0.0 <= lo <= fitted.predict(budget) <= hi <= 1.0
 
 
