@@ -33,6 +33,14 @@ seed re-reads the same draws every time), of the demo and of chat-arith in one p
 half of the run's compute, does the interval for what the last evaluation will read hold what it
 read? And what the half-run fit's own check said: the runs it calls Misfit are those a user
 was told not to trust. A few minutes per run on 2 cores.
+
+`--external DIR` runs the product's half-run backtest (`scalerl.fit.backtest`: fit the
+evaluations at compute <= half the last one's, predict the last) on every CSV curve of DIR
+(columns compute, pass_rate; no SEs: the noise is read from the first half's residuals), and
+`--kept DIR` on the finished runs kept in DIR (`*/history.jsonl`, e.g. a `--work` folder; each
+evaluation's SE weighs it), without running anything: per curve and in total, predicted,
+interval, actual, inside, signed error (predicted - actual) and width. `--draws 0` skips the
+synthetic scenarios.
 """
 
 from __future__ import annotations

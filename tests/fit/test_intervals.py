@@ -32,15 +32,16 @@ def evaluations(law: tuple[float, float, float, float], seed: int) -> tuple[np.n
 @given(
     a=st.floats(0.6, 0.9),
     b=st.floats(1.3, 2.5),
-    seed=st.integers(0, 10_000),
 )
-def test_the_interval_widens_as_c_mid_moves_past_the_data(a: float, b: float, seed: int) -> None:
-    # The same curve and noise, its midpoint at 0.3 of the data (bent well before the end) or
-    # 3 times beyond it (still in its first rise): what the points say about A and about the
-    # pass rate at twice the data's compute.
+def test_the_interval_widens_as_c_mid_moves_past_the_data(a: float, b: float) -> None:
+    # The same law with its midpoint at 0.3 of the data (bent well before the end) or 3 times
+    # beyond it (still in its first rise), read exactly, each point with the standard error a
+    # mean@8 over 128 prompts has: what the points can say about A, noise draws aside (whether
+    # a noisy draw's interval holds the truth is coverage, bench/calibration.py's business).
     fits = {}
     for factor in (0.3, 3.0):
-        rates, se = evaluations((a, b, factor * LAST, 0.2), seed)
+        rates = sigmoid(COMPUTE, a, b, factor * LAST, 0.2)
+        se = np.sqrt(rates * (1 - rates) / TRIALS)
         fits[factor] = fit_curve(COMPUTE, rates, sigma=se, min_compute=0.0)
     bent, early = fits[0.3], fits[3.0]
     assert bent.A_interval is not None and early.A_interval is not None
