@@ -244,34 +244,50 @@ CurveRow = tuple[str, np.ndarray, np.ndarray, np.ndarray | None]
 
 @dataclass(frozen=True)
 class Checked:
-    """One curve's half-run backtest (`scalerl.fit.backtest`), as the product runs it."""
+    """One curve's half-run backtest (`scalerl.fit.backtest`), as the product runs it, what the
+    half-run fit's own check said (its first quarter against its half: what a user reading the
+    prediction half-way was told), and the half-run fit's `A >=` bound, if any."""
 
     name: str
     points: int
     check: Any  # scalerl.fit.backtest.Backtest, or None: too few points in the first half
+    said: str = "-"  # OK / Misfit / - (the half's own check could not run)
+    at_least: float | None = None
 
     def row(self) -> str:
         if self.check is None:
             return f"  {self.name:<58}{self.points:>5}  (first half too short to check)"
         b = self.check
         lo, hi = b.interval if b.interval is not None else (math.nan, math.nan)
-        at_least = getattr(b, "A_at_least", None)
-        bound = "" if at_least is None else f"  A>={at_least:.3f}"
+        bound = "" if self.at_least is None else f"  A>={self.at_least:.3f}"
         return (
             f"  {self.name:<58}{self.points:>5}{b.fitted_on:>5}{b.predicted:>10.3f}  "
             f"[{lo:.3f}, {hi:.3f}]{b.actual:>9.3f}  {'yes' if b.inside else 'NO':<4}"
-            f"{b.predicted - b.actual:>+8.3f}{hi - lo:>8.3f}{bound}"
+            f"{b.predicted - b.actual:>+8.3f}{hi - lo:>8.3f}  {self.said:<7}{bound}"
         )
+
+
+def _checked(name: str, c: np.ndarray, y: np.ndarray, se: np.ndarray | None) -> Checked:
+    half = c <= c[-1] / 2
+    early_se = None if se is None else se[half]
+    own = self_check(c[half], y[half], sigma=early_se)
+    said = "-" if own is None or own.inside is None else "OK" if own.inside else "Misfit"
+    try:
+        at_least = getattr(fit_curve(c[half], y[half], sigma=early_se), "A_at_least", None)
+    except ScaleRLError:
+        at_least = None
+    return Checked(name, c.size, self_check(c, y, sigma=se), said, at_least)
 
 
 def check_curves(curves: list[CurveRow]) -> None:
     """The half-run backtest of every curve (name, compute, pass rate, SEs or None): per curve
-    and in total, predicted, interval, actual, inside, signed error (predicted - actual), width."""
+    and in total, predicted, interval, actual, inside, signed error (predicted - actual), width,
+    and what the half-run fit's own check said."""
     print(
         f"  {'curve':<58}{'n':>5}{'half':>5}{'predicted':>10}  {'95 % interval':<16}"
-        f"{'actual':>9}  {'in':<4}{'error':>8}{'width':>8}"
+        f"{'actual':>9}  {'in':<4}{'error':>8}{'width':>8}  half said"
     )
-    rows = [Checked(name, c.size, self_check(c, y, sigma=se)) for name, c, y, se in curves]
+    rows = [_checked(*curve) for curve in curves]
     for checked in rows:
         print(checked.row())
     done = [r.check for r in rows if r.check is not None and r.check.interval is not None]
