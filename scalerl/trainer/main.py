@@ -264,6 +264,7 @@ class Trainer:
         self.state.bump("zero_variance_groups", stats.zero_variance_groups)
         self.state.bump("stale_groups", stats.stale_groups)
         self.metrics.zero_variance_groups.inc(stats.zero_variance_groups)
+        self.metrics.received_groups.inc(stats.received_groups)
         self.metrics.stale_groups.inc(stats.stale_groups)
         self.metrics.pass_rate.set(stats.pass_rate)
         if stats.mean_lag is not None:  # nothing trained: the last trained batch's lag stands
