@@ -2,13 +2,15 @@
 one place.
 
 Prefix `scalerl_`, labels `namespace` and `run` on every series (two runs of one name in two
-namespaces are two series; a local run's namespace is "local"); units in names; counters end in
-`_total` (prometheus-client appends it). Each process builds the set it owns on its own registry
-and serves `/metrics` on its port.
+namespaces are two series; a local run's namespace is "local"), but the operator's track record,
+which pools the finished runs it manages (label `seen` alone: TRACK_RECORD_GAUGES); units in
+names; counters end in `_total` (prometheus-client appends it). Each process builds the set it
+owns on its own registry and serves `/metrics` on its port.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from prometheus_client import (
@@ -22,6 +24,10 @@ from prometheus_client import (
 
 # `*_created` series double the series count and nothing of ours reads them.
 disable_created_metrics()
+
+# The unit of every compute a run reports, for texts that cannot know which run they describe
+# (help texts, the CRD, the dashboard): `RunSpec.compute_unit` is one run's.
+COMPUTE_UNIT = "GPU-hours; process-hours for a CPU run"
 
 PREFIX = "scalerl_"
 LABELS = ("namespace", "run")
@@ -43,6 +49,7 @@ GENERATOR_GAUGES = {
 TRAINER_COUNTERS = {
     "trained_tokens": "Completion tokens trained on (loss tokens).",
     "zero_variance_groups": "Prompt groups dropped because all rewards were equal.",
+    "received_groups": "Prompt groups the trainer received for its batches, stale ones included.",
     "stale_groups": "Prompt groups dropped for being more than k policy versions old.",
     "skipped_steps": "Optimizer steps skipped for a non-finite loss or gradient.",
     "no_signal_steps": "Steps whose every group was filtered out (all right or all wrong).",
@@ -58,15 +65,14 @@ TRAINER_GAUGES = {
         "Standard error of eval_pass_rate, from the per-prompt means of that evaluation."
     ),
     "eval_compute_hours": (
-        "Compute (GPU-hours; process-hours locally) at which the last evaluation"
-        " (eval_pass_rate) was measured."
+        f"Compute ({COMPUTE_UNIT}) at which the last evaluation (eval_pass_rate) was measured."
     ),
     "policy_version": "Policy version of the trainer.",
     "policy_lag_steps": (
         "Mean policy versions between generation and training over the tokens of the last"
         " trained batch (kept samples only)."
     ),
-    "compute_hours": "Compute spent (GPU-hours; process-hours locally).",
+    "compute_hours": f"Compute spent ({COMPUTE_UNIT}).",
     "step": "Optimizer steps taken.",
     "grad_norm": "Total gradient norm (before clipping) of the last step.",
     "importance_ratio_max": "Largest trainer/generator token probability ratio, last step.",
@@ -88,20 +94,52 @@ HISTOGRAMS = {
 # series per run it manages).
 RUN_GAUGES = {
     "predicted_asymptote": "Fitted asymptotic pass rate A of the scaling curve.",
-    "predicted_cmid": "Fitted compute midpoint C_mid (GPU-hours; process-hours locally).",
+    "predicted_cmid": f"Fitted compute midpoint C_mid ({COMPUTE_UNIT}).",
     "predicted_slope": "Fitted scaling exponent B of the scaling curve.",
     "predicted_r0": "Pass rate at zero compute the fit anchors the curve at (R0).",
-    "target_asymptote": "The run's target: spec.budget.stopWhen.predictedABelow (absent if none).",
+    "predicted_at_budget": (
+        "Fitted pass rate where the run will end: the curve at the first budget it will hit"
+        " (predictedAtBudget)."
+    ),
+    "target_pass_rate": "The run's target: spec.budget.targetPassRate (absent if none).",
+    "stop_asymptote_below": (
+        "spec.budget.stopWhen.predictedABelow: the run stops once its whole A interval lies"
+        " below it (absent if none)."
+    ),
     "gang_restarts": "Gang restarts from the last checkpoint so far.",
     "sweep_variant_stopped": "1 once the run's ScaleRLSweep stopped it (a variant whose A "
     "interval lies below the best one's), else 0; absent for a run of no sweep.",
 }
-# Fit result key -> the gauge it sets.
+# Fit result key -> the gauge it sets: the curve's parameters, then what the run's outlook
+# (scalerl.fit.outlook) says of its end.
 FIT_GAUGES = {
     "A": "predicted_asymptote",
     "C_mid": "predicted_cmid",
     "B": "predicted_slope",
     "R0": "predicted_r0",
+}
+OUTLOOK_GAUGES = {"predictedAtBudget": "predicted_at_budget"}
+# How good the predictions were (scalerl.fit.track), over every finished run the operator manages
+# (status.trackRecord), by the fraction of a run seen when each was made: label `seen`, "0.25",
+# "0.5" or "0.75". A run counts by a fraction once it has a scored prediction made by then.
+TRACK_RECORD_LABELS = ("seen",)
+TRACK_RECORD_GAUGES = {
+    "track_record_runs": "Finished runs with a scored prediction made by this fraction of the run.",
+    "track_record_coverage": (
+        "Share of those runs whose predictedAtBudgetInterval (95 %) held their last evaluation"
+        " (of those with an interval)."
+    ),
+    "track_record_median_error": (
+        "Median over those runs of predictedAtBudget minus the last evaluation's pass rate."
+    ),
+    "track_record_median_width": "Median width of their predictedAtBudgetInterval.",
+}
+# Track record gauge -> the key of `scalerl.fit.track.summarise`'s rows it reads.
+TRACK_RECORD_FIELDS = {
+    "track_record_runs": "runs",
+    "track_record_coverage": "coverage",
+    "track_record_median_error": "medianError",
+    "track_record_median_width": "medianWidth",
 }
 
 
@@ -109,6 +147,7 @@ def all_metric_names() -> set[str]:
     """Every series name as Prometheus stores it (counters with `_total`, histogram parts)."""
     names = {f"{PREFIX}{n}_total" for n in {**GENERATOR_COUNTERS, **TRAINER_COUNTERS}}
     names |= {f"{PREFIX}{n}" for n in {**GENERATOR_GAUGES, **TRAINER_GAUGES, **RUN_GAUGES}}
+    names |= {f"{PREFIX}{n}" for n in TRACK_RECORD_GAUGES}
     for n in HISTOGRAMS:
         names |= {f"{PREFIX}{n}_{part}" for part in ("bucket", "sum", "count")}
     return names
@@ -192,17 +231,23 @@ class RunMetrics:
             name: Gauge(PREFIX + name, doc, LABELS, registry=self.registry)
             for name, doc in RUN_GAUGES.items()
         }
+        self.track_record = TrackRecordMetrics(self.registry)
 
     def set_prediction(self, namespace: str, run: str, result: dict[str, Any]) -> None:
-        for key, name in FIT_GAUGES.items():
+        for key, name in {**FIT_GAUGES, **OUTLOOK_GAUGES}.items():
             if result.get(key) is not None:
                 self._gauges[name].labels(namespace, run).set(float(result[key]))
 
-    def set_target(self, namespace: str, run: str, target: float | None) -> None:
-        if target is None:
-            self._remove("target_asymptote", namespace, run)
-        else:
-            self._gauges["target_asymptote"].labels(namespace, run).set(target)
+    def set_targets(
+        self, namespace: str, run: str, pass_rate: float | None, stop_below: float | None
+    ) -> None:
+        """The run's budget.targetPassRate and budget.stopWhen.predictedABelow (None: it has
+        none, and the gauge goes)."""
+        for name, value in (("target_pass_rate", pass_rate), ("stop_asymptote_below", stop_below)):
+            if value is None:
+                self._remove(name, namespace, run)
+            else:
+                self._gauges[name].labels(namespace, run).set(value)
 
     def set_sweep_stopped(self, namespace: str, run: str, stopped: bool | None) -> None:
         """Whether the run's sweep stopped it (None: the run belongs to no sweep)."""
@@ -217,6 +262,7 @@ class RunMetrics:
     def forget(self, namespace: str, run: str) -> None:
         for name in self._gauges:
             self._remove(name, namespace, run)
+        self.track_record.forget(namespace, run)
 
     def _remove(self, name: str, namespace: str, run: str) -> None:
         try:
@@ -226,3 +272,47 @@ class RunMetrics:
 
     def serve(self, port: int, addr: str) -> None:
         start_http_server(port, addr=addr, registry=self.registry)
+
+
+class TrackRecordMetrics:
+    """TRACK_RECORD_GAUGES: the scored predictions of every finished run one watcher manages (the
+    operator: each run's status.trackRecord), pooled by fraction seen (`scalerl.fit.track`).
+    Handlers of different runs call it from different threads: one lock guards the pool."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._gauges = {
+            name: Gauge(PREFIX + name, doc, TRACK_RECORD_LABELS, registry=registry)
+            for name, doc in TRACK_RECORD_GAUGES.items()
+        }
+        self._runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def set_run(self, namespace: str, run: str, scored: list[dict[str, Any]] | None) -> None:
+        """The run's scored predictions (None: not scored, or no longer: it leaves the pool)."""
+        with self._lock:
+            if scored is None:
+                if self._runs.pop((namespace, run), None) is None:
+                    return
+            elif self._runs.get((namespace, run)) == scored:
+                return
+            else:
+                self._runs[(namespace, run)] = scored
+            self._export()
+
+    def forget(self, namespace: str, run: str) -> None:
+        self.set_run(namespace, run, None)
+
+    def _export(self) -> None:
+        from scalerl.fit.track import summarise  # late: only a watcher with finished runs
+
+        for bucket in summarise(self._runs.values()):
+            seen = f"{bucket['seen']:g}"
+            for name, key in TRACK_RECORD_FIELDS.items():
+                value = bucket[key]
+                if value is None:
+                    try:
+                        self._gauges[name].remove(seen)
+                    except KeyError:
+                        pass  # never set
+                else:
+                    self._gauges[name].labels(seen).set(float(value))

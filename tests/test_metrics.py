@@ -80,9 +80,10 @@ def test_every_design_metric_is_served_by_some_process() -> None:
 
 
 def test_all_metric_names_lists_what_is_served() -> None:
-    text = scrape(
-        in_use(TrainerMetrics("ns", "x")), in_use(GeneratorMetrics("ns", "x")), run_metrics("x")
-    )
+    operator = run_metrics("x")  # and a finished run's scored prediction, made at 20 % of it
+    scored = {"fractionSeen": 0.2, "compute": 1.0, "error": 0.01, "inside": True, "width": 0.1}
+    operator.track_record.set_run("ns", "x", [scored])
+    text = scrape(in_use(TrainerMetrics("ns", "x")), in_use(GeneratorMetrics("ns", "x")), operator)
     served = {line.split("{")[0] for line in text.splitlines() if line and line[0] != "#"}
     assert served == all_metric_names()
 

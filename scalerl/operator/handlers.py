@@ -24,7 +24,7 @@ import kopf
 from scalerl.errors import InputError
 from scalerl.kube import Kube, KubeError
 from scalerl.metrics import RunMetrics
-from scalerl.operator import lifecycle, names, sweeps
+from scalerl.operator import lifecycle, names, sweeps, trackrecord
 from scalerl.operator.children import StaleWorkload
 from scalerl.operator.manifests import Images, NetworkSettings
 
@@ -90,7 +90,7 @@ def network_from_environ() -> NetworkSettings:
 
 def export_metrics(metrics: RunMetrics, run: dict[str, Any], deleted: bool) -> None:
     """The run-level gauges (prediction, target, gang restarts, whether its sweep stopped it)
-    from the run's own object."""
+    from the run's own object, and its scored predictions in the operator's track record."""
     meta = run["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     if deleted:
@@ -103,9 +103,14 @@ def export_metrics(metrics: RunMetrics, run: dict[str, Any], deleted: bool) -> N
     metrics.set_sweep_stopped(namespace, name, stopped if in_sweep else None)
     if status.get("prediction"):
         metrics.set_prediction(namespace, name, status["prediction"])
+    scored = trackrecord.scored_predictions(status.get(trackrecord.TRACK_RECORD))
+    metrics.track_record.set_run(namespace, name, scored)
     # Read raw, not parsed: a gauge must not wait for an invalid spec to be fixed.
-    stop_when = ((run.get("spec") or {}).get("budget") or {}).get("stopWhen") or {}
-    metrics.set_target(namespace, name, stop_when.get("predictedABelow"))
+    budget = (run.get("spec") or {}).get("budget") or {}
+    stop_when = budget.get("stopWhen") or {}
+    metrics.set_targets(
+        namespace, name, budget.get("targetPassRate"), stop_when.get("predictedABelow")
+    )
 
 
 def post_event(run: dict[str, Any], type_: str, reason: str, message: str) -> None:

@@ -10,6 +10,7 @@ Prometheus evaluates their queries.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,15 @@ from promql import alert_files, alert_rules, dashboards, panels, queries
 from promtool import output, promtool_run
 
 from scalerl.fit.law import sigmoid
-from scalerl.metrics import FIT_GAUGES, LABELS, all_metric_names
+from scalerl.metrics import (
+    COMPUTE_UNIT,
+    FIT_GAUGES,
+    LABELS,
+    TRACK_RECORD_GAUGES,
+    TRACK_RECORD_LABELS,
+    TRAINER_GAUGES,
+    all_metric_names,
+)
 
 Obj = dict[str, Any]
 
@@ -32,7 +41,8 @@ REQUIRED_PANELS = [
     "Pass rate vs compute",
     "Truncation rate",
     "Entropy",
-    "Policy lag",
+    "Stale prompt groups",
+    "Predicted pass rate at the end vs target",
     "Throughput",
     "Weight sync seconds",
     "Weight update size",
@@ -43,6 +53,7 @@ REQUIRED_PANELS = [
     "Train batch pass rate",
     "Sweep variants: predicted A",
     "Sweep variants stopped early",
+    "How good were the predictions",
 ]
 
 # Non-default values for every knob the Grafana objects read.
@@ -50,6 +61,7 @@ CUSTOM: Obj = {
     "alerts": {
         "severity": "critical",
         "truncation": {"threshold": 0.2, "window": "10m", "for": "20m"},
+        "staleGroups": {"share": 0.4, "window": "1h30m", "for": "1m"},
     },
     "grafana": {
         "dashboards": {"label": "my_dashboards", "labelValue": "yes"},
@@ -100,14 +112,27 @@ def data(rule: Obj, ref: str) -> Obj:
     return query
 
 
-def prometheus_truncation(values: Obj | None = None) -> tuple[str, float, str]:
-    """The PrometheusRule's ScaleRLTruncationRateHigh: (ratio, threshold, hold)."""
+def prometheus_rule(alert: str, values: Obj | None = None) -> Obj:
     groups = one(render(values), "PrometheusRule")["spec"]["groups"]
-    (rule,) = [
-        r for g in groups for r in g["rules"] if r.get("alert") == "ScaleRLTruncationRateHigh"
-    ]
+    (rule,) = [r for g in groups for r in g["rules"] if r.get("alert") == alert]
+    return rule
+
+
+def prometheus_ratio(alert: str, values: Obj | None = None) -> tuple[str, float, str]:
+    """A PrometheusRule alert on a ratio over a threshold: (ratio, threshold, hold)."""
+    rule = prometheus_rule(alert, values)
     ratio, threshold = rule["expr"].rsplit(">", 1)
     return ratio.strip(), float(threshold), rule["for"]
+
+
+def prometheus_truncation(values: Obj | None = None) -> tuple[str, float, str]:
+    """The PrometheusRule's ScaleRLTruncationRateHigh: (ratio, threshold, hold)."""
+    return prometheus_ratio("ScaleRLTruncationRateHigh", values)
+
+
+def filtered(expr: str) -> str:
+    """A rule's expression as a panel runs it: every selector filtered by $namespace and $run."""
+    return re.sub(r"(scalerl_\w+)(\[)", r'\1{namespace=~"$namespace",run=~"$run"}\2', expr)
 
 
 # --- the dashboard ConfigMap ------------------------------------------------------------------
@@ -128,10 +153,12 @@ def test_the_dashboard_ships_in_a_configmap_the_grafana_sidecar_loads() -> None:
 def test_one_configmap_per_dashboard_file() -> None:
     objs = render()
     assert len(config_maps(objs, "grafana_dashboard", "1")) == len(DASHBOARD_FILES) >= 1
-    # The JSON arrives as the file holds it: no Helm templating touches Grafana's ${...}.
+    # At the default values the dashboard is the file as it is (the file holds the defaults),
+    # and Grafana's own ${...} variables arrive untouched.
     shipped = {key: text for cm in of_kind(objs, "ConfigMap") for key, text in cm["data"].items()}
     for path in DASHBOARD_FILES:
-        assert shipped[path.name] == path.read_text().rstrip("\n")
+        assert json.loads(shipped[path.name]) == json.loads(path.read_text())
+        assert "${datasource}" in shipped[path.name]
 
 
 def test_the_dashboard_label_comes_from_values() -> None:
@@ -194,9 +221,18 @@ def test_the_required_panels_exist() -> None:
     assert len(titles) == len(set(titles))  # a title names one panel
 
 
+def pooled(expr: str) -> bool:
+    """A query of the operator's track record only: its series pool every finished run the
+    operator manages (label `seen` alone), so no namespace or run picks them."""
+    names = set(re.findall(r"scalerl_\w+", expr))
+    return bool(names) and names <= {f"scalerl_{name}" for name in TRACK_RECORD_GAUGES}
+
+
 def test_every_metric_selector_filters_on_the_namespace_and_run_variables() -> None:
     for panel in panels(the_dashboard()):
         for expr in exprs(panel):
+            if pooled(expr):
+                continue
             # Every series selector, not just one of them: an unfiltered operand would join
             # every run's series into the picked ones.
             names = re.findall(r"scalerl_\w+", expr)
@@ -212,6 +248,9 @@ def test_queries_aggregate_pods_per_run() -> None:
             # each exports its series.
             groupings = re.findall(r"\b(?:sum|max|min|avg) by \(([^)]*)\)", expr)
             assert groupings, (panel["title"], expr)
+            if pooled(expr):  # one operator's series (max: a second scrape of them)
+                assert groupings == ["seen"], expr
+                continue
             for grouping in groupings:
                 labels = {label.strip() for label in grouping.split(",")}
                 assert labels in ({"namespace", "run"}, {"namespace", "run", "le"}), expr
@@ -234,7 +273,8 @@ def test_every_label_a_query_or_legend_reads_is_one_the_code_sets() -> None:
     assert set(LABELS) == {"namespace", "run"}
     dashboard = the_dashboard()
     for expr in queries(render()):
-        assert labels_read(expr) <= {*LABELS, "le"}, expr
+        track_record = set(TRACK_RECORD_LABELS) if pooled(expr) else set()
+        assert labels_read(expr) <= {*LABELS, "le", *track_record}, expr
     for panel in panels(dashboard):
         for target in panel["targets"]:
             legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")))
@@ -295,7 +335,7 @@ def test_pass_rate_vs_compute_plots_each_evaluation_at_the_compute_it_was_measur
     assert not any(
         x_pattern.match(name) for ref, name in organize["renameByName"].items() if ref != "Value #A"
     )
-    # Units: pass rates on y, GPU-hours on x.
+    # Units: pass rates on y, compute on x, in the unit the run counts (either, by the run).
     assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit"
     (compute,) = [
         o
@@ -303,24 +343,72 @@ def test_pass_rate_vs_compute_plots_each_evaluation_at_the_compute_it_was_measur
         if o["matcher"]["options"] == series["x"]["matcher"]["options"]
     ]
     properties = {p["id"]: p["value"] for p in compute["properties"]}
-    assert "GPU-h" in properties["unit"]
-    assert "GPU-hours" in properties["custom.axisLabel"]
+    assert properties["unit"] == "short"  # a suffix would name one unit for every run
+    assert f"({COMPUTE_UNIT})" in properties["custom.axisLabel"]
+    assert COMPUTE_UNIT in TRAINER_GAUGES["eval_compute_hours"]
 
 
-def test_truncation_panel_shows_the_alert_ratio_with_its_threshold_line() -> None:
-    panel = by_title(the_dashboard())["Truncation rate"]
-    (expr,) = exprs(panel)
-    # The PrometheusRule's ratio at its default window, per run (namespace and name) and
+def test_how_good_the_predictions_were_reads_every_track_record_gauge_by_fraction_seen() -> None:
+    panel = by_title(the_dashboard())["How good were the predictions"]
+    assert panel["type"] == "table"
+    read = {t["refId"]: re.findall(r"scalerl_(\w+)", t["expr"]) for t in panel["targets"]}
+    assert sorted(name for names in read.values() for name in names) == sorted(TRACK_RECORD_GAUGES)
+    assert all(t["instant"] and t["format"] == "table" for t in panel["targets"])
+    # One row per fraction seen: the queries' values, merged on `seen`, named for what they are.
+    organize = next(t for t in panel["transformations"] if t["id"] == "organize")["options"]
+    columns = {f"Value #{ref}": names[0] for ref, names in read.items()}
+    renamed = {organize["renameByName"][value]: gauge for value, gauge in columns.items()}
+    assert renamed == {
+        "coverage": "track_record_coverage",
+        "median error": "track_record_median_error",
+        "median width": "track_record_median_width",
+        "runs": "track_record_runs",
+    }
+    units = {
+        o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}.get("unit")
+        for o in panel["fieldConfig"]["overrides"]
+    }
+    assert units["coverage"] == "percentunit"  # a share, as the gauge's help says
+    assert panel["fieldConfig"]["defaults"]["unit"] == "none"  # errors and widths: pass rates
+
+
+# Panel -> (alert, its values under `alerts`, the name of its threshold there).
+ALERT_PANELS = {
+    "Truncation rate": ("ScaleRLTruncationRateHigh", "truncation", "threshold"),
+    "Stale prompt groups": ("ScaleRLStaleGroupsHigh", "staleGroups", "share"),
+}
+
+
+@pytest.mark.parametrize("values", [None, CUSTOM], ids=["defaults", "custom"])
+@pytest.mark.parametrize("title", list(ALERT_PANELS))
+def test_an_alert_panel_shows_the_alert_ratio_with_its_threshold_line(
+    title: str, values: Obj | None
+) -> None:
+    alert, key, threshold_key = ALERT_PANELS[title]
+    chosen = {**DEFAULTS["alerts"][key], **((values or {}).get("alerts", {}).get(key, {}))}
+    panel = by_title(the_dashboard(values))[title]
+    ratio, threshold, _ = prometheus_ratio(alert, values)
+    # The PrometheusRule's ratio over the release's window, per run (namespace and name) and
     # filtered by $namespace and $run.
-    ratio, _, _ = prometheus_truncation()
-    as_panel = ratio.replace("_total[", '_total{namespace=~"$namespace",run=~"$run"}[')
-    assert squash(expr) == squash(as_panel)
+    assert squash(panel["targets"][0]["expr"]) == squash(filtered(ratio))
+    assert f"[{chosen['window']}]" in panel["targets"][0]["expr"]
     defaults = panel["fieldConfig"]["defaults"]
     assert defaults["unit"] == "percentunit"
     assert defaults["custom"]["thresholdsStyle"]["mode"] == "line"
-    # The dashboard is a static file: its line sits at the chart's default threshold.
+    # The red line sits at the release's threshold, the alert's.
     steps = [s["value"] for s in defaults["thresholds"]["steps"] if s["value"] is not None]
-    assert steps == [DEFAULTS["alerts"]["truncation"]["threshold"]]
+    assert steps == [threshold] == [chosen[threshold_key]]
+
+
+def test_the_target_panel_compares_what_the_alert_compares() -> None:
+    panel = by_title(the_dashboard())["Predicted pass rate at the end vs target"]
+    rule = prometheus_rule("ScaleRLPredictedBelowTarget")
+    compared = set(re.findall(r"scalerl_\w+", rule["expr"]))
+    assert compared == {"scalerl_predicted_at_budget", "scalerl_target_pass_rate"}
+    drawn = [set(re.findall(r"scalerl_\w+", expr)) for expr in exprs(panel)]
+    assert drawn[:2] == [{"scalerl_predicted_at_budget"}, {"scalerl_target_pass_rate"}]
+    assert "spec.budget.targetPassRate" in panel["description"]
+    assert "predictedABelow" not in json.dumps(panel)
 
 
 def test_units_name_what_each_panel_measures() -> None:
@@ -343,9 +431,12 @@ def test_units_name_what_each_panel_measures() -> None:
         t["expr"] for t in throughput["targets"] if t["refId"] == "C"
     )
     assert {p["id"]: p["value"] for p in samples["properties"]}["unit"].endswith("samples/s")
-    # The policy lag next to the lag the run allows.
-    lag = " ".join(exprs(panels_["Policy lag"]))
-    assert "scalerl_policy_lag_steps" in lag and "scalerl_max_off_policy_steps" in lag
+    # The stale share, with the mean lag of what is trained on its own axis.
+    stale = panels_["Stale prompt groups"]
+    assert "scalerl_stale_groups_total" in exprs(stale)[0]
+    (lag,) = [o for o in stale["fieldConfig"]["overrides"] if o["matcher"]["options"] == "B"]
+    assert "scalerl_policy_lag_steps" in exprs(stale)[1]
+    assert {p["id"]: p["value"] for p in lag["properties"]}["unit"] == "suffix:versions"
 
 
 # --- the Grafana alert rule ------------------------------------------------------------------
