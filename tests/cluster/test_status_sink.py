@@ -59,6 +59,7 @@ def test_progress_and_evaluations_reach_the_status_and_the_volume(
             "passRateSE": se,
             "samples": 100,
             "truncationRate": 0.0,
+            "time": 1700000005,  # the evaluation's end (unix s), the ETA's wall clock
         }
     ]
     assert got["evaluationCount"] == 1
