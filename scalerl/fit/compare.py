@@ -21,7 +21,7 @@ from scalerl.fit.result import FitResult
 
 A_MARGIN = 0.02
 # |A_a - A_b| is computed in floating point: 0.61 - 0.59 = 0.020000000000000018 must count as 0.02.
-_ROUNDING = 1e-9
+ROUNDING = 1e-9
 
 
 @dataclass(frozen=True)
@@ -83,17 +83,19 @@ def compare(
     """
     if not (isinstance(margin, numbers.Real) and math.isfinite(margin) and margin >= 0):
         raise InputError(f"margin must be a finite number >= 0, got {margin!r}")
-    if abs(fit_a.A - fit_b.A) > margin + _ROUNDING:
+    if abs(fit_a.A - fit_b.A) > margin + ROUNDING:
         winner: Literal["a", "b", "tie"] = "a" if fit_a.A > fit_b.A else "b"
         return Comparison(winner, "asymptote", fit_a.A, fit_b.A, margin)
     shared = (fit_a.A + fit_b.A) / 2.0
-    b_a = _refit_b("a", fit_a, data_a, shared)
-    b_b = _refit_b("b", fit_b, data_b, shared)
+    b_a = refit_b("a", fit_a, data_a, shared)
+    b_b = refit_b("b", fit_b, data_b, shared)
     winner = "tie" if b_a == b_b else ("a" if b_a > b_b else "b")
     return Comparison(winner, "efficiency", fit_a.A, fit_b.A, margin, shared, b_a, b_b)
 
 
-def _refit_b(name: str, fit: FitResult, data: tuple[ArrayLike, ArrayLike], A: float) -> float:
+def refit_b(name: str, fit: FitResult, data: tuple[ArrayLike, ArrayLike], A: float) -> float:
+    """B of `fit`'s points (`data`: compute, pass rate) refitted at the shared asymptote `A`,
+    with the fit's own min_compute, R0 and weights; a failed refit is a FitError naming `name`."""
     r0: Literal["fit"] | float = "fit" if fit.r0_mode == "fit" else fit.R0
     compute, pass_rate = data
     try:

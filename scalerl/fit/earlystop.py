@@ -42,7 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from scalerl.fit.compare import A_MARGIN
-from scalerl.fit.fitter import MIN_COMPUTE_FRACTION
+from scalerl.fit.fitter import compute_floor
 from scalerl.fit.leaderboard import Standing
 from scalerl.fit.outlook import OK, UNCHECKED
 
@@ -108,8 +108,7 @@ def _past_floor(s: Standing) -> np.ndarray:
     c = s.evaluations.compute
     if not c.size:
         return np.zeros(0, dtype=bool)
-    low = s.run.spec.fit.min_compute
-    cutoff = MIN_COMPUTE_FRACTION * float(c[-1]) if low is None else float(low)
+    cutoff = compute_floor(float(c[-1]), s.run.spec.fit.min_compute)
     return np.asarray((c > 0) & (c >= cutoff))
 
 
@@ -119,13 +118,18 @@ def _points(s: Standing) -> int:
 
 def _recent(s: Standing, upto: float = math.inf) -> tuple[np.ndarray, float, float] | None:
     """Its last RECENT counted evaluations at compute <= `upto`: their indices, mean, SE."""
-    ev = s.evaluations
-    assert ev.se is not None
-    index = np.flatnonzero(_past_floor(s) & (ev.compute <= upto))[-RECENT:]
+    index = np.flatnonzero(_past_floor(s) & (s.evaluations.compute <= upto))[-RECENT:]
     if index.size < RECENT:
         return None
-    se = float(np.sqrt(np.sum(ev.se[index] ** 2)) / index.size)
-    return index, float(np.mean(ev.pass_rate[index])), se
+    return index, *_mean_se(s, index)
+
+
+def _mean_se(s: Standing, index: np.ndarray) -> tuple[float, float]:
+    """The mean of the evaluations at `index` and its standard error."""
+    ev = s.evaluations
+    assert ev.se is not None
+    mean = float(np.mean(ev.pass_rate[index]))
+    return mean, float(np.sqrt(np.sum(ev.se[index] ** 2)) / index.size)
 
 
 def _measured_gap(v: Standing, lead: Standing) -> tuple[float, float] | None:
@@ -184,14 +188,11 @@ def _ceilings(s: Standing, min_points: int) -> list[Bound | None]:
 
 def _measured_ceiling(s: Standing) -> Bound | None:
     ev = s.evaluations
-    assert ev.se is not None
     counted = np.flatnonzero(_past_floor(s))
     if counted.size < 2 * RECENT:
         return None
     now, before = counted[-RECENT:], counted[-2 * RECENT : -RECENT]
-    mean_now, mean_before = float(np.mean(ev.pass_rate[now])), float(np.mean(ev.pass_rate[before]))
-    se_now = float(np.sqrt(np.sum(ev.se[now] ** 2)) / RECENT)
-    se_before = float(np.sqrt(np.sum(ev.se[before] ** 2)) / RECENT)
+    (mean_now, se_now), (mean_before, se_before) = _mean_se(s, now), _mean_se(s, before)
     rise = mean_now - mean_before
     if rise > Z * math.hypot(se_now, se_before):
         return None  # still rising: only a trusted fit can bound it

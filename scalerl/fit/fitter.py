@@ -150,7 +150,7 @@ def fit_curve(
     c, y = check_points(compute, pass_rate)
     _check_options(min_compute, r0, bootstrap, seed, level, a_fixed)
     weights = _weights(sigma, c.size)
-    cutoff = MIN_COMPUTE_FRACTION * float(c[-1]) if min_compute is None else float(min_compute)
+    cutoff = compute_floor(float(c[-1]), min_compute)
     r0_value = float(np.mean(y[c == c[0]])) if isinstance(r0, str) else float(r0)
     r0_weight = float(np.mean(weights[c == c[0]]))
     used = c >= cutoff
@@ -192,6 +192,12 @@ def fit_curve(
         bootstrap_failed=failed,
         sigma=None if sigma is None else np.array(sigma, dtype=float).ravel(),
     )
+
+
+def compute_floor(largest: float, min_compute: float | None) -> float:
+    """The compute below which a fit leaves evaluations out: `min_compute`, or by default
+    MIN_COMPUTE_FRACTION of the `largest` compute."""
+    return MIN_COMPUTE_FRACTION * largest if min_compute is None else float(min_compute)
 
 
 def _weights(sigma: ArrayLike | None, n: int) -> FloatArray:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from scalerl.errors import FitError, ScaleRLError
-from scalerl.fit.compare import _ROUNDING, A_MARGIN, _refit_b
+from scalerl.fit.compare import A_MARGIN, ROUNDING, refit_b
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.result import FitResult
 from scalerl.spec import FAILED, STOPPED, ScaleRLRun
@@ -150,7 +150,7 @@ def rank(entries: Sequence[Entry]) -> list[Entry]:
     ranked: list[Entry] = []
     while fitted:
         top = _a(fitted[0])
-        group = [e for e in fitted if _a(e) >= top - A_MARGIN - _ROUNDING]
+        group = [e for e in fitted if _a(e) >= top - A_MARGIN - ROUNDING]
         fitted = fitted[len(group) :]
         ranked += _by_b(group)
     return ranked + sorted((e for e in entries if e.fit is None), key=lambda e: e.name)
@@ -160,8 +160,8 @@ def _a(entry: Entry) -> float:
     """The A it is ranked by: its fit's, or where the points bound A only from below
     (`A_at_least`), that bound: what the data defend, not the fit's guess beyond them."""
     assert entry.fit is not None
-    at_least = getattr(entry.fit, "A_at_least", None)
-    return entry.fit.A if at_least is None else float(at_least)
+    at_least = entry.fit.A_at_least
+    return entry.fit.A if at_least is None else at_least
 
 
 def _by_b(group: list[Entry]) -> list[Entry]:
@@ -173,7 +173,7 @@ def _by_b(group: list[Entry]) -> list[Entry]:
     for e in group:
         assert e.fit is not None
         try:
-            b[e.name] = _refit_b(e.name, e.fit, (e.compute, e.pass_rate), shared)
+            b[e.name] = refit_b(e.name, e.fit, (e.compute, e.pass_rate), shared)
         except FitError:
             b[e.name] = -np.inf
     return sorted(group, key=lambda e: (-b[e.name], -_a(e), e.name))
@@ -184,14 +184,13 @@ def row(standing: Standing, fit: FitResult | None) -> dict[str, Any]:
     confidence word, the compute it spent (its last evaluation's) and, once stopped, the compute
     its budget would have spent beyond that."""
     ev, prediction = standing.evaluations, standing.prediction or {}
-    at_least = None if fit is None else getattr(fit, "A_at_least", None)
     return {
         "name": standing.name,
         "run": standing.run.name,
         "phase": standing.phase,
         "A": None if fit is None else fit.A,
         "A_interval": None if fit is None or fit.A_interval is None else list(fit.A_interval),
-        "A_atLeast": at_least,
+        "A_atLeast": None if fit is None else fit.A_at_least,
         "B": None if fit is None else fit.B,
         "C_mid": None if fit is None else fit.C_mid,
         "points": None if fit is None else fit.points,

@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from scalerl.fit.backtest import Backtest
-from scalerl.fit.fitter import MIN_COMPUTE_FRACTION
+from scalerl.fit.fitter import compute_floor
 from scalerl.fit.law import compute_to_reach
 from scalerl.fit.result import FitResult
 from scalerl.spec import MISFIT, OK, PREDICTION_MIN_POINTS, TOO_EARLY, UNCHECKED, BudgetSpec
@@ -99,10 +99,7 @@ def unchecked_reason(compute: ArrayLike, min_compute: float | None) -> str:
     as its fit counts them, or else that half could not be fitted."""
     c = np.asarray(compute, dtype=float)
     half = c[c <= c[-1] / 2] if c.size else c
-    floor = (
-        MIN_COMPUTE_FRACTION * float(half[-1]) if min_compute is None and half.size else
-        float(min_compute or 0.0)
-    )  # fmt: skip
+    floor = compute_floor(float(half[-1]), min_compute) if half.size else 0.0
     have = int(((half > 0) & (half >= floor)).sum())
     if have < PREDICTION_MIN_POINTS:
         return (
