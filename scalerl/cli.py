@@ -14,7 +14,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scalerl.errors import FitError, InputError, ScaleRLError, report
 
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from scalerl.fit.report import FitReport
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+N = TypeVar("N", int, float)  # what an argparse type below reads
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -318,12 +320,19 @@ def _predicted_line(p: dict[str, Any]) -> str:
 
 def _confidence_line(outlook: dict[str, Any]) -> str:
     """What is known of the fit, in fit.json's words."""
+    return f"  confidence{_confidence_words(outlook)[1:]}"
+
+
+def _confidence_words(fit: dict[str, Any]) -> str:
+    """'; <confidence>: <why>' (a Misfit's: `misfit_note`), '' for a fit without a confidence."""
     from scalerl.operator.prediction import misfit_note
 
-    confidence, why = outlook["confidence"], outlook.get("confidenceReason")
+    confidence = fit.get("confidence")
     if confidence == "Misfit":
-        return f"  confidence{misfit_note(outlook)[1:]}"
-    return f"  confidence {confidence}: {why or 'the half-run check held'}"
+        return misfit_note(fit)
+    if confidence is None:
+        return ""
+    return f"; {confidence}: {fit.get('confidenceReason') or 'the half-run check held'}"
 
 
 def _bootstrap_note(result: FitResult) -> str:
@@ -342,16 +351,34 @@ def _one_line(fit: FitResult) -> str:
     return f"A {fit.A:.3f}{interval}  B {fit.B:.3f}  C_mid {fit.C_mid:.4g}  ({fit.points} points)"
 
 
-def _compute_value(text: str) -> float:
-    """argparse type: a finite compute value >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
+def _argument(
+    parse: Callable[[str], N], kind: str, ok: Callable[[N], bool], rule: str
+) -> Callable[[str], N]:
+    """An argparse type: `text` read by `parse` (else "is not `kind`"), then held to `ok` (else
+    "must be `rule`")."""
 
+    def convert(text: str) -> N:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {rule}")
+        return value
+
+    return convert
+
+
+_compute_value = _argument(
+    float, "a number", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"
+)
+_positive_compute = _argument(
+    float, "a number", lambda v: math.isfinite(v) and v > 0, "a finite number > 0"
+)
+_pass_rate = _argument(float, "a number", lambda v: 0 < v <= 1, "a pass rate in (0, 1]")
+_count = _argument(int, "an integer", lambda v: v >= 0, ">= 0")
+# Checked before anything slow, such as loading a model.
+_positive_count = _argument(int, "an integer", lambda v: v >= 1, ">= 1")
 
 # Fewer bootstrap replicates give a "95 % interval" from a handful of draws, which need not even
 # hold the estimate (with 1, its ends are one draw).
@@ -366,44 +393,6 @@ def _replicates(text: str) -> int:
             f"{value} replicates give no 95% interval worth the name: use at least "
             f"{MIN_BOOTSTRAP}, or 0 for none"
         )
-    return value
-
-
-def _positive_compute(text: str) -> float:
-    """argparse type: a finite compute value > 0."""
-    value = _compute_value(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def _pass_rate(text: str) -> float:
-    """argparse type: a pass rate in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a pass rate in (0, 1]")
-    return value
-
-
-def _count(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
-
-
-def _positive_count(text: str) -> int:
-    """argparse type: an integer >= 1 (checked before anything slow, such as loading a model)."""
-    value = _count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
     return value
 
 
@@ -489,13 +478,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from scalerl.local import run_local
     from scalerl.spec import load_run
 
-    out = Path(args.out) if args.out else None
-    end = run_local(Path(args.file), out, display=not args.no_progress)
+    run = load_run(args.file)
+    end = run_local(run, Path(args.out) if args.out else None, display=not args.no_progress)
     if end.report is None:
         print(f"run finished; no prediction: {end.no_fit or 'no evaluations'}")
         return 0
-    spec = load_run(args.file).spec
-    print(prediction_line(end.report, spec.compute_unit, spec.budget.target_pass_rate))
+    print(prediction_line(end.report, run.spec.compute_unit, run.spec.budget.target_pass_rate))
     return 0
 
 
@@ -503,19 +491,13 @@ def prediction_line(report: dict[str, Any], unit: str, target: float | None = No
     """fit.json in one line: the law, where the run ends (compute in `unit`), the target pass
     rate `target` (budget.targetPassRate) and whether the run gets there, and what is known of
     the fit: its confidence, and why."""
-    from scalerl.operator.prediction import misfit_note
-
     parts = [
         f"prediction: {_asymptote(report)}, C_mid = {report['C_mid']:.4g} {unit}, "
         f"B = {report['B']:.2f}, pass rate at budget {report['budget']:.4g} {unit}: "
         f"{report['predictedAtBudget']:.3f} {_interval(report['predictedAtBudgetInterval'])}",
         _target_words(report, unit, target),
+        _confidence_words(report),
     ]
-    confidence, why = report.get("confidence"), report.get("confidenceReason")
-    if confidence == "Misfit":
-        parts.append(misfit_note(report))
-    elif confidence is not None:
-        parts.append(f"; {confidence}: {why or 'the half-run check held'}")
     return "".join(parts)
 
 

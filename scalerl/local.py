@@ -28,7 +28,7 @@ from scalerl.metrics import RunMetrics
 from scalerl.ports import free_port
 from scalerl.progress import ProgressDisplay
 from scalerl.rollout.keys import StreamKeys
-from scalerl.spec import RunSpec, ScaleRLRun, load_run
+from scalerl.spec import RunSpec, ScaleRLRun
 from scalerl.status.files import STATUS_FILE, FileStatus, read_status
 from scalerl.status.history import HISTORY_FILE, PROGRESS_FILE, read_history
 
@@ -370,10 +370,11 @@ class RunEnd:
     no_fit: str | None = None
 
 
-def run_local(path: Path, out: Path | None, *, display: bool = True) -> RunEnd:
-    """Run the ScaleRLRun in `path` to its end (or resume it) in `out` (default runs/<name>).
-    Raises PredictedStop when budget.stopWhen ends it, Interrupted on Ctrl-C or SIGTERM."""
-    run = resolve_paths(load_run(path))
+def run_local(run: ScaleRLRun, out: Path | None, *, display: bool = True) -> RunEnd:
+    """Run `run` (as `load_run` reads it) to its end (or resume it) in `out` (default
+    runs/<name>). Raises PredictedStop when budget.stopWhen ends it, Interrupted on Ctrl-C or
+    SIGTERM."""
+    run = resolve_paths(run)
     preflight.check(run)
     local = LocalRun(run, out or Path("runs") / run.name, display=display)
     report = local.execute()

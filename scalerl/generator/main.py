@@ -226,7 +226,7 @@ class Generator:
         recipe = self.spec.recipe
         share = math.ceil(recipe.batch.prompts / self.spec.generators.replicas)
         if recipe.algorithm == "ppo-off-policy":
-            self._quota_left = max(recipe.max_off_policy_steps, 1) * share
+            self._quota_left = recipe.max_off_policy_steps * share
         elif first:
             self._quota_left = 2 * share
         else:
