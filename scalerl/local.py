@@ -174,6 +174,9 @@ class LocalRun:
         self.fitted_at = 0
         self.restarts = 0
         self.fit_skipped: str | None = None  # why the last fit could not be made
+        # history.jsonl's size and mtime when refresh last read it: it is read again only when
+        # it changed (every evaluation), not every half-second tick.
+        self.history_seen: tuple[int, int] | None = None
 
     def launch(self) -> Gang:
         spec = self.run.spec
@@ -235,7 +238,13 @@ class LocalRun:
                 self.display.update(json.loads(progress_file.read_text()))
             except (json.JSONDecodeError, OSError):
                 pass  # being replaced right now; next tick
-        history = read_history(self.out / HISTORY_FILE)
+        path = self.out / HISTORY_FILE
+        stat = path.stat() if path.exists() else None
+        seen = None if stat is None else (stat.st_size, stat.st_mtime_ns)
+        if seen == self.history_seen:
+            return  # no new evaluation since the last tick: nothing to refit
+        self.history_seen = seen
+        history = read_history(path)
         if len(history) - self.fitted_at >= self.run.spec.fit.every_evaluations:
             self.judge(self.refit(history))
 
