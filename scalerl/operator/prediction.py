@@ -11,7 +11,7 @@ from typing import Any
 
 from scalerl.errors import DataError, FitError, InputError, ScaleRLError, SpecError
 from scalerl.operator.trackrecord import TRACK_RECORD, with_prediction
-from scalerl.spec import OK, BudgetSpec, parse_run
+from scalerl.spec import OK, BudgetSpec, RunSpec, parse_run
 from scalerl.status.conditions import now_rfc3339, set_condition
 from scalerl.status.kubernetes import RunStatus, round_value
 
@@ -114,8 +114,9 @@ def fit_run(status: RunStatus, min_compute: float | None = None, **options: Any)
     run = status.read()
     prediction: dict[str, Any] = {}
     try:
-        prediction = _predict_run(run, min_compute, options)
-        ok, reason, message = True, "Fitted", describe(prediction, _unit(run))
+        spec = parse_run(run).spec  # a run whose spec no longer parses gets no fit (SpecError)
+        prediction = _predict_run(run, spec, min_compute, options)
+        ok, reason, message = True, "Fitted", describe(prediction, spec.compute_unit)
     except (FitError, DataError, InputError) as err:
         ok, reason, message = False, _reason(err), str(err)
 
@@ -140,14 +141,9 @@ def _kept(
     return {TRACK_RECORD: record} if record is not None else {}
 
 
-def _unit(run: dict[str, Any]) -> str:
-    return parse_run(run).spec.compute_unit  # parsed already by the fit that got here
-
-
 def _predict_run(
-    run: dict[str, Any], min_compute: float | None, options: dict[str, Any]
+    run: dict[str, Any], spec: RunSpec, min_compute: float | None, options: dict[str, Any]
 ) -> dict[str, Any]:
-    spec = parse_run(run).spec  # a run whose spec no longer parses gets no fit (SpecError)
     evaluations = (run.get("status") or {}).get("evaluations") or []
     floor = spec.fit.min_compute if min_compute is None else min_compute
     return predict(

@@ -114,6 +114,8 @@ def cleanup(ctx: SweepContext) -> int:
     """The sweep is being deleted: delete its runs (their owner reference alone waits for the
     garbage collector, which may not know the sweep's kind for a while); how many."""
     runs = ctx.runs().values()
+    for run in runs:
+        _FITS.pop(run["metadata"]["name"], None)  # its fits are of no more use
     return sum(
         ctx.kube.delete(API_VERSION, KIND, ctx.namespace, r["metadata"]["name"]) for r in runs
     )
