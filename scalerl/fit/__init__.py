@@ -9,7 +9,8 @@ Typical use::
 """
 
 from scalerl.fit.compare import A_MARGIN, Comparison, compare
-from scalerl.fit.fitter import PAPER_A_GRID, PAPER_C_MID_RANGE, fit_curve
+from scalerl.fit.fitter import fit_curve
+from scalerl.fit.grid import PAPER_A_GRID, PAPER_C_MID_RANGE
 from scalerl.fit.law import compute_to_reach, sample_curve, sigmoid
 from scalerl.fit.plot import plot_fit
 from scalerl.fit.points import Curve, check_points, load_curve

@@ -11,8 +11,8 @@ The procedure (paper, Sec. "fitting"; our additions marked):
 2. Points with compute < `min_compute` are excluded. Paper: ~1.5k GPU-h (about one epoch) of a
    50k GPU-h fit range, i.e. 3 %; our default is 3 % of the largest compute, so it means the same
    for runs in any unit (GPU-h on a cluster, process-hours on a laptop).
-3. Grid: A over 0.005 steps, C_mid over 100 linearly spaced values; for each cell B is fitted by
-   least squares and the cell with the lowest SSE is kept. Paper: A in {0.450, ..., 0.800},
+3. Grid (`scalerl.fit.grid`): A over 0.005 steps, C_mid over 100 values; for each cell B is
+   fitted by least squares and the cell with the lowest SSE is kept. Paper: A in {0.450, ..., 0.800},
    C_mid in [100, 40000] GPU-h. Ours: A from min(0.450, max(R0, highest pass rate)) up to 1.0,
    so the paper's A grid is a subset and tiny runs with low asymptotes are covered (and down to
    the lowest point when a run fell below R0); C_mid over 100 log-spaced values from a tenth of
@@ -61,68 +61,32 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
-from scipy.special import expit
 
 from scalerl.errors import FitError, InputError
-from scalerl.fit.law import gradient, log_compute
+from scalerl.fit.grid import Grid, candidate_a, candidate_c_mid, grid_search
 from scalerl.fit.noise import ObservationNoise
 from scalerl.fit.points import check_points
+from scalerl.fit.problem import Box, FloatArray, Problem
 from scalerl.fit.profile import Profile, select, threshold
 from scalerl.fit.result import FitResult
 from scalerl.fit.solver import solve_batched
 
 R0Mode = Literal["fixed", "fit"]
 
-PAPER_A_GRID = np.round(np.arange(0.450, 0.800 + 1e-9, 0.005), 3)
-PAPER_C_MID_RANGE = (100.0, 40000.0)
-A_STEP = 0.005
-C_MID_GRID_SIZE = 100
-# The C_mid grid reaches this many times the largest fitted compute.
-C_MID_GRID_REACH = 100.0
 MIN_COMPUTE_FRACTION = 0.03
 MIN_POINTS = 4
 # The law has three shape parameters (A, B, C_mid): points at fewer distinct compute values
 # cannot pin them, whatever their number.
 MIN_DISTINCT_COMPUTE = 3
-COARSE_B = np.geomspace(0.05, 20.0, 40)
 # ln C_mid may leave the fitted compute range by this much (e^30 ~ 1e13) on either side.
 C_MID_SPAN = 30.0
 # A standard error below this fraction of the median one weighs as if it were that fraction.
 SIGMA_FLOOR = 0.25
-
-IntArray = NDArray[np.intp]
-FloatArray = NDArray[np.float64]
-# The parameter vector everywhere below: (A, B, ln C_mid, R0); Box = its (lower, upper) bounds.
-Box = tuple[FloatArray, FloatArray]
-
-
-@dataclass(frozen=True)
-class _Problem:
-    """Least-squares residuals of the law, each scaled by its point's weight (1 / its standard
-    error, relative): one or many targets (bootstrap) or base rows (grid)."""
-
-    compute: FloatArray  # (n,)
-    targets: FloatArray  # (1, n) shared, or (K, n): one row per problem
-    base: FloatArray  # (1, 4) shared, or (K, 4): values of the parameters that are not free
-    free: NDArray[np.bool_]  # (4,)
-    weights: FloatArray  # (n,)
-
-    def __call__(self, theta: FloatArray, rows: IntArray) -> tuple[FloatArray, FloatArray]:
-        full = np.array(self.base if self.base.shape[0] == 1 else self.base[rows], dtype=float)
-        full = np.broadcast_to(full, (theta.shape[0], 4)).copy()
-        full[:, self.free] = theta
-        A, B, log_c_mid, R0 = (full[:, i : i + 1] for i in range(4))
-        parts = gradient(self.compute, A, B, log_c_mid, R0)
-        targets = self.targets if self.targets.shape[0] == 1 else self.targets[rows]
-        resid = (R0 + (A - R0) * parts[0] - targets) * self.weights
-        jac = np.stack([p for p, f in zip(parts, self.free, strict=True) if f], axis=-1)
-        return resid, jac * self.weights[:, None]
 
 
 def fit_curve(
@@ -142,14 +106,16 @@ def fit_curve(
     """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to evaluations sorted by compute.
 
     `a_fixed` pins A (the comparison rule refits at a shared A). `a_grid` and `c_mid_grid`
-    replace the default grids (e.g. `PAPER_A_GRID`). `bootstrap=0` skips the intervals.
+    replace the default grids (e.g. `grid.PAPER_A_GRID`). `bootstrap=0` skips the intervals.
     `sigma`: each point's standard error; the fit weighs points by it (see the module's text).
     Raises DataError for bad points, InputError for bad options, FitError when too few points
     remain or the law cannot be fitted to them; never anything else.
     """
     c, y = check_points(compute, pass_rate)
     _check_options(min_compute, r0, bootstrap, seed, level, a_fixed)
-    weights = _weights(sigma, c.size)
+    se = _standard_errors(sigma, c.size)
+    typical = _typical(se)
+    weights = _weights(se, typical, c.size)
     cutoff = compute_floor(float(c[-1]), min_compute)
     r0_value = float(np.mean(y[c == c[0]])) if isinstance(r0, str) else float(r0)
     r0_weight = float(np.mean(weights[c == c[0]]))
@@ -157,26 +123,29 @@ def fit_curve(
     _check_enough(c, used, cutoff)
     c, y, weights = c[used], y[used], weights[used]
     free = np.array([a_fixed is None, True, True, r0 == "fit"])
-    grid_a = _a_grid(a_grid, r0_value, y) if a_fixed is None else np.array([float(a_fixed)])
-    grid_c = _c_mid_grid(c_mid_grid, c)
+    grid_a = candidate_a(a_grid, r0_value, y) if a_fixed is None else np.array([float(a_fixed)])
+    grid_c = candidate_c_mid(c_mid_grid, c)
     # Overflow and nan are expected on the way (a cell far from the data, B driven to a step)
     # and are handled by the finiteness checks below rather than reported as warnings.
     with np.errstate(all="ignore"):
         box = _bounds(c)
-        grid = _grid_search(c, y, weights, r0_value, grid_a, grid_c, box)
+        grid = grid_search(c, y, weights, r0_value, grid_a, grid_c, box)
         best = _refine(c, y, weights, grid.start, free, box)
-        problem = _Problem(c, y[None, :], best[None, :], free, weights)
+        problem = Problem(c, y[None, :], best[None, :], free, weights)
         resid = problem(best[free][None, :], np.zeros(1, dtype=np.intp))[0][0]
         _check_estimate(best, resid)
         fixed_r0 = r0_weight if r0 == "fixed" else None
         draws, failed = _bootstrap(problem, best, resid, box, int(bootstrap), int(seed), fixed_r0)
+        sse = float(resid @ resid)
         kept = None
         if bootstrap and a_fixed is None:
-            kept = _profile(problem, grid, best, float(resid @ resid), box, float(level), sigma)
+            kept = _profile(problem, grid, best, sse, box, float(level), typical)
     noise = ObservationNoise.estimate(
-        y, sigma=None if sigma is None else np.asarray(sigma, dtype=float).ravel()[used],
-        residuals=resid / weights, dof=int(c.size - free.sum()),
-    )  # fmt: skip
+        y,
+        sigma=None if se is None else se[used],
+        residuals=resid / weights,
+        dof=int(c.size - free.sum()),
+    )
     return FitResult.build(
         params=best,
         draws=draws,
@@ -185,12 +154,12 @@ def fit_curve(
         noise=noise,
         points=int((c > 0).sum()),  # trained evaluations past the floor: not the step-0 one
         excluded=int((~used).sum()),
-        sse=float(resid @ resid),
+        sse=sse,
         min_compute=cutoff,
         r0_mode="fit" if r0 == "fit" else "fixed",
         fit_range=(float(c[0]), float(c[-1])),
         bootstrap_failed=failed,
-        sigma=None if sigma is None else np.array(sigma, dtype=float).ravel(),
+        sigma=se,
     )
 
 
@@ -200,22 +169,33 @@ def compute_floor(largest: float, min_compute: float | None) -> float:
     return MIN_COMPUTE_FRACTION * largest if min_compute is None else float(min_compute)
 
 
-def _weights(sigma: ArrayLike | None, n: int) -> FloatArray:
-    """Each point's weight, 1 / its standard error relative to the median one (all 1 without
-    `sigma`). A standard error below SIGMA_FLOOR of the median (a pass rate of 0 or 1 measures
-    0: all prompts agreed) counts as that floor, so that no point pins the curve alone."""
+def _standard_errors(sigma: ArrayLike | None, n: int) -> FloatArray | None:
+    """`sigma` as n finite standard errors >= 0 (a copy), or an InputError saying what is
+    wrong; None without it."""
     if sigma is None:
-        return np.ones(n)
+        return None
     try:
         se = np.array(sigma, dtype=float).ravel()
     except (TypeError, ValueError) as err:
         raise InputError(f"sigma must be an array of numbers ({err})") from None
     if se.size != n or not np.all(np.isfinite(se) & (se >= 0)):
         raise InputError(f"sigma must hold {n} finite standard errors >= 0, one per point")
-    positive = se[se > 0]
-    if positive.size == 0:
+    return se
+
+
+def _typical(se: FloatArray | None) -> float:
+    """The median positive standard error (0 without any)."""
+    if se is None or not np.any(se > 0):
+        return 0.0
+    return float(np.median(se[se > 0]))
+
+
+def _weights(se: FloatArray | None, typical: float, n: int) -> FloatArray:
+    """Each point's weight, 1 / its standard error relative to the `typical` one (all 1 without
+    standard errors). A standard error below SIGMA_FLOOR of it (a pass rate of 0 or 1 measures
+    0: all prompts agreed) counts as that floor, so that no point pins the curve alone."""
+    if se is None or typical == 0.0:
         return np.ones(n)
-    typical = float(np.median(positive))
     weights: FloatArray = typical / np.maximum(se, SIGMA_FLOOR * typical)
     return weights
 
@@ -265,51 +245,6 @@ def _check_enough(c: FloatArray, used: NDArray[np.bool_], cutoff: float) -> None
         )
 
 
-def _a_grid(a_grid: ArrayLike | None, r0: float, y: FloatArray) -> FloatArray:
-    """Candidate asymptotes: the paper's 0.450..0.800 extended to cover max(R0, max y)..1.0."""
-    grid: FloatArray
-    if a_grid is not None:
-        grid = _option_array(a_grid, "a_grid")
-        grid = grid[grid > r0]
-    else:
-        top = math.floor(max(r0, float(y.max())) / A_STEP) * A_STEP
-        # A run that falls below its start (a flat or failing one) also gets the asymptotes
-        # down to its lowest point: a falling curve is the law with A < R0.
-        bottom = math.floor(float(y.min()) / A_STEP) * A_STEP if y.min() < r0 else top
-        start = min(float(PAPER_A_GRID[0]), top, bottom)
-        grid = np.round(np.arange(start, 1.0 + 1e-9, A_STEP), 3)
-        # A = R0 makes the curve flat and B meaningless: only asymptotes above R0 are
-        # candidates, or below it when the run fell there.
-        grid = grid[(grid > r0) | ((grid < r0) & (y.min() < r0))]
-    grid = grid[(grid >= 0.0) & (grid <= 1.0) & (grid != r0)]
-    if grid.size == 0:
-        raise FitError(
-            f"R0 = {r0:g} leaves no room below 1.0 (or the A grid) for the curve to rise"
-        )
-    return grid
-
-
-def _c_mid_grid(c_mid_grid: ArrayLike | None, c: FloatArray) -> FloatArray:
-    """Candidate midpoints, log-spaced from a tenth of the smallest positive fitted compute to
-    C_MID_GRID_REACH x the largest: the law is a logistic in log compute, and a curve that has not
-    bent yet has its midpoint beyond the data (a grid that stops at the data's end makes it bend
-    there, which is what half-run fits underpredicted by)."""
-    if c_mid_grid is not None:
-        grid = _option_array(c_mid_grid, "c_mid_grid")
-        if grid.size == 0 or not np.all((grid > 0) & np.isfinite(grid)):
-            raise InputError("c_mid_grid must hold finite positive values")
-        return grid
-    low, high = float(c[c > 0][0]) / 10.0, C_MID_GRID_REACH * float(c[-1])
-    return np.geomspace(low, high, C_MID_GRID_SIZE)
-
-
-def _option_array(values: ArrayLike, name: str) -> FloatArray:
-    try:
-        return np.array(values, dtype=float).ravel()
-    except (TypeError, ValueError) as err:
-        raise InputError(f"{name} must be an array of numbers ({err})") from None
-
-
 def _bounds(c: FloatArray) -> Box:
     """Bounds of (A, B, ln C_mid, R0). C_mid stays within e^C_MID_SPAN of the positive compute
     fitted: beyond that the curve is constant over the data, and on a flat or falling curve an
@@ -320,61 +255,18 @@ def _bounds(c: FloatArray) -> Box:
     return np.array([0.0, 1e-6, log_low, 0.0]), np.array([1.0, np.inf, log_high, 1.0])
 
 
-def _grid_search(
-    c: FloatArray,
-    y: FloatArray,
-    w: FloatArray,
-    r0: float,
-    grid_a: FloatArray,
-    grid_c: FloatArray,
-    box: Box,
-) -> _Grid:
-    """The paper's grid: best B for every (A, C_mid) cell, then the cell with the lowest
-    (weighted) SSE."""
-    log_c_mid = np.log(grid_c)
-    cells_a, cells_lc = (g.ravel() for g in np.meshgrid(grid_a, log_c_mid, indexing="ij"))
-    b0 = _coarse_b(c, y, w, r0, grid_a, log_c_mid).ravel()
-    base = np.column_stack([cells_a, b0, cells_lc, np.full(cells_a.size, r0)])
-    problem = _Problem(c, y[None, :], base, np.array([False, True, False, False]), w)
-    # A cell that ran out of iterations still has a valid B and SSE: only non-finite cells are out.
-    b = solve_batched(problem, b0[:, None], box[0][1:2], box[1][1:2], max_iter=50).theta
-    resid = problem(b, np.arange(b.shape[0]))[0]
-    sse = np.einsum("kn,kn->k", resid, resid)
-    sse[~np.isfinite(sse)] = np.inf
-    best = int(np.argmin(sse))
-    if not math.isfinite(sse[best]):
-        raise FitError("no cell of the (A, C_mid) grid gave a finite fit")
-    shape = (grid_a.size, grid_c.size)
-    return _Grid(
-        start=np.array([cells_a[best], b[best, 0], cells_lc[best], r0]),
-        a=grid_a,
-        log_c_mid=log_c_mid,
-        b=b[:, 0].reshape(shape),
-        sse=sse.reshape(shape),
-    )
-
-
-class _Grid(NamedTuple):
-    """The grid search: its best cell (A, B, ln C_mid, R0), and every cell's B and SSE."""
-
-    start: FloatArray
-    a: FloatArray  # (nA,)
-    log_c_mid: FloatArray  # (nC,)
-    b: FloatArray  # (nA, nC)
-    sse: FloatArray  # (nA, nC)
-
-
 def _profile(
-    problem: _Problem,
-    grid: _Grid,
+    problem: Problem,
+    grid: Grid,
     best: FloatArray,
     best_sse: float,
     box: Box,
     level: float,
-    sigma: ArrayLike | None,
+    typical_se: float,
 ) -> Profile:
     """The profile of A (`scalerl.fit.profile`): each grid A's best cell, its other free
-    parameters refitted continuously (all A at once), kept within the likelihood threshold."""
+    parameters refitted continuously (all A at once), kept within the likelihood threshold
+    (whose noise variance is never below `typical_se` squared)."""
     cell = np.argmin(grid.sse, axis=1)
     rows = np.arange(grid.a.size)
     base = np.column_stack(
@@ -382,47 +274,15 @@ def _profile(
     )
     free = problem.free.copy()
     free[0] = False
-    batch = _Problem(problem.compute, problem.targets, base, free, problem.weights)
+    batch = Problem(problem.compute, problem.targets, base, free, problem.weights)
     solution = solve_batched(batch, base[:, free], box[0][free], box[1][free])
     base[:, free] = solution.theta
     resid = batch(solution.theta, rows)[0]
     sse = np.einsum("kn,kn->k", resid, resid)
-    typical = 0.0
-    if sigma is not None:
-        se = np.asarray(sigma, dtype=float).ravel()
-        typical = float(np.median(se[se > 0])) if np.any(se > 0) else 0.0
     n, p = problem.compute.size, int(problem.free.sum())
-    limit = threshold(best_sse, n, p, typical * typical, level)
+    limit = threshold(best_sse, n, p, typical_se * typical_se, level)
     c = problem.compute
     return select(base, sse, best, best_sse, limit, (float(c[0]), float(c[-1])), float(grid.a[-1]))
-
-
-def _coarse_b(
-    c: FloatArray,
-    y: FloatArray,
-    w: FloatArray,
-    r0: float,
-    grid_a: FloatArray,
-    log_c_mid: FloatArray,
-) -> FloatArray:
-    """For every (A, C_mid) cell, the best B of a coarse log-spaced grid: the start of its B fit.
-
-    For fixed B and C_mid the law is linear in A - R0, so SSE(A) = T - 2 a S1 + a^2 S2 gives every
-    A's SSE from two sums (each term weighted by w^2), and the whole (A, B, C_mid) cube costs one
-    (B, C_mid, n) evaluation.
-    """
-    log_c = log_compute(c)
-    z = COARSE_B[:, None, None] * (log_c[None, None, :] - log_c_mid[None, :, None])
-    s = expit(z)  # (nB, nC, n)
-    dev, w2 = y - r0, w * w
-    s1 = s @ (w2 * dev)
-    s2, total = np.einsum("bcn,bcn,n->bc", s, s, w2), float(dev @ (w2 * dev))
-    a = (grid_a - r0)[:, None, None]
-    sse = total - 2.0 * a * s1[None] + a * a * s2[None]  # (nA, nB, nC)
-    # A non-finite SSE (an inf from a C_mid grid overflow) must not win argmin: rank it last.
-    sse = np.where(np.isfinite(sse), sse, np.inf)
-    best: FloatArray = COARSE_B[np.argmin(sse, axis=1)]  # (nA, nC)
-    return best
 
 
 def _refine(
@@ -434,7 +294,7 @@ def _refine(
     box: Box,
 ) -> FloatArray:
     """Continuous least-squares refinement of the free parameters from the best grid cell."""
-    problem = _Problem(c, y[None, :], start[None, :], free, w)
+    problem = Problem(c, y[None, :], start[None, :], free, w)
     lo, hi = box[0][free], box[1][free]
     # least_squares wants a strictly feasible start; grid cells may sit on a bound (A = 1).
     x0 = np.clip(start[free], lo + 1e-9, hi - 1e-9)
@@ -463,7 +323,7 @@ def _check_estimate(best: FloatArray, resid: FloatArray) -> None:
 
 
 def _bootstrap(
-    problem: _Problem,
+    problem: Problem,
     best: FloatArray,
     resid: FloatArray,
     box: Box,
@@ -491,7 +351,7 @@ def _bootstrap(
     base = np.tile(best, (replicates, 1))
     if r0_weight is not None:
         base[:, 3] = np.clip(best[3] - noise[:, n] / r0_weight, 0.0, 1.0)
-    batch = _Problem(problem.compute, targets, base, problem.free, w)
+    batch = Problem(problem.compute, targets, base, problem.free, w)
     theta0 = np.tile(best[problem.free], (replicates, 1))
     free = problem.free
     solution = solve_batched(batch, theta0, box[0][free], box[1][free])

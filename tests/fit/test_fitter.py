@@ -11,7 +11,8 @@ from scipy.optimize import OptimizeWarning, curve_fit
 
 from scalerl.errors import DataError, FitError, InputError
 from scalerl.fit import PAPER_A_GRID, FitResult, fit_curve, sample_curve, sigmoid
-from scalerl.fit.fitter import _coarse_b, _Problem
+from scalerl.fit.grid import coarse_b
+from scalerl.fit.problem import Problem
 from scalerl.fit.solver import solve_batched
 
 TRUTH = {"A": 0.61, "B": 1.92, "C_mid": 2542.0, "R0": 0.2}
@@ -108,10 +109,10 @@ def test_grid_b_fits_agree_with_curve_fit_per_cell() -> None:
     log_c_mid = np.log([m for _, m in cells])
     w = np.ones(c.size)  # unweighted, as curve_fit without sigma
     b0 = np.array(
-        [_coarse_b(c, y, w, r0, a[i : i + 1], log_c_mid[i : i + 1])[0, 0] for i in range(5)]
+        [coarse_b(c, y, w, r0, a[i : i + 1], log_c_mid[i : i + 1])[0, 0] for i in range(5)]
     )
     base = np.column_stack([a, b0, log_c_mid, np.full(5, r0)])
-    problem = _Problem(c, y[None, :], base, np.array([False, True, False, False]), w)
+    problem = Problem(c, y[None, :], base, np.array([False, True, False, False]), w)
     solution = solve_batched(problem, b0[:, None], np.array([1e-6]), np.array([np.inf]))
     assert solution.ok.all()
     ours = solution.theta[:, 0]
