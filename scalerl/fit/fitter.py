@@ -12,11 +12,11 @@ The procedure (paper, Sec. "fitting"; our additions marked):
    50k GPU-h fit range, i.e. 3 %; our default is 3 % of the largest compute, so it means the same
    for runs in any unit (GPU-h on a cluster, process-hours on a laptop).
 3. Grid (`scalerl.fit.grid`): A over 0.005 steps, C_mid over 100 values; for each cell B is
-   fitted by least squares and the cell with the lowest SSE is kept. Paper: A in {0.450, ..., 0.800},
-   C_mid in [100, 40000] GPU-h. Ours: A from min(0.450, max(R0, highest pass rate)) up to 1.0,
-   so the paper's A grid is a subset and tiny runs with low asymptotes are covered (and down to
-   the lowest point when a run fell below R0); C_mid over 100 log-spaced values from a tenth of
-   the smallest positive fitted compute to 100 x the largest, so the grid follows the data's
+   fitted by least squares and the cell with the lowest SSE is kept. Paper: A in {0.450, ...,
+   0.800}, C_mid in [100, 40000] GPU-h. Ours: A from min(0.450, max(R0, highest pass rate)) up to
+   1.0, so the paper's A grid is a subset and tiny runs with low asymptotes are covered (and down
+   to the lowest point when a run fell below R0); C_mid over 100 log-spaced values from a tenth
+   of the smallest positive fitted compute to 100 x the largest, so the grid follows the data's
    unit and holds the midpoints of curves that have not bent yet (a grid ending at 2 x the data,
    linear in compute, made half-run fits of such curves bend early and underpredict).
    The B fits of all cells run together (`solver.solve_batched`, Levenberg-Marquardt like
