@@ -60,6 +60,7 @@ import numpy as np
 
 from scalerl.errors import ScaleRLError
 from scalerl.fit import FitResult, fit_curve, sigmoid
+from scalerl.fit.backtest import Backtest
 from scalerl.fit.backtest import backtest as self_check
 from scalerl.fit.points import load_curve
 from scalerl.runfile import run_command, write_variant
@@ -250,7 +251,7 @@ class Checked:
 
     name: str
     points: int
-    check: Any  # scalerl.fit.backtest.Backtest, or None: too few points in the first half
+    check: Backtest | None  # None: too few points in the first half
     said: str = "-"  # OK / Misfit / - (the half's own check could not run)
     at_least: float | None = None
 
@@ -269,14 +270,11 @@ class Checked:
 
 def _checked(name: str, c: np.ndarray, y: np.ndarray, se: np.ndarray | None) -> Checked:
     half = c <= c[-1] / 2
-    early_se = None if se is None else se[half]
-    own = self_check(c[half], y[half], sigma=early_se)
+    own = self_check(c[half], y[half], sigma=None if se is None else se[half])
     said = "-" if own is None or own.inside is None else "OK" if own.inside else "Misfit"
-    try:
-        at_least = getattr(fit_curve(c[half], y[half], sigma=early_se), "A_at_least", None)
-    except ScaleRLError:
-        at_least = None
-    return Checked(name, c.size, self_check(c, y, sigma=se), said, at_least)
+    check = self_check(c, y, sigma=se)  # its fit is the half-run fit
+    at_least = None if check is None or check.fit is None else check.fit.A_at_least
+    return Checked(name, c.size, check, said, at_least)
 
 
 def check_curves(curves: list[CurveRow]) -> None:
@@ -321,11 +319,9 @@ def kept_runs(folder: Path) -> list[CurveRow]:
     """Every finished run under `folder` (a `history.jsonl` per subfolder), with its SEs."""
     out: list[CurveRow] = []
     for path in sorted(folder.glob("*/history.jsonl")):
-        history = read_history(path)
-        compute = np.array([row["compute"] for row in history], dtype=float)
-        pass_rate = np.array([row["pass_rate"] for row in history], dtype=float)
-        se = np.array([row.get("pass_rate_se") or 0.0 for row in history], dtype=float)
-        out.append((path.parent.name, compute, pass_rate, se))
+        curve = load_curve(path)
+        se = None if curve.pass_rate_se is None else np.nan_to_num(curve.pass_rate_se, nan=0.0)
+        out.append((path.parent.name, curve.compute, curve.pass_rate, se))
     return out
 
 

@@ -14,7 +14,7 @@ evaluation lies outside the interval the first half gave for it, the prediction'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 from scalerl.errors import InputError, ScaleRLError
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.points import check_points
-from scalerl.fit.result import Interval
+from scalerl.fit.result import FitResult, Interval
 from scalerl.spec import PREDICTION_MIN_POINTS
 
 
@@ -36,6 +36,8 @@ class Backtest:
     predicted: float  # the first half's curve there
     interval: Interval | None  # what an evaluation there would read (None: no bootstrap)
     actual: float  # what the last evaluation read
+    # The first half's fit itself (None where built by hand), for callers that show more of it.
+    fit: FitResult | None = field(default=None, repr=False, compare=False)
 
     @property
     def inside(self) -> bool | None:
@@ -101,4 +103,5 @@ def backtest(
         predicted=float(early.predict(float(c[-1]))),
         interval=early.predictive_interval(float(c[-1])),
         actual=float(y[-1]),
+        fit=early,
     )
