@@ -291,9 +291,10 @@ def _confidence_line(outlook: dict[str, Any]) -> str:
 def _confidence_words(fit: dict[str, Any]) -> str:
     """'; <confidence>: <why>' (a Misfit's: `misfit_note`), '' for a fit without a confidence."""
     from scalerl.operator.prediction import misfit_note
+    from scalerl.spec import MISFIT
 
     confidence = fit.get("confidence")
-    if confidence == "Misfit":
+    if confidence == MISFIT:
         return misfit_note(fit)
     if confidence is None:
         return ""

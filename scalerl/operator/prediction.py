@@ -11,7 +11,7 @@ from typing import Any
 
 from scalerl.errors import DataError, FitError, InputError, ScaleRLError, SpecError
 from scalerl.operator.trackrecord import TRACK_RECORD, with_prediction
-from scalerl.spec import OK, BudgetSpec, RunSpec, parse_run
+from scalerl.spec import MISFIT, OK, BudgetSpec, RunSpec, parse_run
 from scalerl.status.conditions import now_rfc3339, set_condition
 from scalerl.status.kubernetes import RunStatus, round_value
 
@@ -85,7 +85,7 @@ def confidence_note(fit: dict[str, Any]) -> str:
     """'; <confidence>: <why>' for a TooEarly or Unchecked fit ('' for any other), to add to its
     summary (a Misfit's says more: `misfit_note`)."""
     confidence, why = fit.get("confidence"), fit.get("confidenceReason")
-    if confidence in (None, "OK", "Misfit") or not why:
+    if confidence in (None, OK, MISFIT) or not why:
         return ""
     return f"; {confidence}: {why}"
 
@@ -93,7 +93,7 @@ def confidence_note(fit: dict[str, Any]) -> str:
 def misfit_note(fit: dict[str, Any]) -> str:
     """What a Misfit confidence means for this fit ('' for any other), to add to its summary."""
     test = fit.get("backtest")
-    if fit.get("confidence") != "Misfit" or not test or not test.get("interval"):
+    if fit.get("confidence") != MISFIT or not test or not test.get("interval"):
         return ""
     lo, hi = test["interval"]
     return (
