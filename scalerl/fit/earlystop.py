@@ -43,7 +43,7 @@ import numpy as np
 
 from scalerl.fit.compare import A_MARGIN
 from scalerl.fit.fitter import compute_floor
-from scalerl.fit.leaderboard import Standing
+from scalerl.fit.leaderboard import Standing, compute_left
 from scalerl.fit.outlook import OK, UNCHECKED
 
 Z = 3.0  # standard errors: a gap this wide arises from noise in about 1 check of 700
@@ -197,8 +197,6 @@ def _measured_ceiling(s: Standing) -> Bound | None:
     if rise > Z * math.hypot(se_now, se_before):
         return None  # still rising: only a trusted fit can bound it
     per_compute = max(0.0, rise) / max(float(np.mean(ev.compute[now] - ev.compute[before])), 1e-12)
-    last_step, spent = int(ev.step[-1]), float(ev.compute[-1])
-    end, _ = s.run.spec.budget.end(last_step, spent)
-    value = mean_now + Z * se_now + per_compute * max(0.0, end - spent)
+    value = mean_now + Z * se_now + per_compute * compute_left(s)
     how = f"no rise beyond noise: last {RECENT} evaluations' mean + {Z:g} SE + their rise to budget"
     return Bound(value, "measured", how)

@@ -200,7 +200,7 @@ def row(standing: Standing, fit: FitResult | None) -> dict[str, Any]:
         "stopReason": standing.stop_reason if standing.phase == STOPPED else None,
         "stopEvidence": standing.stop_evidence if standing.phase == STOPPED else None,
         "failure": standing.failure if standing.phase == FAILED else None,
-        "computeSaved": compute_saved(standing) if _stopped_early(standing) else None,
+        "computeSaved": compute_left(standing) if _stopped_early(standing) else None,
     }
 
 
@@ -209,9 +209,9 @@ def _stopped_early(standing: Standing) -> bool:
     return standing.phase == STOPPED and standing.stop_evidence is not None
 
 
-def compute_saved(standing: Standing) -> float:
-    """What its budget would have spent beyond its stop: from its last evaluation (step and
-    compute; the run stopped right after it), to where the budget ends at that pace."""
+def compute_left(standing: Standing) -> float:
+    """What its budget would spend beyond its last evaluation (step and compute), to where the
+    budget ends at that pace: once stopped (right after that evaluation), the compute saved."""
     ev = standing.evaluations
     if not len(ev):
         return 0.0

@@ -84,7 +84,7 @@ def table(records: Records) -> str:
         held = f"{b['held']}/{b['withInterval']}"
         lines.append(
             f"{b['seen']:>5.0%}  {b['runs']:>4}  {held:>6}  "
-            f"{_pct(b['coverage']):>8}  {_num(b['medianError'], '+.3f'):>12}  "
+            f"{_num(b['coverage'], '.0%'):>8}  {_num(b['medianError'], '+.3f'):>12}  "
             f"{_num(b['medianAbsError'], '.3f'):>14}  {_num(b['medianWidth'], '.3f'):>12}"
         )
     lines.append(
@@ -93,10 +93,6 @@ def table(records: Records) -> str:
     )
     lines += [f"skipped {folder}: {why}" for folder, why in records.skipped.items()]
     return "\n".join(lines)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
 
 
 def _num(value: float | None, fmt: str) -> str:
