@@ -86,11 +86,6 @@ class Evaluations:
             se=None if any(e is None for e in errors) else np.array(errors, dtype=float),
         )
 
-    @classmethod
-    def none(cls) -> Evaluations:
-        empty = np.array([], dtype=float)
-        return cls(np.array([], dtype=int), empty, empty, None)
-
     def __len__(self) -> int:
         return int(self.compute.size)
 
