@@ -369,7 +369,7 @@ def main() -> None:
     if args.kept:
         print(f"kept runs in {args.kept}: half-run backtest, weighted by each evaluation's SE")
         check_curves(kept_runs(args.kept))
-    for scenario in SCENARIOS[: 0 if args.draws == 0 else None]:
+    for scenario in SCENARIOS if args.draws else ():  # --draws 0: the curves above only
         noise = math.sqrt(0.25 / (scenario.prompts * scenario.samples))
         print(
             f"{scenario.name}: A {scenario.A}, B {scenario.B}, C_mid {scenario.C_mid:g}, "
