@@ -109,12 +109,15 @@ def test_a_local_sweep_stops_the_flat_variant_although_the_good_fits_are_not_ok(
     assert all(row["phase"] == "Succeeded" for row in leaders), board
     assert all(row["confidence"] != "OK" for row in leaders), board  # the shape
     # The paper's rule, by hand from each variant's history: a higher A wins; within 0.02, the
-    # higher B once both are refitted at their mean A.
+    # higher B once both are refitted at their mean A. A fit that bounds A only from below counts
+    # with its bound (leaderboard.py): 40 steps of the demo often end before the curve bends,
+    # and then both fits read A = 1.0 while their bounds differ.
     first, second = leaders
-    if abs(first["A"] - second["A"]) > 0.02:
-        assert first["A"] > second["A"]
+    a = {row["name"]: row["A"] if row["A_atLeast"] is None else row["A_atLeast"] for row in leaders}
+    if abs(a[first["name"]] - a[second["name"]]) > 0.02:
+        assert a[first["name"]] > a[second["name"]]
     else:
-        shared = (first["A"] + second["A"]) / 2
+        shared = (a[first["name"]] + a[second["name"]]) / 2
         b = {row["name"]: refit_b(tmp_path / "out" / row["name"], shared) for row in leaders}
         assert b[first["name"]] >= b[second["name"]]
     on_disk = json.loads((tmp_path / "out" / "leaderboard.json").read_text())
