@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 
 from scalerl.errors import InputError
-from scalerl.spec import THINK_END
+from scalerl.spec import THINK_END, CodeSpec
 
 RewardFn = Callable[[str, str], float]
 """(answer text, reference answer) -> reward, +1.0 correct, −1.0 incorrect."""
@@ -92,19 +92,32 @@ def math(answer: str, reference: str) -> float:
     return INCORRECT
 
 
-BUILTIN: dict[str, RewardFn] = {"exact": exact, "math": math}
+def code(answer: str, reference: str) -> float:
+    """+1 when the answer's program passes every test the reference holds, run in a sandbox
+    (scalerl.generator.code_reward, which also gives the per-test record)."""
+    from scalerl.generator.code_reward import code as run_code
+
+    return run_code(answer, reference)
 
 
-def load_reward(name: str) -> RewardFn:
-    """The reward named by a spec: "exact", "math", or "module:function" (an importable callable).
+BUILTIN: dict[str, RewardFn] = {"exact": exact, "math": math, "code": code}
+
+
+def load_reward(name: str, code_spec: CodeSpec | None = None) -> RewardFn:
+    """The reward named by a spec: "exact", "math", "code" (with `code_spec`'s limits, the
+    spec's defaults when None) or "module:function" (an importable callable).
 
     A dotted function part ("pkg.mod:Class.method") is followed attribute by attribute.
     """
+    if name == "code" and code_spec is not None:
+        from scalerl.generator.code_reward import code_reward
+
+        return code_reward(code_spec)
     if name in BUILTIN:
         return BUILTIN[name]
     module_name, sep, attribute = name.partition(":")
     if not sep or not module_name or not attribute:
-        raise InputError(f"reward {name!r} is not 'exact', 'math' or 'module:function'")
+        raise InputError(f"reward {name!r} is not 'exact', 'math', 'code' or 'module:function'")
     try:
         target: object = importlib.import_module(module_name)
     except Exception as err:  # noqa: BLE001 — any import failure is the user's module, say so

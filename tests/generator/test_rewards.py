@@ -131,9 +131,9 @@ def test_load_reward_reports_bad_functions(reward_module: str, suffix: str, mess
     ("name", "message"),
     [
         ("no_such_module_xyz:fn", "cannot import module 'no_such_module_xyz'"),
-        ("fuzzy", "is not 'exact', 'math' or 'module:function'"),
-        (":fn", "is not 'exact', 'math' or 'module:function'"),
-        ("module:", "is not 'exact', 'math' or 'module:function'"),
+        ("fuzzy", "is not 'exact', 'math', 'code' or 'module:function'"),
+        (":fn", "is not 'exact', 'math', 'code' or 'module:function'"),
+        ("module:", "is not 'exact', 'math', 'code' or 'module:function'"),
     ],
 )
 def test_load_reward_rejects_bad_names(name: str, message: str) -> None:

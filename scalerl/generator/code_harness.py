@@ -1,0 +1,94 @@
+"""The program a call-based or assert test runs in the sandbox (as its main.py): it loads the
+solution (solution.py) without running its `__main__` part, then runs each case of cases.json
+under its own time limit and prints one JSON line per case: `{"value": ...}` (what the function
+returned), `{"ok": true}` (an assert held), `{"error": "..."}` or `{"timeout": true}`.
+
+The expected values of call-based tests never enter the sandbox (the judge compares outside it).
+Asserts carry theirs inside, and run in the solution's own process: a program written to forge
+this harness's report could do so. Not imported by scalerl; standard library only.
+"""
+
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+
+
+class _TimeUp(BaseException):
+    """Raised in the case that overran its time (a BaseException, so `except Exception` in the
+    solution does not swallow it)."""
+
+
+def _time_up(signum, frame):
+    raise _TimeUp
+
+
+def _function(namespace, name):
+    """A module-level function, or a method of a `Solution` class (LeetCode's shape)."""
+    if name in namespace and callable(namespace[name]):
+        return namespace[name]
+    holder = namespace.get("Solution")
+    if isinstance(holder, type) and callable(getattr(holder, name, None)):
+        return getattr(holder(), name)
+    raise NameError(f"the solution defines no function {name!r}")
+
+
+def _plain(value):
+    """`value` as JSON can carry it: tuples and sets as lists, anything else as its repr."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_plain(v) for v in value), key=repr)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def _run(case, namespace, spec):
+    if spec["kind"] == "call":
+        return {"value": _plain(_function(namespace, spec["fn_name"])(*case))}
+    exec(compile(case, "<assert>", "exec"), namespace)
+    return {"ok": True}
+
+
+def main():
+    report = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # what the solution prints goes to stderr, not into the report
+    with open("cases.json") as file:
+        spec = json.load(file)
+    signal.signal(signal.SIGALRM, _time_up)
+    try:
+        namespace = runpy.run_path("solution.py", run_name="solution")
+    except BaseException as err:  # noqa: BLE001 — a solution that does not load fails every case
+        line = {"error": f"{type(err).__name__}: {err}"[:500]}
+        for _ in spec["cases"]:
+            report.write(json.dumps(line) + "\n")
+        return
+    if spec.get("setup"):
+        exec(compile(spec["setup"], "<setup>", "exec"), namespace)
+    for case in spec["cases"]:
+        signal.setitimer(signal.ITIMER_REAL, spec["seconds"])
+        started = time.perf_counter()
+        try:
+            line = _run(case, namespace, spec)
+        except _TimeUp:
+            line = {"timeout": True}
+        except BaseException as err:  # noqa: BLE001 — the case failed; the next one still runs
+            line = {"error": f"{type(err).__name__}: {err}"[:500]}
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        line["seconds"] = time.perf_counter() - started
+        try:
+            text = json.dumps(line)
+        except (TypeError, ValueError):
+            text = json.dumps({"value": repr(line.get("value"))})
+        report.write(text + "\n")
+        report.flush()
+    sys.stdout.flush()
+
+
+main()

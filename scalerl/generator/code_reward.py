@@ -1,0 +1,345 @@
+"""`reward: code`: the program in a completion's answer, run against its row's tests in the
+sandbox (scalerl.sandbox); +1 only when every test passes.
+
+The program is the last fenced code block of the answer (```python ... ``` or ``` ... ```), or
+the whole answer when it has none. The row's reference (its answer field) holds the tests as JSON
+(a Python literal is read too: a JSONL row whose answer is an object arrives as its repr), in one
+of the shapes public code datasets use:
+
+- stdin/stdout (APPS, TACO, CodeContests): `{"inputs": ["1 2\\n", ...], "outputs": ["3\\n", ...]}`;
+  each input is fed to a fresh run of the program, its printed output judged against the output
+  (scalerl.generator.code_judge). An input or output may be a list of lines.
+- call-based (APPS/TACO with `fn_name`): `{"fn_name": "add", "inputs": [[1, 2], ...], "outputs":
+  [3, ...]}`; each input is the argument list of one call of the function (or of the method of a
+  `Solution` class), its returned value judged against the output.
+- asserts (MBPP, HumanEval-style): `{"asserts": ["assert add(1, 2) == 3", ...]}`; each passes when
+  it runs without raising.
+- DeepCoder's list: `[{"input": ..., "output": ..., "type": "stdin_stdout"}, ...]` (or
+  `"testtype": "stdin"`; stdin/stdout cases only).
+
+Any shape may add `"tolerance": 1e-6` (numbers compared within it, absolutely or relatively) and
+`"setup": "import math"` (code run before the asserts). A reference that is none of these is the
+data's fault and raises InputError naming what is wrong.
+
+`score_code` returns the whole record (`CodeVerdict`); `code` is the RewardFn. A sandbox that fails
+(it could not start, or the machine refused it) says nothing about the program: `code` raises
+`SandboxFailure` then, so the caller drops the sample rather than training on a -1.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scalerl.errors import InputError, ScaleRLError
+from scalerl.generator.code_judge import same_output, same_value
+from scalerl.sandbox import Execution, Limits, execute
+from scalerl.spec import CodeSpec
+
+PASSED = "passed"
+WRONG_ANSWER = "wrong answer"
+RUNTIME_ERROR = "runtime error"
+TIMEOUT = "timeout"
+MEMORY = "memory"
+OUTPUT_TOO_LARGE = "output too large"
+NOT_RUN = "not run"  # the problem's time ran out, or an earlier test failed and we stopped
+_HARNESS = Path(__file__).with_name("code_harness.py").read_text()
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+# How the CPU limit ends a program: SIGKILL at the hard limit (SIGXCPU where it is caught first).
+_CPU_LIMIT = (signal.SIGKILL, signal.SIGXCPU)
+_STARTUP_SECONDS = 2.0  # interpreter start-up a call-based run gets besides its cases' time
+
+
+class SandboxFailure(ScaleRLError):
+    """The sandbox could not run a program; the sample is dropped, not scored."""
+
+
+@dataclass(frozen=True)
+class CodeTests:
+    """A row's tests: `kind` is "stdio", "call" or "assert"; `outputs` is empty for asserts."""
+
+    kind: str
+    inputs: list[Any]
+    outputs: list[Any] = field(default_factory=list)
+    fn_name: str = ""
+    tolerance: float | None = None
+    setup: str = ""
+
+
+@dataclass(frozen=True)
+class TestResult:
+    verdict: str  # PASSED or why not
+    seconds: float = 0.0
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASSED
+
+
+@dataclass(frozen=True)
+class CodeVerdict:
+    """What one program did on its tests. `error` is set when the sandbox failed (then the
+    results say nothing about the program); `missing` names the sandbox guarantees this machine
+    could not give."""
+
+    tests: list[TestResult]
+    error: str = ""
+    missing: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> int:
+        return sum(t.passed for t in self.tests)
+
+    @property
+    def reward(self) -> float:
+        return 1.0 if self.tests and self.passed == len(self.tests) and not self.error else -1.0
+
+    @property
+    def seconds(self) -> float:
+        return sum(t.seconds for t in self.tests)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reward": self.reward,
+            "passed": self.passed,
+            "total": len(self.tests),
+            "tests": [asdict(t) for t in self.tests],
+            "sandbox_error": self.error,
+            "missing_guarantees": list(self.missing),
+        }
+
+
+def extract_code(answer: str) -> str:
+    """The last fenced code block of `answer`, or all of it when it has none."""
+    blocks = _FENCE.findall(answer)
+    return blocks[-1] if blocks else answer
+
+
+def parse_tests(reference: str) -> CodeTests:
+    """The tests a row's reference holds (shapes in the module's doc); InputError when none."""
+    data = _decode(reference)
+    if isinstance(data, list):
+        data = _from_case_list(data)
+    if not isinstance(data, dict):
+        raise InputError(f"code tests must be a JSON object or list, not {type(data).__name__}")
+    tolerance = data.get("tolerance")
+    if tolerance is not None and (not isinstance(tolerance, int | float) or tolerance < 0):
+        raise InputError(f"code tests: tolerance must be a number >= 0, not {tolerance!r}")
+    setup = data.get("setup") or ""
+    if not isinstance(setup, str):
+        raise InputError("code tests: setup must be a string of code")
+    if "asserts" in data:
+        asserts = data["asserts"]
+        if (
+            not isinstance(asserts, list)
+            or not asserts
+            or not all(isinstance(a, str) for a in asserts)
+        ):
+            raise InputError("code tests: asserts must be a non-empty list of strings")
+        return CodeTests("assert", asserts, tolerance=tolerance, setup=setup)
+    inputs, outputs = data.get("inputs"), data.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or not inputs:
+        raise InputError("code tests need 'inputs' and 'outputs' lists (or 'asserts')")
+    if len(inputs) != len(outputs):
+        raise InputError(f"code tests: {len(inputs)} inputs but {len(outputs)} outputs")
+    fn_name = data.get("fn_name") or ""
+    if fn_name:
+        if not isinstance(fn_name, str) or not all(isinstance(i, list) for i in inputs):
+            raise InputError("call-based code tests need a fn_name string and argument lists")
+        return CodeTests("call", inputs, outputs, fn_name, tolerance, setup)
+    return CodeTests(
+        "stdio", [_text(i) for i in inputs], [_text(o) for o in outputs], "", tolerance
+    )
+
+
+def _decode(reference: str) -> Any:
+    try:
+        return json.loads(reference)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(reference)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as err:
+        raise InputError(f"code tests are neither JSON nor a Python literal: {err}") from err
+
+
+def _from_case_list(cases: list[Any]) -> dict[str, Any]:
+    inputs, outputs = [], []
+    for n, case in enumerate(cases):
+        kind = isinstance(case, dict) and (case.get("type") or case.get("testtype") or "stdin")
+        if kind not in ("stdin_stdout", "stdin") or "input" not in case or "output" not in case:
+            raise InputError(
+                f"code tests: case {n} is not a stdin/stdout case with input and output"
+            )
+        inputs.append(case["input"])
+        outputs.append(case["output"])
+    return {"inputs": inputs, "outputs": outputs}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return "\n".join(str(v) for v in value) + "\n"
+    if not isinstance(value, str):
+        raise InputError(f"stdin/stdout code tests hold strings, not {type(value).__name__}")
+    return value
+
+
+# --- scoring ---------------------------------------------------------------------------------
+
+Run = Callable[..., Execution]  # scalerl.sandbox.execute's signature
+
+
+def score_code(
+    answer: str,
+    reference: str,
+    spec: CodeSpec | None = None,
+    *,
+    stop_early: bool = False,
+    run: Run = execute,
+) -> CodeVerdict:
+    """Run the answer's program against the reference's tests; the whole record.
+
+    `stop_early` skips the tests after the first failure (they read NOT_RUN): the reward is the
+    same and a failing program costs one test's time, not all of them."""
+    spec = spec or CodeSpec()
+    tests = parse_tests(reference)
+    program = extract_code(answer)
+    deadline = time.monotonic() + spec.problem_timeout_seconds
+    if tests.kind == "stdio":
+        return _score_stdio(program, tests, spec, deadline, stop_early, run)
+    return _score_calls(program, tests, spec, deadline, run)
+
+
+def _limits(spec: CodeSpec, seconds: float) -> Limits:
+    return Limits(
+        wall_seconds=seconds,
+        cpu_seconds=max(1, int(seconds + 0.999)),
+        memory_bytes=spec.memory_mib << 20,
+        processes=spec.processes,
+        output_bytes=spec.output_mib << 20,
+        file_bytes=spec.output_mib << 20,
+    )
+
+
+def _score_stdio(
+    program: str, tests: CodeTests, spec: CodeSpec, deadline: float, stop_early: bool, run: Run
+) -> CodeVerdict:
+    results: list[TestResult] = []
+    missing: tuple[str, ...] = ()
+    for given, wanted in zip(tests.inputs, tests.outputs, strict=True):
+        left = min(spec.test_timeout_seconds, deadline - time.monotonic())
+        if left <= 0 or (stop_early and results and not results[-1].passed):
+            results.append(TestResult(NOT_RUN))
+            continue
+        done = run(program, given.encode(), _limits(spec, left))
+        missing = done.isolation.missing
+        if done.error:
+            return CodeVerdict(results, done.error, missing)
+        failed = _failure(done)
+        if failed is None and not same_output(
+            done.stdout.decode(errors="replace"), wanted, tests.tolerance
+        ):
+            failed = TestResult(WRONG_ANSWER, done.wall_seconds, _excerpt(done.stdout))
+        results.append(failed or TestResult(PASSED, done.wall_seconds))
+    return CodeVerdict(results, "", missing)
+
+
+def _failure(done: Execution) -> TestResult | None:
+    """Why an execution failed before its output could be judged (None: it ran to the end)."""
+    seconds = done.wall_seconds
+    if done.output_exceeded:
+        return TestResult(OUTPUT_TOO_LARGE, seconds)
+    if done.timed_out or done.signal in _CPU_LIMIT:
+        return TestResult(TIMEOUT, seconds)
+    if done.returncode == 0:
+        return None
+    if done.memory_exceeded:
+        return TestResult(MEMORY, seconds, _last_line(done.stderr))
+    return TestResult(RUNTIME_ERROR, seconds, _last_line(done.stderr) or f"exit {done.returncode}")
+
+
+def _score_calls(
+    program: str, tests: CodeTests, spec: CodeSpec, deadline: float, run: Run
+) -> CodeVerdict:
+    """Call-based and assert tests: one run of the harness for all cases, each case under the
+    per-test time limit, the whole under the problem's."""
+    cases = {
+        "kind": tests.kind,
+        "cases": tests.inputs,
+        "fn_name": tests.fn_name,
+        "setup": tests.setup,
+        "seconds": spec.test_timeout_seconds,
+    }
+    budget = len(tests.inputs) * spec.test_timeout_seconds + _STARTUP_SECONDS
+    seconds = min(budget, deadline - time.monotonic())
+    files = {"solution.py": program, "cases.json": json.dumps(cases)}
+    done = run(_HARNESS, b"", _limits(spec, seconds), files)
+    if done.error:
+        return CodeVerdict([], done.error, done.isolation.missing)
+    lines = done.stdout.decode(errors="replace").splitlines()
+    results: list[TestResult] = []
+    for n in range(len(tests.inputs)):
+        if n < len(lines):
+            results.append(_judge_line(lines[n], tests, n))
+        elif n == len(lines):  # the case the run died in
+            results.append(_failure(done) or TestResult(RUNTIME_ERROR, 0.0, "no result"))
+        else:
+            results.append(TestResult(NOT_RUN))
+    return CodeVerdict(results, "", done.isolation.missing)
+
+
+def _judge_line(line: str, tests: CodeTests, n: int) -> TestResult:
+    try:
+        report = json.loads(line)
+        seconds = float(report.get("seconds", 0.0))
+    except (ValueError, TypeError, AttributeError):
+        return TestResult(RUNTIME_ERROR, detail="unreadable result")
+    if report.get("timeout"):
+        return TestResult(TIMEOUT, seconds)
+    if "error" in report:
+        error = str(report["error"])
+        if tests.kind == "assert" and error.startswith("AssertionError"):
+            return TestResult(WRONG_ANSWER, seconds, error)
+        why = MEMORY if error.startswith("MemoryError") else RUNTIME_ERROR
+        return TestResult(why, seconds, error)
+    if tests.kind == "assert":
+        return TestResult(PASSED if report.get("ok") is True else RUNTIME_ERROR, seconds)
+    if same_value(report.get("value"), tests.outputs[n], tests.tolerance):
+        return TestResult(PASSED, seconds)
+    return TestResult(WRONG_ANSWER, seconds, _excerpt(json.dumps(report.get("value")).encode()))
+
+
+def _last_line(stderr: bytes) -> str:
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    return lines[-1][:300] if lines else ""
+
+
+def _excerpt(output: bytes) -> str:
+    text = output.decode(errors="replace")
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def code(answer: str, reference: str) -> float:
+    """The `code` RewardFn with the spec's default limits; raises SandboxFailure when the sandbox
+    failed (drop the sample)."""
+    return code_reward(CodeSpec())(answer, reference)
+
+
+def code_reward(spec: CodeSpec) -> Callable[[str, str], float]:
+    """The `code` RewardFn with a run's limits (spec.data.code): +1 when every test passes."""
+
+    def reward(answer: str, reference: str) -> float:
+        verdict = score_code(answer, reference, spec, stop_early=True)
+        if verdict.error:
+            raise SandboxFailure(verdict.error)
+        return verdict.reward
+
+    return reward

@@ -1,0 +1,55 @@
+"""The sandbox's tests need bubblewrap and user namespaces. CI installs bubblewrap (.ci/run), so
+there a machine without full isolation is a failure; on a workstation it is a skip."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scalerl.sandbox import Isolation, probe
+from scalerl.sandbox.isolation import run_as
+from scalerl.sandbox.run import base_folder
+
+
+@pytest.fixture(scope="session")
+def full_isolation() -> Isolation:
+    isolation = probe()
+    if not isolation.full:
+        message = f"the sandbox lacks {', '.join(isolation.missing)}: {isolation.reason}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return isolation
+
+
+def sandbox_processes() -> list[str]:
+    """Processes that are the sandbox's: those of the user sandboxes run as when we are root,
+    else any whose command line is bubblewrap's or the sandbox launcher's."""
+    found = []
+    uid = run_as()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            owner = entry.stat().st_uid
+        except OSError:
+            continue
+        if (
+            (uid is not None and owner == uid)
+            or cmdline.startswith(b"bwrap\0")
+            or (b"scalerl-sandbox" in cmdline)
+        ):
+            found.append(f"{entry.name}: {cmdline[:80]!r}")
+    return found
+
+
+@pytest.fixture
+def nothing_left_behind(full_isolation: Isolation) -> Iterator[None]:
+    """After the test: no process of the sandbox still exists and no execution's folder is left."""
+    yield
+    assert sandbox_processes() == []
+    assert list(base_folder().iterdir()) == []
