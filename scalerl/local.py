@@ -31,6 +31,7 @@ from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import RunSpec, ScaleRLRun
 from scalerl.status.files import STATUS_FILE, FileStatus, read_status
 from scalerl.status.history import HISTORY_FILE, PROGRESS_FILE, read_history
+from scalerl.tracking import open_trackers
 
 log = logging.getLogger("scalerl.local")
 PROCESSES_FILE = "processes.json"  # role -> pid and /metrics URL of the current attempt
@@ -177,6 +178,8 @@ class LocalRun:
         # history.jsonl's size and mtime when refresh last read it: it is read again only when
         # it changed (every evaluation), not every half-second tick.
         self.history_seen: tuple[int, int] | None = None
+        # The fits to spec.tracking's trackers (the trainer logs its steps itself).
+        self.tracker = open_trackers(run, out, "fit", resume_step=None)
 
     def launch(self) -> Gang:
         spec = self.run.spec
@@ -282,6 +285,13 @@ class LocalRun:
             self.display.note(f"fit failed ({type(err).__name__}: {err}); the run goes on")
             return None
         self.metrics.set_prediction(self.run.namespace, self.run.name, result)
+        if self.tracker is not None:
+            from scalerl.fit.report import PLOT_FILE
+            from scalerl.tracking import names
+
+            metrics, text = names.fit_metrics(result), names.fit_text(result)
+            step = int(result.get("lastStep") or 0)
+            self.tracker.fit(step, metrics, text, str((self.out / PLOT_FILE).resolve()))
         self.display.note(
             f"fit: A={result['A']:.3f} C_mid={result['C_mid']:.3g} {self.run.spec.compute_unit} "
             f"B={result['B']:.2f} ({result['points']} points, {result['confidence']})"
@@ -305,7 +315,13 @@ class LocalRun:
         except KeyboardInterrupt as interrupt:
             signum = getattr(interrupt, "signum", signal.SIGINT)
             raise Interrupted(self.trained_steps(), signum) from None
-        return self.refit(read_history(self.out / HISTORY_FILE), ended=True)
+        finally:
+            if self.tracker is not None and sys.exc_info()[0] is not None:
+                self.tracker.close()  # the fits so far, sent for a bounded time
+        report = self.refit(read_history(self.out / HISTORY_FILE), ended=True)
+        if self.tracker is not None:
+            self.tracker.close(finished=True)
+        return report
 
     def attempt(self) -> bool:
         """Run one gang to the end (True) or to a failure worth a restart (False)."""

@@ -53,6 +53,13 @@ TRAINER_COUNTERS = {
     "stale_groups": "Prompt groups dropped for being more than k policy versions old.",
     "skipped_steps": "Optimizer steps skipped for a non-finite loss or gradient.",
     "no_signal_steps": "Steps whose every group was filtered out (all right or all wrong).",
+    "tracker_dropped_records": (
+        "Experiment-tracker records dropped from memory because a tracker fell behind (slow or"
+        " down); the run's tracking journal keeps them and a restart sends them."
+    ),
+    "tracker_failed_records": (
+        "Experiment-tracker records given up after every retry (the tracker refused or was down)."
+    ),
 }
 TRAINER_GAUGES = {
     "entropy": "Mean token entropy (nats) of the last training batch.",

@@ -40,6 +40,7 @@ from scalerl.spec import (
     ReplicaSpec,
     ScaleRLRun,
 )
+from scalerl.tracking.records import RUN_UID_ENV
 
 IMAGE_TAG = "0.1.0"
 CONFIG_DIR = "/etc/scalerl"
@@ -429,6 +430,8 @@ def workload(
         "volumeMounts": mounts,
         "securityContext": CONTAINER_SECURITY,
     }
+    if role_name == names.ROLE_TRAINER:
+        _tracking_environ(run, owner, container)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "securityContext": images.for_run(run).pod_security(),
@@ -488,6 +491,17 @@ def fit_job(run: ScaleRLRun, owner: Owner, number: int, images: Images) -> dict[
             },
         },
     }
+
+
+def _tracking_environ(run: ScaleRLRun, owner: Owner, container: dict[str, Any]) -> None:
+    """A container that logs to spec.tracking's trackers: the run's uid (the tracker run's
+    identity, the same in every attempt) and the Secret's keys as its environment (tokens)."""
+    tracking = run.spec.tracking
+    if tracking is None or not tracking.trackers:
+        return
+    container["env"] = [*container.get("env", []), {"name": RUN_UID_ENV, "value": owner.uid}]
+    if tracking.secret_ref is not None:
+        container["envFrom"] = [{"secretRef": {"name": tracking.secret_ref.name}}]
 
 
 def _default_image(run: ScaleRLRun, role_name: str, images: Images) -> str:

@@ -45,6 +45,8 @@ from scalerl.rollout.stream import TrainerChannel
 from scalerl.spec import EPSILON_HIGH, EPSILON_LOW, EPSILON_MAX, RunSpec, ScaleRLRun, load_run
 from scalerl.status import StatusSink, open_status
 from scalerl.status.history import HeldOut, HistoryRow, Progress, RunFiles, TrainSummary
+from scalerl.tracking import TrackerSink, open_trackers
+from scalerl.tracking import names as tracked
 from scalerl.trainer.batch import BatchStats, build_batch
 from scalerl.trainer.checkpoint import (
     latest_checkpoint,
@@ -98,6 +100,10 @@ class Trainer:
     steady_seconds: float = 0.0  # `Phases.steady()` at the end of the last step
     # The generators' totals of earlier attempts, as the checkpoint this attempt resumed saved.
     generation_spent: dict[str, float] = field(default_factory=dict)
+    tracker: TrackerSink | None = None  # spec.tracking's experiment trackers (None: none)
+    stepped: tuple[list[RolloutGroup], BatchStats, StepResult] | None = None  # the last update
+    sync_seconds: float | None = None  # the last weight broadcast's
+    tracked_step: int = -1  # the last step sent to the trackers
 
     @property
     def spec(self) -> RunSpec:
@@ -174,6 +180,7 @@ class Trainer:
         with self.phases.timing("broadcast"):
             published = self.publisher.publish(self.policy, version)
             self.metrics.weight_sync_seconds.observe(published.seconds)
+            self.sync_seconds = published.seconds
             self.metrics.weight_sync_bytes.set(published.bytes)
         self.broadcast_version = version
 
@@ -233,6 +240,7 @@ class Trainer:
             return result
         self.state.step += 1
         self.state.version += 1
+        self.stepped = (groups, stats, result)
         self.metrics.step_seconds.observe(result.seconds)
         self.metrics.trained_tokens.inc(result.tokens)
         self.metrics.entropy.set(result.entropy)
@@ -292,8 +300,34 @@ class Trainer:
         self.metrics.policy_version.set(self.state.version)
         self.metrics.compute_hours.set(self.state.compute_hours)
         self.status.progress(self.progress())
+        self.track_step()
         steady, self.steady_seconds = self.steady_seconds, self.phases.steady()
         self.publisher.stepped(self.steady_seconds - steady)
+
+    def track_step(self) -> None:
+        """The step just taken, to the experiment trackers: once per step (a step that
+        updated nothing is no step)."""
+        if self.tracker is None or self.stepped is None or self.state.step <= self.tracked_step:
+            return
+        groups, stats, result = self.stepped
+        samples = [s for g in groups for s in g.samples]
+        metrics = tracked.step_metrics(
+            self.train or TrainSummary(),
+            reward=sum(s.reward for s in samples) / len(samples) if samples else None,
+            lengths=[len(s) for s in samples],
+            received_groups=stats.received_groups,
+            kept_groups=stats.groups,
+            stale_groups=stats.stale_groups,
+            zero_variance_groups=stats.zero_variance_groups,
+            tokens=result.tokens,
+            lr=result.lr,
+            step_seconds=result.seconds,
+            sync_seconds=self.sync_seconds,
+            compute=self.state.compute_hours,
+            version=self.state.version,
+        )
+        self.tracker.step(self.state.step, metrics)
+        self.tracked_step = self.state.step
 
     def progress(self) -> Progress:
         return Progress(
@@ -333,6 +367,8 @@ class Trainer:
         self.metrics.eval_pass_rate.set(row.pass_rate)
         self.metrics.eval_pass_rate_stderr.set(row.pass_rate_se)
         self.metrics.eval_compute_hours.set(row.compute)
+        if self.tracker is not None:
+            self.tracker.evaluation(row.step, tracked.eval_metrics(row.to_dict()))
         log.info(
             "evaluation at step %d: held-out pass rate %.3f ± %.3f (mean@%d, %d prompts)",
             row.step,
@@ -414,6 +450,8 @@ class Trainer:
         finally:
             self.channel.close()
             self.publisher.close()
+            if self.tracker is not None:
+                self.tracker.close(finished=self.done())
 
     def _run_to_end(self) -> None:
         with self.phases.timing("start"):
@@ -538,6 +576,16 @@ def build_trainer(
     metrics = TrainerMetrics(run.namespace, run.name)
     metrics.max_off_policy_steps.set(run.spec.recipe.max_off_policy_steps)
     metrics.serve(env.metrics_port, env.bind_host)
+    tracker = open_trackers(
+        run,
+        env.run_dir,
+        "trainer",
+        resume_step=state.step,  # the steps after the checkpoint's are redone
+        on_dropped=metrics.tracker_dropped_records.inc,
+        on_failed=metrics.tracker_failed_records.inc,
+    )
+    if tracker is not None:
+        tracker.params(run.spec.model_dump(by_alias=True, mode="json"))
     clock = ComputeClock(env.compute_units, state.compute_hours)
     if publisher is None:
         keys = StreamKeys.load(env.stream_keys, TRAINER_FILES) if env.stream_keys else None
@@ -559,6 +607,7 @@ def build_trainer(
         ranks,
         phases=Phases(state.trainer_seconds),
         generation_spent=dict(state.generation),
+        tracker=tracker,
     )
 
 

@@ -1,0 +1,214 @@
+"""The tracker sink: what the trainer and the fit call, and the threads that deliver to trackers.
+
+A tracker that is slow or down never slows or stops training. `TrackerSink.log` appends the
+record to the journal (a local file) and puts it on each tracker's bounded queue without
+waiting; one thread per tracker delivers, retrying with backoff. A full queue drops the record
+from memory (a warning and `scalerl_tracker_dropped_records_total`; the journal still holds it and
+a restart sends it); a record a tracker refuses after every try is given up
+(`scalerl_tracker_failed_records_total`). `close` waits a bounded time.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from scalerl.tracking.records import Delivered, Journal, Kind, Record, TrackedRun
+
+log = logging.getLogger("scalerl.tracking")
+
+CAPACITY = 10_000  # records a tracker's queue holds (a step's is a few hundred bytes)
+ATTEMPTS = 5  # tries of one record before it is given up
+BACKOFF_S = (0.5, 30.0)  # first and longest wait between tries (doubling)
+CLOSE_TIMEOUT_S = 10.0  # what the end of a run waits for the trackers at most
+
+
+class Tracker(Protocol):
+    """One tracker backend (scalerl.tracking.to_*): opened lazily by its delivery thread."""
+
+    name: str
+
+    def open(self) -> None:
+        """Connect; find or create the run's tracker run. Raises when the tracker is down."""
+
+    def log(self, record: Record) -> None:
+        """Deliver one record; raises on failure (delivering it again must be harmless)."""
+
+    def close(self, finished: bool) -> None:
+        """Flush and let go (`finished`: the run ended, not a restart)."""
+
+
+Counter = Callable[[], None]
+
+
+class Delivery:
+    """One tracker's queue and the thread that empties it into the tracker."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        run: TrackedRun,
+        backlog: list[Record],
+        on_failed: Counter,
+        attempts: int = ATTEMPTS,
+        backoff_s: tuple[float, float] = BACKOFF_S,
+        capacity: int = CAPACITY,
+    ) -> None:
+        self.tracker, self.on_failed = tracker, on_failed
+        self.attempts, self.backoff_s = attempts, backoff_s
+        self.delivered = Delivered(run, tracker.name)
+        self.backlog = [r for r in backlog if not self.delivered.has(r)]
+        self.queue: queue.Queue[Record | None] = queue.Queue(capacity)
+        self.stopping = threading.Event()  # close gave up waiting: stop retrying
+        self.opened = self.failing = False
+        self.finished = False
+        self.thread = threading.Thread(
+            target=self._run, name=f"tracker-{tracker.name}", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self) -> None:
+        for record in self.backlog:
+            self._deliver(record)
+        while (record := self.queue.get()) is not None:
+            self._deliver(record)
+        if self.opened:
+            try:
+                self.tracker.close(self.finished)
+            except Exception as err:  # noqa: BLE001 — a tracker's failure is never the run's
+                log.warning("tracker %s: closing failed: %s", self.tracker.name, err)
+
+    def _deliver(self, record: Record) -> None:
+        if self.delivered.has(record):
+            return  # an earlier attempt of the run delivered it
+        wait = self.backoff_s[0]
+        for attempt in range(1, self.attempts + 1):
+            if self.stopping.is_set():
+                return
+            try:
+                if not self.opened:
+                    self.tracker.open()
+                    self.opened = True
+                self.tracker.log(record)
+            except Exception as err:  # noqa: BLE001 — any tracker error is retried, never raised
+                self._failed(record, attempt, err)
+                self.stopping.wait(wait)
+                wait = min(wait * 2, self.backoff_s[1])
+                continue
+            self.delivered.mark(record)
+            if self.failing:
+                log.warning("tracker %s: delivering again", self.tracker.name)
+                self.failing = False
+            return
+        self.on_failed()
+        log.warning(
+            "tracker %s: %s record of step %d given up after %d tries",
+            self.tracker.name,
+            record.kind,
+            record.step,
+            self.attempts,
+        )
+
+    def _failed(self, record: Record, attempt: int, err: Exception) -> None:
+        if not self.failing:
+            log.warning(
+                "tracker %s: %s (%s record, step %d, try %d of %d); training goes on, the "
+                "tracker is retried in the background",
+                self.tracker.name,
+                f"{type(err).__name__}: {err}"[:300],
+                record.kind,
+                record.step,
+                attempt,
+                self.attempts,
+            )
+        self.failing = True
+
+
+class TrackerSink:
+    """Where a process's records go: the journal, then every tracker's delivery thread."""
+
+    def __init__(
+        self,
+        trackers: list[Tracker],
+        run: TrackedRun,
+        *,
+        resume_step: int | None,
+        on_dropped: Counter = lambda: None,
+        on_failed: Counter = lambda: None,
+        **delivery: Any,
+    ) -> None:
+        self.run, self.on_dropped = run, on_dropped
+        self.journal = Journal(run)
+        backlog = self.journal.resume(resume_step)
+        self.deliveries = [Delivery(t, run, backlog, on_failed, **delivery) for t in trackers]
+        self.dropped = 0
+        self.closed = False
+
+    def params(self, spec: dict[str, Any]) -> None:
+        """The run's spec as the trackers' parameters (config), once per run."""
+        self.log(Record("params", 0, params=spec))
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        self.log(Record("step", step, metrics))
+
+    def evaluation(self, step: int, metrics: dict[str, float]) -> None:
+        self.log(Record("eval", step, metrics))
+
+    def fit(
+        self, step: int, metrics: dict[str, float], text: dict[str, str], image: str | None
+    ) -> None:
+        self.log(Record("fit", step, metrics, text, image=image))
+
+    def log(self, record: Record) -> None:
+        """Journal the record, queue it for every tracker; never waits, never raises."""
+        if self.closed:
+            return
+        try:
+            self.journal.append(record)
+        except OSError as err:
+            log.warning("tracking journal %s: %s", self.journal.path, err)
+        for delivery in self.deliveries:
+            try:
+                delivery.queue.put_nowait(record)
+            except queue.Full:
+                self._dropped(delivery.tracker.name, record.kind)
+
+    def _dropped(self, tracker: str, kind: Kind) -> None:
+        self.dropped += 1
+        self.on_dropped()
+        if self.dropped == 1 or self.dropped % 100 == 0:
+            log.warning(
+                "tracker %s is behind: %s record dropped from memory (%d so far); the journal "
+                "keeps it for the next start",
+                tracker,
+                kind,
+                self.dropped,
+            )
+
+    def close(self, *, finished: bool = False, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Let the trackers catch up for at most `timeout_s`, then close them; what is left is
+        in the journal."""
+        if self.closed:
+            return
+        self.closed = True
+        deadline = time.monotonic() + timeout_s
+        for delivery in self.deliveries:
+            delivery.finished = finished
+            try:
+                delivery.queue.put(None, timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Full:
+                pass
+        for delivery in self.deliveries:
+            delivery.thread.join(max(0.0, deadline - time.monotonic()))
+            if delivery.thread.is_alive():
+                delivery.stopping.set()
+                log.warning(
+                    "tracker %s: not caught up after %.0f s; the rest is in %s for the next start",
+                    delivery.tracker.name,
+                    timeout_s,
+                    self.journal.path,
+                )

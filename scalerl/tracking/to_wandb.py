@@ -1,0 +1,66 @@
+"""Weights & Biases (`spec.tracking.wandb`): `wandb.init` with the run's id and `resume="allow"`,
+so every attempt of a run logs to the same W&B run. Offline mode writes `wandb/offline-run-*`
+folders in the run directory (`wandb sync` uploads them). WANDB_API_KEY (and WANDB_BASE_URL for a
+self-hosted server) come from the environment, read by wandb itself.
+
+W&B lets one process at a time write a run, and the fit is made in another process than the
+trainer's: the fits go to a second run, `<id>-fit`, in the same group (as prime-rl splits its
+trainer and orchestrator runs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import wandb
+
+from scalerl.tracking.names import FIT_CURVE
+from scalerl.tracking.records import Record, TrackedRun
+
+if TYPE_CHECKING:
+    from scalerl.spec import WandbTracking
+
+
+class WandbTracker:
+    name = "wandb"
+
+    def __init__(self, spec: WandbTracking, run: TrackedRun) -> None:
+        self.spec, self.run = spec, run
+        self.handle: Any = None
+
+    @property
+    def run_id(self) -> str:
+        return self.run.id if self.run.role == "trainer" else f"{self.run.id}-{self.run.role}"
+
+    @property
+    def run_name(self) -> str:
+        return self.run.name if self.run.role == "trainer" else f"{self.run.name}-{self.run.role}"
+
+    def open(self) -> None:
+        self.handle = wandb.init(
+            project=self.spec.project,
+            entity=self.spec.entity,
+            id=self.run_id,
+            name=self.run_name,
+            group=self.run.name,
+            job_type=self.run.role,
+            resume="allow",
+            mode=self.spec.mode,
+            dir=str(self.run.run_dir),
+            settings=wandb.Settings(console="off", silent=True),
+        )
+
+    def log(self, record: Record) -> None:
+        if record.kind == "params":
+            self.handle.config.update(record.params, allow_val_change=True)
+            return
+        data: dict[str, Any] = dict(record.metrics)
+        if record.image and Path(record.image).exists():
+            data[FIT_CURVE] = wandb.Image(record.image)
+        for key, value in record.text.items():
+            self.handle.summary[key] = value
+        self.handle.log(data, step=record.step)
+
+    def close(self, finished: bool) -> None:
+        self.handle.finish(exit_code=0 if finished else 1)
