@@ -23,6 +23,7 @@ from scalerl.cli_fit import (
     asymptote_text,
     prediction_line,
 )
+from scalerl.cli_score import add_score_parser
 from scalerl.errors import ScaleRLError, report
 
 if TYPE_CHECKING:
@@ -367,6 +368,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_track_record_parser,
     add_evaluate_parser,
     add_export_parser,
+    add_score_parser,
     add_process_parsers,
     add_operator_parser,
 )
