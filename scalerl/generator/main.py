@@ -31,7 +31,7 @@ from scalerl.generator.prompts import (
     shard,
     train_and_validation,
 )
-from scalerl.generator.rewards import RewardFn, load_reward
+from scalerl.generator.scoring import Scorer
 from scalerl.generator.tokens import ModelTokens
 from scalerl.metrics import GeneratorMetrics
 from scalerl.preflight import context_problem, model_dir_problem, model_len_needed
@@ -137,7 +137,7 @@ class Generator:
     env: ProcessEnv
     engine: GenerationEngine
     channel: Channel
-    reward: RewardFn
+    scorer: Scorer
     tokens: ModelTokens
     prompts: PromptEncoder
     train: list[Example]
@@ -165,14 +165,18 @@ class Generator:
     # --- rollouts ------------------------------------------------------------------------------
 
     async def sample_group(self, example: Example, n: int, seed: str | None = None) -> list[Sample]:
+        """`n` scored completions of the prompt, less any the code sandbox could not score
+        (dropped, and counted in sandbox_failures)."""
         samples = await self.engine.generate(self.prompts.encode(example), n, seed=seed)
         started = time.perf_counter()
-        for sample in samples:
-            sample.reward = self.reward(
-                self.tokens.answer_text(sample.completion_ids), example.answer
-            )
+        answers = [(self.tokens.answer_text(s.completion_ids), example.answer) for s in samples]
+        kept = []
+        for sample, reward in zip(samples, await self.scorer.score(answers), strict=True):
+            if reward is not None:
+                sample.reward = reward
+                kept.append(sample)
         self.tally.score_s += time.perf_counter() - started
-        return samples
+        return kept
 
     async def produce(
         self, prompts: Iterator[tuple[Example, int]], outbox: asyncio.Queue[RolloutGroup]
@@ -190,6 +194,9 @@ class Generator:
                 samples = await self.sample_group(example, n)
             finally:
                 self.tally.end()
+            if not samples:  # the sandbox failed on every completion: nothing to learn from
+                self._quota_left += 1  # the group never went out: its place is free again
+                continue
             ids = self.prompts.encode(example)
             group = RolloutGroup(example.id, ids, samples, self.index, epoch)
             self.count(group)
@@ -475,7 +482,7 @@ def build_generator(
         env=env,
         engine=GenerationEngine(config, colocation=colocation),
         channel=channel,
-        reward=load_reward(spec.data.reward),
+        scorer=Scorer(spec.data.reward, spec.data.code, metrics),
         tokens=ModelTokens.load(model, tokenizer, spec.model.think_end),
         prompts=prompts,
         train=shard(train, env.generator_index, count),
@@ -495,6 +502,7 @@ async def run_generator(generator: Generator) -> None:
         raise
     finally:
         await generator.engine.shutdown()
+        generator.scorer.close()
         generator.channel.close()
 
 

@@ -1,0 +1,72 @@
+"""Scoring a group's completions without stalling the engine: `Scorer.score` awaits the rewards
+of many answers at once.
+
+String rewards (exact, math, a user's module:function) are cheap and score inline, on the event
+loop's thread (math's timeouts need the main thread). `code` runs programs: those go to a pool of
+threads sized to the CPUs this process may use (`os.sched_getaffinity`; spec.data.code.workers
+overrides), each thread waiting on its sandboxed process, so while tests run the event loop — and
+with it the engine — keeps generating. A completion whose sandbox failed comes back as None: the
+caller drops it and it is counted, never trained on as a -1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from scalerl.generator.code_reward import NOT_RUN, TIMEOUT, score_code
+from scalerl.generator.rewards import RewardFn, load_reward
+from scalerl.metrics import GeneratorMetrics
+from scalerl.spec import CodeSpec
+
+log = logging.getLogger(__name__)
+
+
+def pool_size(spec: CodeSpec) -> int:
+    """Programs run at once: spec.data.code.workers, or one per CPU this process may use."""
+    return spec.workers or len(os.sched_getaffinity(0))
+
+
+class Scorer:
+    """The run's reward, applied to (answer, reference) pairs; code in a pool of threads."""
+
+    def __init__(
+        self, reward: str, code: CodeSpec | None = None, metrics: GeneratorMetrics | None = None
+    ) -> None:
+        self.code_spec = code or CodeSpec()
+        self.metrics = metrics
+        self.is_code = reward == "code"
+        self.reward: RewardFn = load_reward(reward, self.code_spec)
+        self.pool = (
+            ThreadPoolExecutor(pool_size(self.code_spec), thread_name_prefix="code-reward")
+            if self.is_code
+            else None
+        )
+
+    async def score(self, pairs: list[tuple[str, str]]) -> list[float | None]:
+        """The reward of each (answer, reference); None where the sandbox failed."""
+        if self.pool is None:
+            return [self.reward(answer, reference) for answer, reference in pairs]
+        loop = asyncio.get_running_loop()
+        jobs = [loop.run_in_executor(self.pool, self.score_program, a, r) for a, r in pairs]
+        return list(await asyncio.gather(*jobs))
+
+    def score_program(self, answer: str, reference: str) -> float | None:
+        """One completion's program against its tests (in a pool thread), counted."""
+        verdict = score_code(answer, reference, self.code_spec, stop_early=True)
+        if self.metrics is not None:
+            self.metrics.code_execution_seconds.observe(verdict.seconds)
+            self.metrics.code_tests.inc(sum(t.verdict != NOT_RUN for t in verdict.tests))
+            self.metrics.code_test_timeouts.inc(sum(t.verdict == TIMEOUT for t in verdict.tests))
+        if verdict.error:
+            log.warning("code sandbox failed; sample dropped: %s", verdict.error)
+            if self.metrics is not None:
+                self.metrics.sandbox_failures.inc()
+            return None
+        return verdict.reward
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
