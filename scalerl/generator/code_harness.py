@@ -8,12 +8,16 @@ Asserts carry theirs inside, and run in the solution's own process: a program wr
 this harness's report could do so. Not imported by scalerl; standard library only.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import runpy
 import signal
 import sys
 import time
+from types import FrameType
+from typing import Any
 
 
 class _TimeUp(BaseException):
@@ -21,11 +25,11 @@ class _TimeUp(BaseException):
     solution does not swallow it)."""
 
 
-def _time_up(signum, frame):
+def _time_up(signum: int, frame: FrameType | None) -> None:
     raise _TimeUp
 
 
-def _function(namespace, name):
+def _function(namespace: dict[str, Any], name: str) -> Any:
     """A module-level function, or a method of a `Solution` class (LeetCode's shape)."""
     if name in namespace and callable(namespace[name]):
         return namespace[name]
@@ -35,7 +39,7 @@ def _function(namespace, name):
     raise NameError(f"the solution defines no function {name!r}")
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """`value` as JSON can carry it: tuples and sets as lists, anything else as its repr."""
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
@@ -48,14 +52,14 @@ def _plain(value):
     return repr(value)
 
 
-def _run(case, namespace, spec):
+def _run(case: Any, namespace: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "call":
         return {"value": _plain(_function(namespace, spec["fn_name"])(*case))}
     exec(compile(case, "<assert>", "exec"), namespace)
     return {"ok": True}
 
 
-def main():
+def main() -> None:
     report = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # what the solution prints goes to stderr, not into the report
     with open("cases.json") as file:
@@ -63,14 +67,15 @@ def main():
     signal.signal(signal.SIGALRM, _time_up)
     try:
         namespace = runpy.run_path("solution.py", run_name="solution")
+        if spec.get("setup"):
+            exec(compile(spec["setup"], "<setup>", "exec"), namespace)
     except BaseException as err:  # noqa: BLE001 — a solution that does not load fails every case
-        line = {"error": f"{type(err).__name__}: {err}"[:500]}
+        failed = {"error": f"{type(err).__name__}: {err}"[:500]}
         for _ in spec["cases"]:
-            report.write(json.dumps(line) + "\n")
+            report.write(json.dumps(failed) + "\n")
         return
-    if spec.get("setup"):
-        exec(compile(spec["setup"], "<setup>", "exec"), namespace)
     for case in spec["cases"]:
+        line: dict[str, Any]
         signal.setitimer(signal.ITIMER_REAL, spec["seconds"])
         started = time.perf_counter()
         try:
