@@ -36,6 +36,8 @@ def problems_of(run: ScaleRLRun) -> list[str]:
     tokenizer = _tokenizer(spec, problems)
     examples = _examples(spec, problems)
     _reward(spec, problems)
+    if spec.data.reward == "code" and examples is not None:
+        _code_tests(examples, problems)
     if tokenizer is not None:
         _tokens(spec, tokenizer, problems)
         if examples is not None:
@@ -137,6 +139,23 @@ def _reward(spec: RunSpec, problems: list[str]) -> None:
         load_reward(spec.data.reward)
     except InputError as err:
         problems.append(f"spec.data.reward: {err}")
+
+
+def _code_tests(examples: list[Any], problems: list[str], shown: int = 5) -> None:
+    """With `reward: code`, every row's reference must hold tests (scalerl.generator.code_reward)
+    — a bad one found mid-run would stop the run; the first `shown` are named, and the count."""
+    from scalerl.generator.code_reward import parse_tests
+
+    bad = []
+    for example in examples:
+        try:
+            parse_tests(example.answer)
+        except InputError as err:
+            bad.append(f"{example.source or example.id}: {err}")
+    for line in bad[:shown]:
+        problems.append(f"spec.data.answerField: {line}")
+    if len(bad) > shown:
+        problems.append(f"spec.data.answerField: {len(bad) - shown} more rows without code tests")
 
 
 def _tokens(spec: RunSpec, tokenizer: Any, problems: list[str]) -> None:
