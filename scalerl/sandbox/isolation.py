@@ -21,6 +21,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +66,12 @@ def run_as() -> int | None:
     return NOBODY if os.geteuid() == 0 else None
 
 
-def drop_privileges() -> None:
-    """In the child before exec, when we are root: become nobody for good (groups included)."""
+def as_sandbox_user() -> dict[str, Any]:
+    """subprocess.Popen's arguments that start a child as the sandbox's user (nobody, with no
+    supplementary groups, when we are root; nothing otherwise). Popen changes the ids itself
+    between fork and exec, safe in a process with threads, unlike a preexec_fn."""
     uid = run_as()
-    if uid is not None:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
+    return {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
 
 
 def interpreter() -> str:
@@ -142,9 +142,9 @@ def _probe() -> Isolation:
             done = subprocess.run(
                 [*bwrap_argv(Path(folder), interpreter()), interpreter(), "-I", "-c", "pass"],
                 capture_output=True,
-                preexec_fn=drop_privileges,  # noqa: PLW1509 — the child only drops privileges
                 timeout=30,
                 check=False,
+                **as_sandbox_user(),
             )
     except (OSError, subprocess.TimeoutExpired) as err:
         return plain(f"bubblewrap could not start: {err}")

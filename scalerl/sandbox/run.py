@@ -263,7 +263,7 @@ def _start(argv: list[str], folder: Path, info_fd: int) -> subprocess.Popen[byte
         env={"PATH": "/usr/bin:/bin", "HOME": str(folder), "LANG": "C.UTF-8"},
         start_new_session=True,
         pass_fds=(info_fd,),
-        preexec_fn=isolation.drop_privileges,  # noqa: PLW1509 — the child only drops privileges
+        **isolation.as_sandbox_user(),
     )
 
 

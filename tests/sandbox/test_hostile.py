@@ -144,12 +144,11 @@ def test_killing_its_parent_and_every_process_it_sees_harms_nothing_outside() ->
 def _start_bystander():  # type: ignore[no-untyped-def]
     import subprocess
 
-    from scalerl.sandbox.isolation import drop_privileges
+    from scalerl.sandbox.isolation import as_sandbox_user
 
     return subprocess.Popen(
-        ["sleep", "30"],
-        preexec_fn=drop_privileges,  # noqa: PLW1509 — as the sandbox's user, a fair target
-    )
+        ["sleep", "30"], **as_sandbox_user()
+    )  # the sandbox's user: a fair target
 
 
 def _wait_for(found, seconds: float = 5.0):  # type: ignore[no-untyped-def]
