@@ -44,7 +44,7 @@ GUARANTEES = (
 )
 NOBODY = 65534  # the user a root process runs sandboxes as
 SANDBOX_DIR = "/sandbox"  # where the execution's own folder appears inside bubblewrap
-TMP_BYTES = 16 << 20  # size of the private /tmp inside bubblewrap
+TMP_BYTES = 16 << 20  # size of each place a sandbox may write: its folder, /tmp, /dev/shm
 
 
 @dataclass(frozen=True)
@@ -106,15 +106,20 @@ def bwrap_argv(folder: Path, python: str) -> list[str]:
     prefix = Path(python).resolve().parent.parent
     if not prefix.is_relative_to("/usr"):
         argv += ["--ro-bind", str(prefix), str(prefix)]
+    # Every place it may write is a small tmpfs: its folder (holding read-only copies of the
+    # files it was given, so a program cannot fill the host's disk with many small files),
+    # /tmp and /dev/shm; the rest of /dev is read-only.
     argv += [
         "--proc", "/proc",
         "--dev", "/dev",
+        "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
         "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
-        "--bind", str(folder), SANDBOX_DIR,
-        "--chdir", SANDBOX_DIR,
-        "--remount-ro", "/",
+        "--size", str(TMP_BYTES), "--tmpfs", SANDBOX_DIR,
     ]  # fmt: skip
-    return argv
+    for path in sorted(folder.iterdir()):
+        argv += ["--ro-bind", str(path), f"{SANDBOX_DIR}/{path.name}"]
+    return [*argv, "--chdir", SANDBOX_DIR, "--remount-ro", "/"]
 
 
 @functools.cache

@@ -95,12 +95,13 @@ def test_writes_to_home_and_to_tmp_outside_its_folder_go_nowhere() -> None:
 
 def test_a_run_cannot_read_another_runs_files() -> None:
     secret = uuid.uuid4().hex
-    writer = f"import time\nopen('secret.txt', 'w').write({secret!r})\ntime.sleep(1.5)\n"
-    first = threading.Thread(target=execute, args=(writer,), kwargs={"limits": SHORT})
+    # The first run's program (its source holds the secret) sleeps while the second looks.
+    sleeper = f"import time\nSECRET = {secret!r}\ntime.sleep(1.5)\n"
+    first = threading.Thread(target=execute, args=(sleeper,), kwargs={"limits": SHORT})
     first.start()
     try:
-        found = _wait_for(lambda: list(base_folder().glob("run-*/secret.txt")))
-        assert found and found[0].read_text() == secret  # it is there, on this machine
+        found = _wait_for(lambda: list(base_folder().glob("run-*/main.py")))
+        assert found and secret in found[0].read_text()  # it is there, on this machine
         reader = (
             "try:\n"
             f"    print(open({str(found[0])!r}).read())\n"
@@ -158,3 +159,35 @@ def _wait_for(found, seconds: float = 5.0):  # type: ignore[no-untyped-def]
             return result
         time.sleep(0.02)
     return found()
+
+
+def test_filling_its_folder_tmp_and_shm_stops_at_their_small_size() -> None:
+    program = (
+        "import os\n"
+        "block = b'x' * (1 << 20)\n"
+        "for place in ('.', '/tmp', '/dev/shm'):\n"
+        "    written = 0\n"
+        "    try:\n"
+        "        for n in range(200):\n"
+        "            with open(os.path.join(place, f'fill{n}'), 'wb') as f:\n"
+        "                for _ in range(4):\n"
+        "                    f.write(block)\n"
+        "                    written += 1\n"
+        "    except OSError as err:\n"
+        "        print(place, written, err.errno)\n"
+        "try:\n"
+        "    open('/dev/extra', 'w')\n"
+        "except OSError as err:\n"
+        "    print('/dev', err.errno)\n"
+    )
+    done = execute(program, limits=SHORT)
+    assert done.returncode == 0, done.stderr
+    *filled, dev = [line.split() for line in done.stdout.decode().splitlines()]
+    # Each place took at most its 16 MiB (then ENOSPC, 28), not the 800 MiB asked for.
+    assert [(place, errno) for place, _, errno in filled] == [
+        (".", "28"),
+        ("/tmp", "28"),
+        ("/dev/shm", "28"),
+    ]
+    assert max(int(mib) for _, mib, _ in filled) <= 16
+    assert dev == ["/dev", "30"]  # read-only
