@@ -42,6 +42,11 @@ GENERATOR_COUNTERS = {
     "generated_tokens": "Completion tokens generated.",
     "generator_idle_seconds": "Seconds a generator waited with nothing to generate.",
     "weight_sync_failures": "Weight updates that failed; the previous version stayed loaded.",
+    "code_tests": "Tests the code reward ran (each test case of a completion's program).",
+    "code_test_timeouts": "Code tests that ran out of their time (testTimeoutSeconds).",
+    "sandbox_failures": (
+        "Completions the code sandbox failed to run: dropped unscored, not trained on as -1."
+    ),
 }
 GENERATOR_GAUGES = {
     "generator_policy_version": "Policy version loaded in this generator.",
@@ -96,6 +101,9 @@ TRAINER_GAUGES = {
 HISTOGRAMS = {
     "weight_sync_seconds": "Seconds to send (trainer) or receive and load (generator) weights.",
     "step_seconds": "Seconds of one optimizer step (forward, backward, update).",
+}
+GENERATOR_HISTOGRAMS = {
+    "code_execution_seconds": "Seconds the code reward took for one completion (all its tests).",
 }
 # Per run, from whoever watches the run as a whole: the local runner, or the operator (one
 # series per run it manages).
@@ -155,7 +163,7 @@ def all_metric_names() -> set[str]:
     names = {f"{PREFIX}{n}_total" for n in {**GENERATOR_COUNTERS, **TRAINER_COUNTERS}}
     names |= {f"{PREFIX}{n}" for n in {**GENERATOR_GAUGES, **TRAINER_GAUGES, **RUN_GAUGES}}
     names |= {f"{PREFIX}{n}" for n in TRACK_RECORD_GAUGES}
-    for n in HISTOGRAMS:
+    for n in {**HISTOGRAMS, **GENERATOR_HISTOGRAMS}:
         names |= {f"{PREFIX}{n}_{part}" for part in ("bucket", "sum", "count")}
     return names
 
@@ -219,7 +227,7 @@ class _Metrics:
 
 class GeneratorMetrics(_Metrics):
     def __init__(self, namespace: str, run: str, alongside: TrainerMetrics | None = None) -> None:
-        sync = {"weight_sync_seconds": HISTOGRAMS["weight_sync_seconds"]}
+        sync = {"weight_sync_seconds": HISTOGRAMS["weight_sync_seconds"], **GENERATOR_HISTOGRAMS}
         super().__init__(namespace, run, GENERATOR_COUNTERS, GENERATOR_GAUGES, sync, alongside)
 
 
