@@ -21,7 +21,7 @@ from scalerl.sandbox.isolation import Isolation
 
 _LAUNCH = (Path(__file__).with_name("launch.py")).read_text()
 MAIN = "main.py"
-STDERR_BYTES = 64 << 10  # stderr kept (its head); more than the output limit is killed too
+STDERR_BYTES = 64 << 10  # stderr kept (its tail); more than the output limit is killed too
 _CHUNK = 1 << 16
 
 
@@ -81,6 +81,7 @@ class _Output:
         self.proc, self.limits = proc, limits
         self.stdout, self.stderr = bytearray(), bytearray()
         self.pending = memoryview(stdin)
+        self.stderr_seen = 0
         self.timed_out = self.exceeded = False
 
     def pump(self, deadline: float) -> None:
@@ -116,14 +117,14 @@ class _Output:
         if not chunk:
             sel.unregister(key.fileobj)
             return
-        buffer: bytearray = key.data
-        room = self.limits.output_bytes - len(buffer)
-        if buffer is self.stderr:
-            room = min(room, STDERR_BYTES - len(buffer))
-            buffer += chunk[: max(room, 0)]
-            self.exceeded = len(chunk) > room and len(self.stderr) >= self.limits.output_bytes
+        if key.data is self.stderr:  # its tail is kept: that is where a traceback ends
+            self.stderr_seen += len(chunk)
+            self.stderr += chunk
+            del self.stderr[:-STDERR_BYTES]
+            self.exceeded = self.stderr_seen > self.limits.output_bytes
             return
-        buffer += chunk[: max(room, 0)]
+        room = self.limits.output_bytes - len(self.stdout)
+        self.stdout += chunk[: max(room, 0)]
         self.exceeded = len(chunk) > room
 
 

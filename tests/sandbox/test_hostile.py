@@ -122,6 +122,13 @@ def test_a_1_gb_print_is_cut_at_the_output_limit() -> None:
     assert time.monotonic() - started < 2.0
 
 
+def test_endless_stderr_is_cut_at_the_output_limit_too() -> None:
+    program = "import sys\nwhile True:\n    sys.stderr.write('e' * 4096 + '\\n')\n"
+    done = execute(program, limits=SHORT)
+    assert done.output_exceeded and not done.timed_out
+    assert len(done.stderr) == 64 << 10 and set(done.stderr) <= set(b"e\n")  # its last 64 KiB
+
+
 def test_killing_its_parent_and_every_process_it_sees_harms_nothing_outside() -> None:
     bystander = _start_bystander()
     program = (
