@@ -1,11 +1,13 @@
-"""The program a call-based or assert test runs in the sandbox (as its main.py): it loads the
-solution (solution.py) without running its `__main__` part, then runs each case of cases.json
-under its own time limit and prints one JSON line per case: `{"value": ...}` (what the function
-returned), `{"ok": true}` (an assert held), `{"error": "..."}` or `{"timeout": true}`.
+"""The program a call-based or assert test runs in the sandbox (as its main.py): it reads the
+cases as JSON on stdin, loads the solution (solution.py) without running its `__main__` part,
+then runs each case under its own time limit and prints one JSON line per case: `{"value": ...}`
+(what the function returned), `{"ok": true}` (an assert held), `{"error": "..."}` or
+`{"timeout": true}`.
 
 The expected values of call-based tests never enter the sandbox (the judge compares outside it).
-Asserts carry theirs inside, and run in the solution's own process: a program written to forge
-this harness's report could do so. Not imported by scalerl; standard library only.
+Asserts carry theirs inside, and run in the solution's own process: no file holds them, but a
+program written to dig them out of this harness's memory, or to forge its report, could. Not
+imported by scalerl; standard library only.
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ def _run(case: Any, namespace: dict[str, Any], spec: dict[str, Any]) -> dict[str
 def main() -> None:
     report = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # what the solution prints goes to stderr, not into the report
-    with open("cases.json") as file:
-        spec = json.load(file)
+    # The cases come on stdin, read before the solution loads: no file the solution could read
+    # them from (asserts hold their expected values). The solution gets an empty stdin.
+    spec = json.load(sys.stdin)
+    sys.stdin = open(os.devnull)  # noqa: SIM115 — the solution's stdin for the whole run
     signal.signal(signal.SIGALRM, _time_up)
     try:
         namespace = runpy.run_path("solution.py", run_name="solution")

@@ -280,8 +280,9 @@ def _score_calls(
     }
     budget = len(tests.inputs) * spec.test_timeout_seconds + _STARTUP_SECONDS
     seconds = min(budget, deadline - time.monotonic())
-    files = {"solution.py": program, "cases.json": json.dumps(cases)}
-    done = run(_HARNESS, b"", _limits(spec, seconds), files)
+    done = run(
+        _HARNESS, json.dumps(cases).encode(), _limits(spec, seconds), {"solution.py": program}
+    )
     if done.error:
         return CodeVerdict([], done.error, done.isolation.missing)
     lines = done.stdout.decode(errors="replace").splitlines()

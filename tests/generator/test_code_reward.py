@@ -208,3 +208,18 @@ def test_the_code_reward_resolves_and_a_broken_sandbox_drops_the_sample(
     assert verdict.error.startswith("the sandbox did not start") and verdict.reward == -1.0
     with pytest.raises(SandboxFailure):
         reward(SUM_MAX, reference)
+
+
+def test_an_assert_solution_finds_no_file_holding_its_expected_values() -> None:
+    reference = json.dumps({"asserts": ["assert secret() == 'kiwi'"]})
+    # A cheat: return the value the assert expects, read from wherever the tests are kept.
+    cheat = (
+        "import glob, re\n"
+        "found = [open(p).read() for p in glob.glob('*') + glob.glob('/tmp/*') if p != 'main.py']\n"
+        "hits = [m for text in found for m in re.findall(r\"== '(\\w+)'\", text)]\n"
+        "def secret():\n"
+        "    return hits[0]\n"
+    )
+    verdict = score_code(cheat, reference, FAST)
+    assert [t.verdict for t in verdict.tests] == [RUNTIME_ERROR]
+    assert "IndexError" in verdict.tests[0].detail
