@@ -109,20 +109,67 @@ class Journal:
 
 
 class Delivered:
-    """The last step of each kind one tracker has from one role (params: 0 once sent)."""
+    """The last step of each kind one tracker has from one role (params: 0 once sent), and the
+    record being delivered (`pending`): a process killed between delivering a record and
+    noting it leaves that record in doubt, which the next start settles."""
 
     def __init__(self, run: TrackedRun, tracker: str) -> None:
         self.path = run.folder / f"{run.role}-{tracker}.json"
         try:
-            self.steps: dict[str, int] = json.loads(self.path.read_text())
+            saved = json.loads(self.path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
-            self.steps = {}
+            saved = {}
+        self.pending: dict[str, Any] | None = saved.pop("pending", None)
+        self.steps: dict[str, int] = saved
 
     def has(self, record: Record) -> bool:
         return record.step <= self.steps.get(record.kind, -1)
 
+    def begin(self, record: Record) -> None:
+        key = next(iter(record.metrics), "")
+        self.pending = {"kind": record.kind, "step": record.step, "key": key}
+        self._save()
+
     def mark(self, record: Record) -> None:
-        self.steps[record.kind] = record.step
+        self.steps[record.kind] = max(record.step, self.steps.get(record.kind, -1))
+        self.pending = None
+        self._save()
+
+    def settle(self, delivered: bool) -> None:
+        """The pending record was (True) or was not (False) delivered."""
+        if self.pending is not None and delivered:
+            kind, step = self.pending["kind"], int(self.pending["step"])
+            self.steps[kind] = max(step, self.steps.get(kind, -1))
+        self.pending = None
+        self._save()
+
+    def clamp(self, kept: int) -> None:
+        """The tracker holds the redone kinds' steps through `kept` only."""
+        if self.pending is not None and self.pending["kind"] in REDONE:
+            self.settle(int(self.pending["step"]) <= kept)
+        for kind in REDONE:
+            if kind in self.steps:
+                self.steps[kind] = min(self.steps[kind], kept)
+        self._save()
+
+    def rewind(self, step: int) -> int:
+        """For a tracker that rewrites a resumed run's steps (TensorBoard): forget the redone
+        kinds' steps after `step`, and any in doubt; the step from which it rewrites is the
+        returned one + 1."""
+        floor = step
+        if self.pending is not None and self.pending["kind"] in REDONE:
+            floor = min(floor, int(self.pending["step"]) - 1)
+        for kind in REDONE:
+            if kind in self.steps:
+                self.steps[kind] = min(self.steps[kind], floor)
+        self.pending = None
+        self._save()
+        return floor
+
+    def _save(self) -> None:
+        saved: dict[str, Any] = dict(self.steps)
+        if self.pending is not None:
+            saved["pending"] = self.pending
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.steps))
+        tmp.write_text(json.dumps(saved))
         os.replace(tmp, self.path)

@@ -2,9 +2,10 @@
 
 A tracker that is slow or down never slows or stops training. `TrackerSink.log` appends the
 record to the journal (a local file) and puts it on each tracker's bounded queue without
-waiting; one thread per tracker delivers, retrying with backoff. A full queue drops the record
-from memory (a warning and `scalerl_tracker_dropped_records_total`; the journal still holds it and
-a restart sends it); a record a tracker refuses after every try is given up
+waiting; one thread per tracker delivers, retrying with backoff. When a queue is full the records
+stay on disk only (a warning and `scalerl_tracker_dropped_records_total`, records dropped from
+memory): the tracker's thread reads them back from the journal, in order, once it has emptied its
+queue. A record a tracker refuses after every try is given up
 (`scalerl_tracker_failed_records_total`). `close` waits a bounded time.
 """
 
@@ -31,9 +32,21 @@ class Tracker(Protocol):
     """One tracker backend (scalerl.tracking.to_*): opened lazily by its delivery thread."""
 
     name: str
+    # True: on a resume the tracker writes again every step after the checkpoint's, and its
+    # reader drops the copies written before (TensorBoard's purge_step).
+    rewrites: bool
 
-    def open(self) -> None:
-        """Connect; find or create the run's tracker run. Raises when the tracker is down."""
+    def open(self, purge_step: int | None) -> None:
+        """Connect; find or create the run's tracker run (`purge_step`: where a rewriting
+        tracker starts again). Raises when the tracker is down."""
+
+    def confirm(self, kind: Kind, step: int, key: str) -> bool | None:
+        """Whether the tracker has metric `key` of a `kind` record at `step` (a record a kill
+        left in doubt); None: it cannot tell."""
+
+    def kept_through(self) -> int | None:
+        """Once open: the last step the tracker holds for certain, where what it took may not
+        all be kept (W&B buffers); None: what it took, it keeps."""
 
     def log(self, record: Record) -> None:
         """Deliver one record; raises on failure (delivering it again must be harmless)."""
@@ -54,6 +67,9 @@ class Delivery:
         run: TrackedRun,
         backlog: list[Record],
         on_failed: Counter,
+        resume_step: int | None,
+        journal: Journal,
+        lock: threading.Lock,
         attempts: int = ATTEMPTS,
         backoff_s: tuple[float, float] = BACKOFF_S,
         capacity: int = CAPACITY,
@@ -61,8 +77,13 @@ class Delivery:
         self.tracker, self.on_failed = tracker, on_failed
         self.attempts, self.backoff_s = attempts, backoff_s
         self.delivered = Delivered(run, tracker.name)
-        self.backlog = [r for r in backlog if not self.delivered.has(r)]
+        self.purge_step: int | None = None
+        if tracker.rewrites and resume_step is not None:
+            self.purge_step = self.delivered.rewind(resume_step) + 1
+        self.backlog, self.journal, self.lock = backlog, journal, lock
         self.queue: queue.Queue[Record | None] = queue.Queue(capacity)
+        self.behind = False  # the queue overflowed: later records are read from the journal
+        self.given_up: set[tuple[str, int]] = set()
         self.stopping = threading.Event()  # close gave up waiting: stop retrying
         self.opened = self.failing = False
         self.finished = False
@@ -72,27 +93,49 @@ class Delivery:
         self.thread.start()
 
     def _run(self) -> None:
-        for record in self.backlog:
-            self._deliver(record)
+        for old in self.backlog:
+            self._deliver(old)
         while (record := self.queue.get()) is not None:
             self._deliver(record)
+            if self.behind and self.queue.empty():
+                self._catch_up()
+        if self.behind:  # closing: what the journal holds beyond the queue, first
+            self._catch_up()
         if self.opened:
             try:
                 self.tracker.close(self.finished)
             except Exception as err:  # noqa: BLE001 — a tracker's failure is never the run's
                 log.warning("tracker %s: closing failed: %s", self.tracker.name, err)
 
+    def _catch_up(self) -> None:
+        """Deliver from the journal what the full queue did not take, until nothing is left;
+        then the queue takes the records again."""
+        while not self.stopping.is_set():
+            with self.lock:
+                left = [
+                    r
+                    for r in self.journal.read()
+                    if not self.delivered.has(r) and (r.kind, r.step) not in self.given_up
+                ]
+                if not left:
+                    self.behind = False
+                    return
+            for record in left:
+                self._deliver(record)
+
     def _deliver(self, record: Record) -> None:
-        if self.delivered.has(record):
-            return  # an earlier attempt of the run delivered it
+        if self.opened and self.delivered.has(record):
+            return  # an earlier attempt of the run delivered it (known once the tracker is open)
         wait = self.backoff_s[0]
         for attempt in range(1, self.attempts + 1):
             if self.stopping.is_set():
                 return
             try:
                 if not self.opened:
-                    self.tracker.open()
-                    self.opened = True
+                    self._open()
+                if self.delivered.has(record):
+                    return
+                self.delivered.begin(record)
                 self.tracker.log(record)
             except Exception as err:  # noqa: BLE001 — any tracker error is retried, never raised
                 self._failed(record, attempt, err)
@@ -105,6 +148,7 @@ class Delivery:
                 self.failing = False
             return
         self.on_failed()
+        self.given_up.add((record.kind, record.step))  # not again in this process
         log.warning(
             "tracker %s: %s record of step %d given up after %d tries",
             self.tracker.name,
@@ -112,6 +156,18 @@ class Delivery:
             record.step,
             self.attempts,
         )
+
+    def _open(self) -> None:
+        self.tracker.open(self.purge_step)
+        doubt = self.delivered.pending
+        kept = self.tracker.kept_through()
+        if kept is not None:
+            self.delivered.clamp(kept)  # what the tracker lost with a killed process goes again
+        elif doubt is not None:
+            known = self.tracker.confirm(doubt["kind"], int(doubt["step"]), str(doubt["key"]))
+            # Unknown: taken as delivered; a step the kill cut is rarer than one sent twice.
+            self.delivered.settle(known is not False)
+        self.opened = True
 
     def _failed(self, record: Record, attempt: int, err: Exception) -> None:
         if not self.failing:
@@ -143,8 +199,12 @@ class TrackerSink:
     ) -> None:
         self.run, self.on_dropped = run, on_dropped
         self.journal = Journal(run)
+        self.lock = threading.Lock()  # the journal's end, between log and a catching-up thread
         backlog = self.journal.resume(resume_step)
-        self.deliveries = [Delivery(t, run, backlog, on_failed, **delivery) for t in trackers]
+        self.deliveries = [
+            Delivery(t, run, backlog, on_failed, resume_step, self.journal, self.lock, **delivery)
+            for t in trackers
+        ]
         self.dropped = 0
         self.closed = False
 
@@ -167,14 +227,18 @@ class TrackerSink:
         """Journal the record, queue it for every tracker; never waits, never raises."""
         if self.closed:
             return
-        try:
-            self.journal.append(record)
-        except OSError as err:
-            log.warning("tracking journal %s: %s", self.journal.path, err)
-        for delivery in self.deliveries:
+        with self.lock:
             try:
-                delivery.queue.put_nowait(record)
-            except queue.Full:
+                self.journal.append(record)
+            except OSError as err:
+                log.warning("tracking journal %s: %s", self.journal.path, err)
+            for delivery in self.deliveries:
+                if not delivery.behind:
+                    try:
+                        delivery.queue.put_nowait(record)
+                        continue
+                    except queue.Full:
+                        delivery.behind = True
                 self._dropped(delivery.tracker.name, record.kind)
 
     def _dropped(self, tracker: str, kind: Kind) -> None:

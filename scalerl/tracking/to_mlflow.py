@@ -34,6 +34,7 @@ MAX_PARAM = 6000  # characters of one parameter value MLflow stores
 
 class MlflowTracker:
     name = "mlflow"
+    rewrites = False
 
     def __init__(self, spec: MlflowTracking, run: TrackedRun) -> None:
         uri = spec.uri or os.environ.get("MLFLOW_TRACKING_URI")
@@ -43,7 +44,7 @@ class MlflowTracker:
         self.client: MlflowClient | None = None
         self.run_id = ""
 
-    def open(self) -> None:
+    def open(self, purge_step: int | None) -> None:
         client = MlflowClient(self.uri)
         experiment = client.get_experiment_by_name(self.experiment)
         if experiment is None:
@@ -61,6 +62,14 @@ class MlflowTracker:
                 experiment_id, tags=tags, run_name=self.run.name
             ).info.run_id
         self.client = client
+
+    def confirm(self, kind: str, step: int, key: str) -> bool | None:
+        if self.client is None or not key:
+            return None
+        return any(m.step == step for m in self.client.get_metric_history(self.run_id, key))
+
+    def kept_through(self) -> int | None:
+        return None  # what it took, it keeps
 
     def log(self, record: Record) -> None:
         assert self.client is not None  # opened by the delivery thread first

@@ -1,8 +1,11 @@
 """TensorBoard (`spec.tracking.tensorboard`): event files written with tensorboardX's writer
-(no TensorFlow, no torch), one folder per run: `<dir>/<run name>`, relative to the run directory.
+(no TensorFlow, no torch) in `<dir>/<run name>` (relative to the run directory), the fits in its
+`fit/` folder: TensorBoard follows only the newest file of a folder, so two processes writing at
+once need two folders. Every record is flushed at once.
 
-Each process writes its own event file there (suffix: its role); TensorBoard reads the folder as
-one run. Every record is flushed at once, so a killed process loses none it wrote.
+A resumed trainer writes again every step after its checkpoint's, and opens its file with
+`purge_step`: TensorBoard's reader drops what earlier files hold from that step on, so each step
+reads once, with the values of the attempt that went on.
 """
 
 from __future__ import annotations
@@ -23,15 +26,26 @@ if TYPE_CHECKING:
 
 class TensorboardTracker:
     name = "tensorboard"
+    rewrites = True
 
     def __init__(self, spec: TensorboardTracking, run: TrackedRun) -> None:
         self.logdir = run.run_dir / spec.dir / run.name  # an absolute dir stays as it is
+        if run.role != "trainer":
+            self.logdir = self.logdir / run.role
         self.run = run
         self.writer: Any = None
 
-    def open(self) -> None:
+    def open(self, purge_step: int | None) -> None:
         self.logdir.mkdir(parents=True, exist_ok=True)
-        self.writer = SummaryWriter(str(self.logdir), filename_suffix=f".{self.run.role}")
+        self.writer = SummaryWriter(
+            str(self.logdir), purge_step=purge_step, filename_suffix=f".{self.run.role}"
+        )
+
+    def confirm(self, kind: str, step: int, key: str) -> bool | None:
+        return None  # never asked: a record in doubt is written again after the purge step
+
+    def kept_through(self) -> int | None:
+        return None  # what it took, it keeps
 
     def log(self, record: Record) -> None:
         writer = self.writer
@@ -40,8 +54,8 @@ class TensorboardTracker:
             writer.add_text("spec", f"```yaml\n{text}```", 0, record.time)
         for key, value in record.metrics.items():
             writer.add_scalar(key, value, record.step, record.time)
-        for key, value in record.text.items():
-            writer.add_text(key, value, record.step, record.time)
+        for key, words in record.text.items():
+            writer.add_text(key, words, record.step, record.time)
         if record.image and Path(record.image).exists():
             writer.add_image(FIT_CURVE, _pixels(record.image), record.step, record.time, "HWC")
         writer.flush()

@@ -19,13 +19,17 @@ if TYPE_CHECKING:
 
 class TrackioTracker:
     name = "trackio"
+    rewrites = False
 
     def __init__(self, spec: TrackioTracking, run: TrackedRun) -> None:
         self.spec, self.run = spec, run
         self.handle: Any = None
         self.config: dict[str, Any] = {}
 
-    def open(self) -> None:
+    def confirm(self, kind: str, step: int, key: str) -> bool | None:
+        return None  # no reading back here: a record in doubt counts as delivered
+
+    def open(self, purge_step: int | None) -> None:
         role = self.run.role
         self.handle = trackio.init(
             project=self.spec.project,
@@ -33,6 +37,9 @@ class TrackioTracker:
             group=self.run.name,
             resume="allow",
         )
+
+    def kept_through(self) -> int | None:
+        return None  # what it took, it keeps
 
     def log(self, record: Record) -> None:
         if record.kind == "params":

@@ -3,6 +3,9 @@ so every attempt of a run logs to the same W&B run. Offline mode writes `wandb/o
 folders in the run directory (`wandb sync` uploads them). WANDB_API_KEY (and WANDB_BASE_URL for a
 self-hosted server) come from the environment, read by wandb itself.
 
+W&B keeps what `log` took only once its service has written it (every 15 s offline): a resumed
+trainer sends again what the server (online) or the earlier offline files do not hold.
+
 W&B lets one process at a time write a run, and the fit is made in another process than the
 trainer's: the fits go to a second run, `<id>-fit`, in the same group (as prime-rl splits its
 trainer and orchestrator runs).
@@ -17,6 +20,7 @@ import wandb
 
 from scalerl.tracking.names import FIT_CURVE
 from scalerl.tracking.records import Record, TrackedRun
+from scalerl.tracking.wandb_offline import last_step
 
 if TYPE_CHECKING:
     from scalerl.spec import WandbTracking
@@ -24,10 +28,12 @@ if TYPE_CHECKING:
 
 class WandbTracker:
     name = "wandb"
+    rewrites = False
 
     def __init__(self, spec: WandbTracking, run: TrackedRun) -> None:
         self.spec, self.run = spec, run
         self.handle: Any = None
+        self.kept = -1  # the last step an earlier attempt's offline files hold
 
     @property
     def run_id(self) -> str:
@@ -37,7 +43,12 @@ class WandbTracker:
     def run_name(self) -> str:
         return self.run.name if self.run.role == "trainer" else f"{self.run.name}-{self.run.role}"
 
-    def open(self) -> None:
+    def confirm(self, kind: str, step: int, key: str) -> bool | None:
+        return None  # no reading back here: a record in doubt counts as delivered
+
+    def open(self, purge_step: int | None) -> None:
+        if self.spec.mode == "offline":
+            self.kept = last_step(self.run.run_dir, self.run_id)
         self.handle = wandb.init(
             project=self.spec.project,
             entity=self.spec.entity,
@@ -50,6 +61,13 @@ class WandbTracker:
             dir=str(self.run.run_dir),
             settings=wandb.Settings(console="off", silent=True),
         )
+
+    def kept_through(self) -> int | None:
+        if self.spec.mode == "disabled":
+            return None
+        if self.spec.mode == "offline":
+            return self.kept
+        return int(self.handle.step) - 1  # a resumed run's next step is the server's last + 1
 
     def log(self, record: Record) -> None:
         if record.kind == "params":

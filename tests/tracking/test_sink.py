@@ -3,14 +3,25 @@ a tracker that is down neither slows the run nor stops it, and what it costs is 
 
 from __future__ import annotations
 
+import json
 import logging
+import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import generate_latest
-from tracker_readers import mlflow_run, mlflow_series, tensorboard_events, tensorboard_series
+from tracker_readers import (
+    mlflow_run,
+    mlflow_series,
+    tensorboard_events,
+    tensorboard_series,
+    wandb_history,
+)
 
 from scalerl.metrics import TrainerMetrics
 from scalerl.spec import TrackingSpec
@@ -34,9 +45,9 @@ def attempt(sink: TrackerSink, steps: range, evaluate_every: int, value: float) 
 
 def test_a_kill_and_resume_logs_every_step_exactly_once(tmp_path: Path) -> None:
     """Attempt 1 trains to step 7 and dies; its checkpoint is at step 5, so attempt 2 redoes 6
-    and 7. TensorBoard had everything of attempt 1; MLflow was down the whole time (its store's
-    folder a file), so attempt 1's steps reach it only from the journal, when attempt 2 finds
-    it up."""
+    and 7. MLflow was down the whole time (its store's folder a file), so attempt 1's steps reach
+    it only from the journal, once attempt 2 finds it up; TensorBoard had all of attempt 1's and
+    takes 6 and 7 again, its reader dropping the first copies (purge_step)."""
     store = tmp_path / "mlflow"  # a file until attempt 2: MLflow cannot make its database there
     store.write_text("")
     uri = f"sqlite:///{store}/mlflow.db"
@@ -53,17 +64,48 @@ def test_a_kill_and_resume_logs_every_step_exactly_once(tmp_path: Path) -> None:
     attempt(second, range(6, 11), evaluate_every=4, value=2000.0)
     second.close(finished=True, timeout_s=60)
 
+    # Both: steps 1-5 as attempt 1 logged them, 6-10 as attempt 2 redid them, each once.
+    expected = [*[(s, 1000.0 + s) for s in range(1, 6)], *[(s, 2000.0 + s) for s in range(6, 11)]]
     run = mlflow_run(uri, "scalerl", TrackedRun.of(NAME, "local", run_dir, "trainer").id)
-    # MLflow: steps 1-5 from attempt 1 (sent from the journal), 6-10 as attempt 2 redid them.
-    assert mlflow_series(uri, run, "train/reward") == [
-        *[(s, 1000.0 + s) for s in range(1, 6)],
-        *[(s, 2000.0 + s) for s in range(6, 11)],
-    ]
+    assert mlflow_series(uri, run, "train/reward") == expected
     assert [s for s, _ in mlflow_series(uri, run, "eval/pass_rate")] == [0, 4, 8]
-    # TensorBoard had 6 and 7 from attempt 1: they stand, and are not written twice.
     events = tensorboard_events(run_dir / "tensorboard" / NAME)
-    assert [s for s, _ in tensorboard_series(events, "train/reward")] == list(range(1, 11))
+    assert tensorboard_series(events, "train/reward") == [
+        (s, pytest.approx(v, rel=1e-6)) for s, v in expected
+    ]
     assert [s for s, _ in tensorboard_series(events, "eval/pass_rate")] == [0, 4, 8]
+
+
+def test_a_record_a_kill_left_in_doubt_is_neither_lost_nor_doubled(tmp_path: Path) -> None:
+    """Killed after the trackers took step 5 but before the sink noted it, with the checkpoint at
+    step 4: the next start asks MLflow whether it has step 5 (it has: the redone step 5 is not
+    sent again), and TensorBoard writes the redone step 5 over its purge step."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    spec = TrackingSpec.model_validate({"mlflow": {"uri": uri}, "tensorboard": {}})
+    run_dir = tmp_path / "run"
+    first = open_sink(spec, run_dir, resume_step=0)
+    attempt(first, range(1, 6), evaluate_every=100, value=1000.0)
+    first.close(timeout_s=60)
+    in_doubt = {"step": 4, "pending": {"kind": "step", "step": 5, "key": "train/reward"}}
+    for tracker in ("mlflow", "tensorboard"):  # as the kill left them
+        (run_dir / "tracking" / f"trainer-{tracker}.json").write_text(json.dumps(in_doubt))
+
+    second = open_sink(spec, run_dir, resume_step=4)
+    attempt(second, range(5, 9), evaluate_every=100, value=2000.0)
+    second.close(timeout_s=60)
+
+    before = [(s, 1000.0 + s) for s in range(1, 5)]
+    run = mlflow_run(uri, "scalerl", TrackedRun.of(NAME, "local", run_dir, "trainer").id)
+    assert mlflow_series(uri, run, "train/reward") == [
+        *before,
+        (5, 1005.0),
+        *[(s, 2000.0 + s) for s in range(6, 9)],
+    ]
+    events = tensorboard_events(run_dir / "tensorboard" / NAME)
+    assert tensorboard_series(events, "train/reward") == [
+        (s, pytest.approx(v, rel=1e-6))
+        for s, v in [*before, *[(s, 2000.0 + s) for s in range(5, 9)]]
+    ]
 
 
 def closed_port() -> int:
@@ -114,3 +156,59 @@ def _counter(exported: str, name: str) -> float:
     lines = [line for line in exported.splitlines() if line.startswith(name + "{")]
     assert len(lines) == 1, exported
     return float(lines[0].rsplit(" ", 1)[1])
+
+
+def test_a_tracker_that_comes_back_gets_what_its_full_queue_left_on_disk(tmp_path: Path) -> None:
+    """MLflow is down while 60 steps are logged into a queue of 5: 55 or so stay on disk only.
+    Once it is back, its thread reads them from the journal: every step arrives once, in order."""
+    store = tmp_path / "mlflow"
+    store.write_text("")  # a file: MLflow cannot make its database there
+    uri = f"sqlite:///{store}/mlflow.db"
+    spec = TrackingSpec.model_validate({"mlflow": {"uri": uri}})
+    sink = open_sink(
+        spec, tmp_path / "run", resume_step=0, capacity=5, attempts=1000, backoff_s=(0.05, 0.05)
+    )
+    attempt(sink, range(1, 61), evaluate_every=1000, value=0.0)
+    assert sink.dropped >= 50
+    store.unlink()  # back
+    sink.close(finished=True, timeout_s=120)
+
+    run = mlflow_run(uri, "scalerl", TrackedRun.of(NAME, "local", tmp_path / "run", "trainer").id)
+    assert mlflow_series(uri, run, "train/reward") == [(s, float(s)) for s in range(1, 61)]
+
+
+KILLED_ATTEMPT = """
+import json, os, signal, sys, time
+from pathlib import Path
+from scalerl.spec import TrackingSpec
+from scalerl.tracking import TrackedRun, TrackerSink, build_trackers
+
+run_dir = Path(sys.argv[1])
+spec = TrackingSpec.model_validate({"wandb": {"mode": "offline"}})
+run = TrackedRun.of("math-8b", "local", run_dir, "trainer")
+sink = TrackerSink(build_trackers(spec, run), run, resume_step=0)
+for step in range(1, 6):
+    sink.step(step, {"train/reward": 1000.0 + step})
+state = run_dir / "tracking" / "trainer-wandb.json"
+while not (state.exists() and json.loads(state.read_text()).get("step") == 5):
+    time.sleep(0.05)
+os.kill(os.getpid(), signal.SIGKILL)  # W&B took steps 1-5 but has not written them yet
+"""
+
+
+def test_steps_w_and_b_took_but_a_kill_kept_from_its_files_are_sent_again(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    killed = subprocess.run([sys.executable, "-c", KILLED_ATTEMPT, str(run_dir)], timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    spec = TrackingSpec.model_validate({"wandb": {"mode": "offline"}})
+    second = open_sink(spec, run_dir, resume_step=4)  # the checkpoint: step 4
+    for step in range(5, 9):
+        second.step(step, {"train/reward": 2000.0 + step})
+    second.close(finished=True, timeout_s=60)
+
+    run_id = TrackedRun.of(NAME, "local", run_dir, "trainer").id
+    rows = [(r["_step"], r["train/reward"]) for r in wandb_history(run_dir, run_id)]
+    assert rows == [
+        *[(s, 1000.0 + s) for s in range(1, 5)],
+        *[(s, 2000.0 + s) for s in range(5, 9)],
+    ]

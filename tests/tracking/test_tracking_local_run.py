@@ -1,0 +1,126 @@
+"""End to end: `scalerl run` of the demo (colocated, one process) with MLflow, TensorBoard and W&B
+offline switched on, its process killed with SIGKILL mid-run and resumed from its checkpoint.
+Each tracker, read by its own reader, holds every step of the run exactly once, the run's held-out
+evaluations as history.jsonl has them, and the fit as fit.json has it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tracker_readers import (
+    mlflow_run,
+    mlflow_series,
+    tensorboard_events,
+    tensorboard_series,
+    wandb_history,
+)
+
+from scalerl.fit.report import FIT_FILE
+from scalerl.runfile import run_command, write_variant
+from scalerl.status.history import read_history
+from scalerl.tracking import TrackedRun
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+STEPS = 12
+SMALL = {
+    "placement": "colocated",
+    "generators": {"replicas": 1},
+    "trainers": {"replicas": 1},
+    "recipe": {"batch": {"prompts": 8, "generationsPerPrompt": 4}},
+    "data": {"validation": {"prompts": 32}},
+    # Every 3 steps: four evaluations past step 0, as many as a fit needs.
+    "evaluation": {"everySteps": 3, "generationsPerPrompt": 2},
+    "budget": {"maxSteps": STEPS},
+    "checkpoint": {"everySteps": 2},
+    "fit": {"everyEvaluations": 2},
+}
+# history.jsonl's train_* (the last batch before an evaluation) -> the tracker's name
+TRAIN = {
+    "train_pass_rate": "train/pass_rate",
+    "train_entropy": "train/entropy",
+    "train_loss": "train/loss",
+    "train_grad_norm": "train/grad_norm",
+    "train_clip_fraction": "train/clip_fraction",
+}
+
+
+def wait_for_step(out: Path, step: int, proc: subprocess.Popen[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        try:
+            if json.loads((out / "progress.json").read_text())["step"] >= step:
+                return
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"run did not reach step {step} within {timeout_s} s")
+
+
+@pytest.mark.slow
+def test_each_tracker_holds_every_step_once_across_a_kill(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracking = {
+        "mlflow": {"uri": uri, "experiment": "demo"},
+        "tensorboard": {},
+        "wandb": {"project": "demo", "mode": "offline"},
+    }
+    spec = write_variant(
+        EXAMPLES / "local.yaml", tmp_path / "run.yaml", SMALL, {"tracking": tracking}
+    )
+    out = tmp_path / "run"
+    env = {**os.environ, "SCALERL_PEER_TIMEOUT": "120", "WANDB_CONFIG_DIR": str(tmp_path / "wb")}
+    proc = subprocess.Popen(
+        run_command(spec, out),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,  # MLflow's SQLite store keeps artifacts in ./mlruns
+    )
+    try:
+        wait_for_step(out, 5, proc, timeout_s=300)
+        trainer = json.loads((out / "processes.json").read_text())["trainer-0"]
+        os.kill(trainer["pid"], signal.SIGKILL)  # restarts from the step-4 (or -6) checkpoint
+        output, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert "restarting from the last checkpoint (1/3)" in output
+    assert (out / FIT_FILE).exists(), output
+    history = read_history(out / "history.jsonl")
+    fit = json.loads((out / FIT_FILE).read_text())
+    run_id = TrackedRun.of("demo", "local", out, "trainer").id
+    steps = list(range(1, STEPS + 1))
+    evaluations = [(row["step"], row["pass_rate"]) for row in history]
+    assert [s for s, _ in evaluations] == [0, 3, 6, 9, 12]
+
+    mlflow = mlflow_run(uri, "demo", run_id)
+    assert [s for s, _ in mlflow_series(uri, mlflow, "train/reward")] == steps
+    assert mlflow_series(uri, mlflow, "eval/pass_rate") == evaluations
+    assert mlflow_series(uri, mlflow, "fit/A")[-1] == (STEPS, fit["A"])
+    assert mlflow_series(uri, mlflow, "fit/C_mid")[-1] == (STEPS, fit["C_mid"])
+    for row in history[1:]:
+        if row["train_loss"] is None:
+            continue  # the last batch updated nothing: it is no step of its own
+        for key, name in TRAIN.items():
+            assert dict(mlflow_series(uri, mlflow, name))[row["step"]] == row[key], name
+
+    events = tensorboard_events(out / "tensorboard" / "demo")
+    assert [s for s, _ in tensorboard_series(events, "train/reward")] == steps
+    assert tensorboard_series(events, "eval/pass_rate") == [
+        (s, pytest.approx(v, rel=1e-6)) for s, v in evaluations
+    ]
+
+    rows: list[dict[str, Any]] = wandb_history(out, run_id)
+    assert [r["_step"] for r in rows if "train/reward" in r] == steps
+    assert [(r["_step"], r["eval/pass_rate"]) for r in rows if "eval/pass_rate" in r] == evaluations
+    assert wandb_history(out, f"{run_id}-fit")[-1]["fit/A"] == fit["A"]
