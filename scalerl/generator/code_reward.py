@@ -163,6 +163,8 @@ def parse_tests(reference: str) -> CodeTests:
 def _decode(reference: str) -> Any:
     try:
         return json.loads(reference)
+    except RecursionError as err:
+        raise InputError("code tests are nested too deeply to read") from err
     except ValueError:
         pass
     try:
