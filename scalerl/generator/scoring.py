@@ -3,18 +3,21 @@ of many answers at once.
 
 String rewards (exact, math, a user's module:function) are cheap and score inline, on the event
 loop's thread (math's timeouts need the main thread). `code` runs programs: those go to a pool of
-threads sized to the CPUs this process may use (`os.sched_getaffinity`; spec.data.code.workers
-overrides), each thread waiting on its sandboxed process, so while tests run the event loop — and
-with it the engine — keeps generating. A completion whose sandbox failed comes back as None: the
-caller drops it and it is counted, never trained on as a -1.
+threads sized to the CPUs this process may use (`os.sched_getaffinity`, capped by the container's
+cgroup CPU limit; spec.data.code.workers overrides), each thread waiting on its sandboxed
+process, so while tests run the event loop — and with it the engine — keeps generating. A
+completion whose sandbox failed comes back as None: the caller drops it and it is counted, never
+trained on as a -1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from scalerl.generator.code_reward import NOT_RUN, TIMEOUT, score_code
 from scalerl.generator.rewards import RewardFn, load_reward
@@ -24,9 +27,38 @@ from scalerl.spec import CodeSpec
 log = logging.getLogger(__name__)
 
 
+# Where the kernel says how much CPU time the container may use (cgroup v2, then v1): in a pod with
+# a CPU limit, that — not the node's cores its affinity lists — is how many programs can run.
+CGROUP_V2_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
+
+
 def pool_size(spec: CodeSpec) -> int:
-    """Programs run at once: spec.data.code.workers, or one per CPU this process may use."""
-    return spec.workers or len(os.sched_getaffinity(0))
+    """Programs run at once: spec.data.code.workers, or one per CPU this process may use (its
+    CPU affinity, capped by its cgroup's CPU limit rounded up)."""
+    if spec.workers:
+        return spec.workers
+    cpus = len(os.sched_getaffinity(0))
+    limit = cgroup_cpu_limit()
+    return cpus if limit is None else max(1, min(cpus, math.ceil(limit)))
+
+
+def cgroup_cpu_limit() -> float | None:
+    """The container's CPU limit in CPUs (quota / period), None when it has none or says none."""
+    try:
+        quota, period = CGROUP_V2_CPU_MAX.read_text().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = (CGROUP_V1_CPU / "cpu.cfs_quota_us").read_text().strip()
+            period = (CGROUP_V1_CPU / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if quota in ("max", "-1"):
+        return None
+    try:
+        return int(quota) / int(period) if int(quota) > 0 and int(period) > 0 else None
+    except ValueError:
+        return None
 
 
 class Scorer:

@@ -7,9 +7,11 @@ import asyncio
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
+from scalerl.generator import scoring
 from scalerl.generator.scoring import Scorer, pool_size
 from scalerl.metrics import GeneratorMetrics
 from scalerl.sandbox import isolation
@@ -25,9 +27,35 @@ def _value(metrics: GeneratorMetrics, name: str) -> float:
     return 0.0 if value is None else value
 
 
-def test_the_pool_has_one_worker_per_usable_cpu_unless_the_spec_says() -> None:
-    assert pool_size(CodeSpec()) == len(os.sched_getaffinity(0))
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"),
+    [
+        (None, None),  # no cgroup file: the affinity alone
+        ("max 100000\n", None),  # no limit
+        ("150000 100000\n", 2),  # 1.5 CPUs: two programs at once
+        ("50000 100000\n", 1),
+        ("800000 100000\n", None),  # more than the affinity allows: the affinity
+    ],
+)
+def test_the_pool_has_one_worker_per_usable_cpu_unless_the_spec_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_max: str | None, expected: int | None
+) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    v2 = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        v2.write_text(cpu_max)
+    monkeypatch.setattr(scoring, "CGROUP_V2_CPU_MAX", v2)
+    monkeypatch.setattr(scoring, "CGROUP_V1_CPU", tmp_path / "no-v1")
+    assert pool_size(CodeSpec()) == (cpus if expected is None else min(expected, cpus))
     assert pool_size(CodeSpec(workers=3)) == 3
+
+
+def test_a_cgroup_v1_quota_caps_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cpu.cfs_quota_us").write_text("100000\n")
+    (tmp_path / "cpu.cfs_period_us").write_text("100000\n")
+    monkeypatch.setattr(scoring, "CGROUP_V2_CPU_MAX", tmp_path / "absent")
+    monkeypatch.setattr(scoring, "CGROUP_V1_CPU", tmp_path)
+    assert scoring.cgroup_cpu_limit() == 1.0 and pool_size(CodeSpec()) == 1
 
 
 def test_programs_run_concurrently_and_the_event_loop_never_waits() -> None:
