@@ -43,6 +43,7 @@ demo: setup
 bench: setup
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/fit_bench.py
+	$(BIN)/python bench/code_bench.py
 	$(BIN)/python bench/calibration.py --runs 1 2 3
 	$(BIN)/python bench/sync_bench.py
 	$(BIN)/python bench/pipeline_bench.py
