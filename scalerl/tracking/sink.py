@@ -246,8 +246,8 @@ class TrackerSink:
         self.on_dropped()
         if self.dropped == 1 or self.dropped % 100 == 0:
             log.warning(
-                "tracker %s is behind: %s record dropped from memory (%d so far); the journal "
-                "keeps it for the next start",
+                "tracker %s is behind: %s record dropped from memory (%d so far); it is sent "
+                "from the journal once the tracker catches up",
                 tracker,
                 kind,
                 self.dropped,
