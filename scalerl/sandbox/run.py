@@ -13,7 +13,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from scalerl.sandbox import isolation
@@ -174,22 +174,16 @@ def _write(folder: Path, files: dict[str, str]) -> None:
 
 
 def _argv(folder: Path, limits: Limits, mode: Isolation) -> list[str]:
-    settings = {k: v for k, v in asdict(limits).items() if k != "wall_seconds"}
+    processes = limits.processes
     python = isolation.interpreter()
     if mode.mode != "bwrap":
         # Outside a user namespace the kernel counts every process of the user: allow what the
         # user already runs, plus the program's own.
-        settings["processes"] += _tasks_of(isolation.run_as() or os.getuid())
-        return [python, "-I", "-c", _LAUNCH, json.dumps(settings), MAIN]
-    return [
-        *isolation.bwrap_argv(folder, python),
-        python,
-        "-I",
-        "-c",
-        _LAUNCH,
-        json.dumps(settings),
-        MAIN,
-    ]
+        processes += _tasks_of(isolation.run_as() or os.getuid())
+    # launch.py reads them in this order.
+    numbers = (limits.memory_bytes, limits.file_bytes, processes, limits.cpu_seconds)
+    launch = [python, "-I", "-c", _LAUNCH, " ".join(map(str, numbers)), MAIN]
+    return launch if mode.mode != "bwrap" else [*isolation.bwrap_argv(folder, python), *launch]
 
 
 def _tasks_of(uid: int) -> int:
