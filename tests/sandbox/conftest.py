@@ -13,6 +13,8 @@ from scalerl.sandbox import Isolation, probe
 from scalerl.sandbox.isolation import run_as
 from scalerl.sandbox.run import base_folder
 
+LAUNCHER_MARK = b"What runs first inside the sandbox"  # scalerl/sandbox/launch.py's first line
+
 
 @pytest.fixture(scope="session")
 def full_isolation() -> Isolation:
@@ -26,8 +28,9 @@ def full_isolation() -> Isolation:
 
 
 def sandbox_processes() -> list[str]:
-    """Processes that are the sandbox's: those of the user sandboxes run as when we are root,
-    else any whose command line is bubblewrap's or the sandbox launcher's."""
+    """Processes that are the sandbox's: those of the user sandboxes run as when we are root;
+    else bubblewrap or an interpreter running the sandbox's launcher (its text is on the
+    command line)."""
     found = []
     uid = run_as()
     for entry in Path("/proc").iterdir():
@@ -38,11 +41,8 @@ def sandbox_processes() -> list[str]:
             owner = entry.stat().st_uid
         except OSError:
             continue
-        if (
-            (uid is not None and owner == uid)
-            or cmdline.startswith(b"bwrap\0")
-            or (b"scalerl-sandbox" in cmdline)
-        ):
+        program = Path(cmdline.split(b"\0", 1)[0].decode(errors="replace")).name
+        if (uid is not None and owner == uid) or program == "bwrap" or LAUNCHER_MARK in cmdline:
             found.append(f"{entry.name}: {cmdline[:80]!r}")
     return found
 
