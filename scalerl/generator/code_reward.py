@@ -196,8 +196,6 @@ def _text(value: Any) -> str:
 
 # --- scoring ---------------------------------------------------------------------------------
 
-Run = Callable[..., Execution]  # scalerl.sandbox.execute's signature
-
 
 def score_code(
     answer: str,
@@ -205,7 +203,6 @@ def score_code(
     spec: CodeSpec | None = None,
     *,
     stop_early: bool = False,
-    run: Run = execute,
 ) -> CodeVerdict:
     """Run the answer's program against the reference's tests; the whole record.
 
@@ -216,8 +213,8 @@ def score_code(
     program = extract_code(answer)
     deadline = time.monotonic() + spec.problem_timeout_seconds
     if tests.kind == "stdio":
-        return _score_stdio(program, tests, spec, deadline, stop_early, run)
-    return _score_calls(program, tests, spec, deadline, run)
+        return _score_stdio(program, tests, spec, deadline, stop_early)
+    return _score_calls(program, tests, spec, deadline)
 
 
 def _limits(spec: CodeSpec, seconds: float) -> Limits:
@@ -232,7 +229,7 @@ def _limits(spec: CodeSpec, seconds: float) -> Limits:
 
 
 def _score_stdio(
-    program: str, tests: CodeTests, spec: CodeSpec, deadline: float, stop_early: bool, run: Run
+    program: str, tests: CodeTests, spec: CodeSpec, deadline: float, stop_early: bool
 ) -> CodeVerdict:
     results: list[TestResult] = []
     missing: tuple[str, ...] = ()
@@ -241,7 +238,7 @@ def _score_stdio(
         if left <= 0 or (stop_early and results and not results[-1].passed):
             results.append(TestResult(NOT_RUN))
             continue
-        done = run(program, given.encode(), _limits(spec, left))
+        done = execute(program, given.encode(), _limits(spec, left))
         missing = done.isolation.missing
         if done.error:
             return CodeVerdict(results, done.error, missing)
@@ -268,9 +265,7 @@ def _failure(done: Execution) -> TestResult | None:
     return TestResult(RUNTIME_ERROR, seconds, _last_line(done.stderr) or f"exit {done.returncode}")
 
 
-def _score_calls(
-    program: str, tests: CodeTests, spec: CodeSpec, deadline: float, run: Run
-) -> CodeVerdict:
+def _score_calls(program: str, tests: CodeTests, spec: CodeSpec, deadline: float) -> CodeVerdict:
     """Call-based and assert tests: one run of the harness for all cases, each case under the
     per-test time limit, the whole under the problem's."""
     cases = {
@@ -282,7 +277,7 @@ def _score_calls(
     }
     budget = len(tests.inputs) * spec.test_timeout_seconds + _STARTUP_SECONDS
     seconds = min(budget, deadline - time.monotonic())
-    done = run(
+    done = execute(
         _HARNESS, json.dumps(cases).encode(), _limits(spec, seconds), {"solution.py": program}
     )
     if done.error:
