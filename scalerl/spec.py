@@ -34,7 +34,7 @@ THINK_END = "</think>"
 # The paper's interruption sentence; the model's own end-of-thinking marker follows it.
 INTERRUPTION_TEXT = "Okay, time is up. Let me stop thinking and formulate a final answer now."
 INTERRUPTION_PHRASE = f"{INTERRUPTION_TEXT} {THINK_END}"
-_REWARD = re.compile(r"^(math|exact|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+_REWARD = re.compile(r"^(math|exact|code|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # A model validator's message that starts with this names a field below the validated model, so
 # the user reads "spec.recipe.length.interruption.enabled: ..." rather than "spec: ...".
@@ -137,6 +137,44 @@ class ValidationSpec(_Model):
     )
 
 
+class CodeSpec(_Model):
+    """How `reward: code` runs a completion's program against its tests (scalerl.sandbox)."""
+
+    test_timeout_seconds: Float = Field(
+        6.0, gt=0, le=3600, description="Wall and CPU time of one test case."
+    )
+    problem_timeout_seconds: Float = Field(
+        60.0,
+        gt=0,
+        le=36_000,
+        description="Wall time of all of one completion's tests together; tests left when it "
+        "runs out fail as timeouts.",
+    )
+    memory_mib: Int = Field(
+        1024,
+        ge=64,
+        le=1 << 20,
+        alias="memoryMiB",
+        description="Address-space limit of a test's process, MiB.",
+    )
+    processes: Int = Field(
+        32, ge=1, le=4096, description="Processes (and threads) a test may run at once."
+    )
+    output_mib: Int = Field(
+        16,
+        ge=1,
+        le=4096,
+        alias="outputMiB",
+        description="Output a test may print (or write) before it is killed, MiB.",
+    )
+    workers: Int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="Tests run at once by a generator; 0: one per CPU the process may use.",
+    )
+
+
 class DataSpec(_Model):
     train: str = Field(
         min_length=1,
@@ -156,7 +194,12 @@ class DataSpec(_Model):
     )
     validation: ValidationSpec = ValidationSpec()
     reward: str = Field(
-        "math", description="math (math-verify) | exact | module:function returning +1/-1."
+        "math",
+        description="math (math-verify) | exact | code (the answer's program run against the "
+        "row's tests in a sandbox) | module:function returning +1/-1.",
+    )
+    code: CodeSpec = Field(
+        CodeSpec(), description="Limits of the sandbox that runs programs for reward: code."
     )
     log_consumed: Bool = Field(
         False,
@@ -168,7 +211,7 @@ class DataSpec(_Model):
     @classmethod
     def _reward_name(cls, value: str) -> str:
         if not _REWARD.match(value):
-            raise ValueError(f"{value!r} is not one of math, exact, or module:function")
+            raise ValueError(f"{value!r} is not one of math, exact, code, or module:function")
         return value
 
 
@@ -721,6 +764,67 @@ class CheckpointSpec(_Model):
     )
 
 
+# --- experiment trackers (scalerl.tracking) ------------------------------------------------------
+
+class MlflowTracking(_Model):
+    uri: str | None = Field(
+        None,
+        min_length=1,
+        description="MLflow tracking URI (http://host:5000, sqlite:///path.db); null: "
+        "MLFLOW_TRACKING_URI from the environment.",
+    )
+    experiment: str = Field(
+        "scalerl", min_length=1, description="MLflow experiment the run's MLflow run goes in."
+    )
+
+
+class TensorboardTracking(_Model):
+    dir: str = Field(
+        "tensorboard",
+        min_length=1,
+        description="Folder of the event files; relative to the run directory. The run writes "
+        "into <dir>/<run name>.",
+    )
+
+
+class WandbTracking(_Model):
+    project: str = Field("scalerl", min_length=1, description="W&B project.")
+    entity: str | None = Field(None, min_length=1, description="W&B entity; null: the default.")
+    mode: Literal["online", "offline", "disabled"] = Field(
+        "online",
+        description="online: sync as it runs (WANDB_API_KEY); offline: files in the run "
+        "directory's wandb/ folder, `wandb sync` later; disabled: nothing.",
+    )
+
+
+class TrackioTracking(_Model):
+    project: str = Field("scalerl", min_length=1, description="trackio project.")
+
+
+class SecretRef(_Model):
+    name: str = Field(min_length=1, max_length=253, description="Secret in the run's namespace.")
+
+
+class TrackingSpec(_Model):
+    """Experiment trackers the trainer (steps, evaluations) and the fit (A, B, C_mid) log to:
+    one tracker run per ScaleRLRun, the same one after a restart."""
+
+    mlflow: MlflowTracking | None = Field(None, description="Log to MLflow.")
+    tensorboard: TensorboardTracking | None = Field(None, description="Write TensorBoard files.")
+    wandb: WandbTracking | None = Field(None, description="Log to Weights & Biases.")
+    trackio: TrackioTracking | None = Field(None, description="Log to trackio (local-first).")
+    secret_ref: SecretRef | None = Field(
+        None,
+        description="On a cluster: a Secret whose keys become environment variables of the pods "
+        "that log (WANDB_API_KEY, MLFLOW_TRACKING_TOKEN, ...). Locally the environment is used.",
+    )
+
+    @property
+    def trackers(self) -> list[str]:
+        """The trackers switched on, by name."""
+        return [n for n in ("mlflow", "tensorboard", "wandb", "trackio") if getattr(self, n)]
+
+
 class RunSpec(_Model):
     model: ModelSpec
     data: DataSpec
@@ -747,6 +851,9 @@ class RunSpec(_Model):
     )
     suspend: Bool = False
     seed: Int = Field(0, ge=0, le=2**32 - 1)
+    tracking: TrackingSpec | None = Field(
+        None, description="Experiment trackers (MLflow, TensorBoard, W&B, trackio); null: none."
+    )
 
     @model_validator(mode="after")
     def _thinking_consistent(self) -> RunSpec:
