@@ -76,7 +76,7 @@ def test_each_tracker_holds_every_step_once_across_a_kill(tmp_path: Path) -> Non
         EXAMPLES / "local.yaml", tmp_path / "run.yaml", SMALL, {"tracking": tracking}
     )
     out = tmp_path / "run"
-    env = {**os.environ, "SCALERL_PEER_TIMEOUT": "120", "WANDB_CONFIG_DIR": str(tmp_path / "wb")}
+    env = {**os.environ, "SCALERL_PEER_TIMEOUT": "120"}
     proc = subprocess.Popen(
         run_command(spec, out),
         stdout=subprocess.PIPE,
