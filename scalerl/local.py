@@ -53,10 +53,16 @@ def resolve_paths(run: ScaleRLRun) -> ScaleRLRun:
         path = resolve_builtin(value) if is_builtin(value) else Path(value).expanduser().resolve()
         return str(path)
 
+    def resolve_files(value: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+        """A file, or each file of a list of sources."""
+        if isinstance(value, str):
+            return resolve(value)
+        return [{**source, "path": resolve(source["path"])} for source in value]
+
     spec["model"]["path"] = resolve(spec["model"]["path"])
-    spec["data"]["train"] = resolve(spec["data"]["train"])
+    spec["data"]["train"] = resolve_files(spec["data"]["train"])
     if spec["data"]["validation"].get("path"):
-        spec["data"]["validation"]["path"] = resolve(spec["data"]["validation"]["path"])
+        spec["data"]["validation"]["path"] = resolve_files(spec["data"]["validation"]["path"])
     return ScaleRLRun.model_validate(data)
 
 

@@ -35,9 +35,9 @@ def problems_of(run: ScaleRLRun) -> list[str]:
     problems: list[str] = []
     tokenizer = _tokenizer(spec, problems)
     examples = _examples(spec, problems)
-    _reward(spec, problems)
-    if spec.data.reward == "code" and examples is not None:
-        _code_tests(examples, problems)
+    _rewards(spec, examples, problems)
+    if examples is not None:
+        _code_tests([e for e in examples if e.reward == "code"], problems)
     if tokenizer is not None:
         _tokens(spec, tokenizer, problems)
         if examples is not None:
@@ -112,13 +112,10 @@ def _tokenizer(spec: RunSpec, problems: list[str]) -> Any:
 def _examples(spec: RunSpec, problems: list[str]) -> list[Any] | None:
     from scalerl.generator.prompts import train_and_validation
 
-    for name, value in (
-        ("spec.data.train", spec.data.train),
-        ("spec.data.validation.path", spec.data.validation.path),
-    ):
-        if value is not None and not Path(value).is_file():
-            problems.append(f"{name}: {value} does not exist")
-            return None
+    missing = _missing_files(spec)
+    if missing:
+        problems += missing
+        return None
     try:
         train, validation = train_and_validation(spec.data, spec.seed)
     except InputError as err:
@@ -132,13 +129,33 @@ def _examples(spec: RunSpec, problems: list[str]) -> list[Any] | None:
     return train + validation
 
 
-def _reward(spec: RunSpec, problems: list[str]) -> None:
+def _missing_files(spec: RunSpec) -> list[str]:
+    """A line for each data file (each source of a list) that does not exist."""
+    missing = []
+    for field, value, sources in (
+        ("spec.data.train", spec.data.train, spec.data.train_sources()),
+        ("spec.data.validation.path", spec.data.validation.path, spec.data.held_out()),
+    ):
+        for i, source in enumerate(sources):
+            where = field if isinstance(value, str) else f"{field}.{i}.path"
+            if not Path(source.path).is_file():
+                missing.append(f"{where}: {source.path} does not exist")
+    return missing
+
+
+def _rewards(spec: RunSpec, examples: list[Any] | None, problems: list[str]) -> None:
+    """Every reward the run scores by resolves: the spec's, its sources', and any a row names
+    (the first row naming it is told)."""
     from scalerl.generator.rewards import load_reward
 
-    try:
-        load_reward(spec.data.reward)
-    except InputError as err:
-        problems.append(f"spec.data.reward: {err}")
+    named = {name: "spec.data.reward" for name in spec.data.rewards()}
+    for example in examples or []:
+        named.setdefault(example.reward, f"{example.source}: field 'reward'")
+    for name, where in named.items():
+        try:
+            load_reward(name)
+        except InputError as err:
+            problems.append(f"{where}: {err}")
 
 
 def _code_tests(examples: list[Any], problems: list[str], shown: int = 5) -> None:

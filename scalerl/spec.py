@@ -18,7 +18,9 @@ import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -126,11 +128,99 @@ class ModelSpec(_Model):
     )
 
 
-class ValidationSpec(_Model):
-    path: str | None = Field(
+# Domains of one run: each gets its own curve, fit and status entry, so their number is bounded
+# (status.evaluations and status.prediction must stay small). A domain is a label value and a
+# key in status: a short lowercase name.
+MAX_DOMAINS = 8
+_DOMAIN = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,30}[a-z0-9])?$")
+
+
+def domain_problem(name: str) -> str | None:
+    """Why `name` cannot be a domain, or None."""
+    if _DOMAIN.match(name):
+        return None
+    return (
+        f"{name!r} is not a domain name (1-32 of a-z, 0-9, '_', '.', '-', starting and ending "
+        "with a letter or digit)"
+    )
+
+
+def reward_problem(name: str) -> str | None:
+    """Why `name` cannot be a reward, or None."""
+    if _REWARD.match(name):
+        return None
+    return f"{name!r} is not one of math, exact, code, or module:function"
+
+
+def default_domain(reward: str) -> str:
+    """A row's domain when it names none: its reward's name (a module:function reward: its
+    function's name, lowercased, so it stays a domain name)."""
+    name = reward.rpartition(":")[2].rpartition(".")[2].lower()
+    return name if _DOMAIN.match(name) else "custom"
+
+
+class DataSource(_Model):
+    """One data file of a run whose data is a list of files, with the reward its rows are scored
+    by (and the domain their pass rate and curve are reported under)."""
+
+    path: str = Field(min_length=1, description="A JSONL or Parquet file (or a builtin: name).")
+    reward: str | None = Field(
         None,
-        min_length=1,
-        description="Held-out prompts (JSONL or Parquet); when unset, held out from train.",
+        description="The reward of this file's rows (a row's own `reward` field wins); "
+        "null: spec.data.reward.",
+    )
+    domain: str | None = Field(
+        None,
+        description="The domain this file's rows are reported under (a row's own `domain` "
+        "field wins); null: the reward's name.",
+    )
+
+    @field_validator("reward")
+    @classmethod
+    def _reward_name(cls, value: str | None) -> str | None:
+        problem = None if value is None else reward_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("domain")
+    @classmethod
+    def _domain_name(cls, value: str | None) -> str | None:
+        problem = None if value is None else domain_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+# data.train and data.validation.path: one file, or a list of files each with its reward. Told
+# apart by the value's type, so a bad one gets one message about the form it has (the tags are
+# dropped from the field's path in messages).
+_FILE, _SOURCES = "<file>", "<sources>"
+
+
+def _file_or_sources(value: Any) -> str | None:
+    if isinstance(value, str):
+        return _FILE
+    return _SOURCES if isinstance(value, list | tuple) else None
+
+
+Sources = Annotated[
+    Annotated[str, Tag(_FILE), Field(min_length=1)]
+    | Annotated[list[DataSource], Tag(_SOURCES), Field(min_length=1, max_length=64)],
+    Discriminator(
+        _file_or_sources,
+        custom_error_type="file_or_sources",
+        custom_error_message="must be a file (JSONL or Parquet) or a list of sources, each "
+        "{path, reward, domain}",
+    ),
+]
+
+
+class ValidationSpec(_Model):
+    path: Sources | None = Field(
+        None,
+        description="Held-out prompts (JSONL or Parquet), or a list of files ({path, reward, "
+        "domain}: `prompts` is shared evenly among them); when unset, held out from train.",
     )
     prompts: Int = Field(
         1000, ge=1, le=10_000_000, description="Number of held-out prompts; paper: 1,000."
@@ -176,9 +266,9 @@ class CodeSpec(_Model):
 
 
 class DataSpec(_Model):
-    train: str = Field(
-        min_length=1,
-        description="Training prompts: JSONL (one object per line) or Parquet (.parquet).",
+    train: Sources = Field(
+        description="Training prompts: JSONL (one object per line) or Parquet (.parquet); or a "
+        "list of files, each {path, reward, domain}, to mix domains (math and code) in one run.",
     )
     prompt_field: str = Field("prompt", min_length=1, description="Column holding the prompt.")
     answer_field: str = Field(
@@ -210,9 +300,39 @@ class DataSpec(_Model):
     @field_validator("reward")
     @classmethod
     def _reward_name(cls, value: str) -> str:
-        if not _REWARD.match(value):
-            raise ValueError(f"{value!r} is not one of math, exact, code, or module:function")
+        problem = reward_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _few_domains(self) -> DataSpec:
+        for field, sources in (("train", self.train_sources), ("validation.path", self.held_out)):
+            domains = {s.domain or default_domain(s.reward or self.reward) for s in sources()}
+            if len(domains) > MAX_DOMAINS:
+                raise _at(field, f"{len(domains)} domains, more than {MAX_DOMAINS}")
+        return self
+
+    def train_sources(self) -> list[DataSource]:
+        """data.train as sources, each with its reward filled in (a file named alone, or a
+        source naming none, takes spec.data.reward); a domain stays None where the source names
+        none, since a row's own reward then decides it (`default_domain`)."""
+        return self._filled(self.train)
+
+    def held_out(self) -> list[DataSource]:
+        """data.validation.path as sources (rewards filled in); [] when held out from train."""
+        path = self.validation.path
+        return [] if path is None else self._filled(path)
+
+    def rewards(self) -> list[str]:
+        """The rewards the sources name (spec.data.reward where they name none), in order;
+        rows may name others (checked when they are read)."""
+        names = [s.reward or self.reward for s in self.train_sources() + self.held_out()]
+        return list(dict.fromkeys(names))
+
+    def _filled(self, value: str | list[DataSource]) -> list[DataSource]:
+        sources = [DataSource(path=value)] if isinstance(value, str) else value
+        return [s.model_copy(update={"reward": s.reward or self.reward}) for s in sources]
 
 
 # --- recipe --------------------------------------------------------------------------------------
@@ -1278,4 +1398,6 @@ def _describe(error: Any) -> str:
 
 def _is_variant_tag(part: Any, error: Any) -> bool:
     # pydantic puts the chosen union member's tag in the location ("loss.cispo.epsilonMax").
+    if part in (_FILE, _SOURCES):
+        return True
     return isinstance(part, str) and part in LOSS_TYPES and error["type"] != "union_tag_invalid"

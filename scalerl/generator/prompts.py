@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from scalerl.datafile import PARQUET_SUFFIXES, Record, read_records
 from scalerl.errors import DataError
 from scalerl.recipe import NoPositiveResampling
 from scalerl.rollout.position import EpochOrder
-from scalerl.spec import DataSpec
+from scalerl.spec import DataSource, DataSpec, default_domain, domain_problem, reward_problem
 
 
 @dataclass(frozen=True)
@@ -26,16 +26,28 @@ class Example:
     answer: str
     # Where the row is, "FILE:LINE" (or FILE:ROW for Parquet), for messages about it.
     source: str = field(default="", compare=False)
+    # The reward the row is scored by and the domain its pass rate counts in: the row's own
+    # `reward`/`domain` fields, else its source's (spec.data.train as a list), else the run's.
+    reward: str = ""
+    domain: str = ""
 
 
 def load_examples(
-    path: str | Path, prompt_field: str = "prompt", answer_field: str = "answer"
+    path: str | Path,
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    reward: str = "",
+    domain: str | None = None,
 ) -> list[Example]:
     """Read a JSONL or Parquet file of prompts; a bad row is a DataError naming file and row, and
-    so are ids used twice (data position, curriculum and evaluation records are keyed by id)."""
+    so are ids used twice (data position, curriculum and evaluation records are keyed by id).
+
+    A row's reward is its own `reward` field, else `reward`; its domain its own `domain` field,
+    else `domain`, else its reward's name (`scalerl.spec.default_domain`); "" when neither a
+    reward nor a domain is known (the caller's single reward applies)."""
     path = Path(path)
     examples = [
-        _example(path, number, row, prompt_field, answer_field)
+        _example(path, number, row, (prompt_field, answer_field), (reward, domain))
         for number, row in read_records(path)
     ]
     if not examples:
@@ -44,8 +56,11 @@ def load_examples(
     return examples
 
 
-def _example(path: Path, number: int, row: Record, prompt_field: str, answer_field: str) -> Example:
+def _example(
+    path: Path, number: int, row: Record, names: tuple[str, str], scored: tuple[str, str | None]
+) -> Example:
     where = f"{path}:{number}"
+    prompt_field, answer_field = names
     for name, setting in ((prompt_field, "promptField"), (answer_field, "answerField")):
         if name not in row:
             have = ", ".join(sorted(row))
@@ -56,7 +71,23 @@ def _example(path: Path, number: int, row: Record, prompt_field: str, answer_fie
             raise DataError(f"{where}: field {name!r} is null; give the row a value or drop it")
     raw_id = row.get("id")
     example_id = f"{path.stem}-{number}" if raw_id is None else str(raw_id)
-    return Example(example_id, str(row[prompt_field]), str(row[answer_field]), where)
+    reward, domain = _scored_by(where, row, *scored)
+    prompt, answer = str(row[prompt_field]), str(row[answer_field])
+    return Example(example_id, prompt, answer, where, reward, domain)
+
+
+def _scored_by(where: str, row: Record, reward: str, domain: str | None) -> tuple[str, str]:
+    """The row's reward and domain: its own fields over the source's (checked like the spec's)."""
+    for name, problem_of in (("reward", reward_problem), ("domain", domain_problem)):
+        value = row.get(name)
+        if value is None:
+            continue
+        problem = problem_of(value) if isinstance(value, str) else f"{value!r} is not a string"
+        if problem:
+            raise DataError(f"{where}: field {name!r}: {problem}")
+    reward = row.get("reward") or reward
+    domain = row.get("domain") or domain or (default_domain(reward) if reward else "")
+    return reward, domain
 
 
 def _ids_unique(path: Path, examples: list[Example]) -> None:
@@ -75,25 +106,56 @@ def _ids_unique(path: Path, examples: list[Example]) -> None:
     )
 
 
-def train_and_validation(data: DataSpec, seed: int) -> tuple[list[Example], list[Example]]:
-    """The train prompts and the held-out prompts (from their own file, or held out of train)."""
+def load_sources(sources: Sequence[DataSource], data: DataSpec) -> list[list[Example]]:
+    """Each source's rows, its reward and domain filled in. With several sources, a row's id is
+    prefixed with its source's place in the list ("1:train-0"), so two files may use the same ids
+    (the data position, curriculum and evaluation records are keyed by id)."""
     fields = (data.prompt_field, data.answer_field)
-    train = load_examples(data.train, *fields)
+    loaded = []
+    for i, s in enumerate(sources):
+        rows = load_examples(s.path, *fields, reward=s.reward or data.reward, domain=s.domain)
+        if len(sources) > 1:
+            rows = [replace(e, id=f"{i}:{e.id}") for e in rows]
+        loaded.append(rows)
+    return loaded
+
+
+def _held_out_files(data: DataSpec) -> list[Example]:
+    """data.validation.path's rows: validation.prompts of them, shared evenly among its files
+    (the first files take one more when it does not divide)."""
+    sources = data.held_out()
     wanted = data.validation.prompts
-    if data.validation.path is not None:
-        validation = load_examples(data.validation.path, *fields)
+    shares = [wanted // len(sources) + (i < wanted % len(sources)) for i in range(len(sources))]
+    validation = []
+    for source, rows, share in zip(sources, load_sources(sources, data), shares, strict=True):
         # Refused, not cut short: validation.prompts is the evaluation protocol runs are compared
         # by (a sweep's variants, a run against the paper's 1,000), and its noise; a run that
         # evaluated 5 while its spec says 1000 would be read as the run it is not.
-        if len(validation) < wanted:
+        if len(rows) < share:
+            if len(sources) == 1:
+                fix = f"set it to {len(rows)} or add rows"
+                asked = f"({wanted})"
+            else:
+                fix = "lower it or add rows"
+                asked = f"({wanted}, shared by {len(sources)} files: {share} each)"
             raise DataError(
-                f"{data.validation.path}: {len(validation)} held-out prompts, fewer than "
-                f"spec.data.validation.prompts ({wanted}); set it to {len(validation)} or add rows"
+                f"{source.path}: {len(rows)} held-out prompts, fewer than "
+                f"spec.data.validation.prompts {asked}; {fix}"
             )
-        return train, validation[:wanted]
+        validation += rows[:share]
+    return validation
+
+
+def train_and_validation(data: DataSpec, seed: int) -> tuple[list[Example], list[Example]]:
+    """The train prompts and the held-out prompts (from their own files, or held out of train)."""
+    train = [e for rows in load_sources(data.train_sources(), data) for e in rows]
+    wanted = data.validation.prompts
+    if data.validation.path is not None:
+        return train, _held_out_files(data)
     if wanted >= len(train):
+        where = data.train if isinstance(data.train, str) else "spec.data.train"
         raise DataError(
-            f"{data.train}: {len(train)} prompts cannot hold out {wanted} for validation; "
+            f"{where}: {len(train)} prompts cannot hold out {wanted} for validation; "
             "set spec.data.validation.path or lower spec.data.validation.prompts"
         )
     order = list(range(len(train)))

@@ -45,8 +45,10 @@ def _node(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         return _with_field_keys(target, node)
     if "anyOf" in node:
         return _with_field_keys(_nullable(node["anyOf"], defs), node)
-    if "oneOf" in node:
+    if "oneOf" in node and "discriminator" in node:
         return _with_field_keys(_tagged_union(node, defs), node)
+    if "oneOf" in node:  # a union told apart by a function (a file or a list of sources)
+        return _with_field_keys(_nullable(node["oneOf"], defs), node)
     out: dict[str, Any] = {k: node[k] for k in _KEPT if k in node}
     for key, bound in _NUMERIC_BOUND.items():
         if key in node:
@@ -109,9 +111,17 @@ def _array(node: dict[str, Any], out: dict[str, Any], defs: dict[str, Any]) -> N
 
 def _nullable(variants: list[dict[str, Any]], defs: dict[str, Any]) -> dict[str, Any]:
     kept = [v for v in variants if v.get("type") != "null"]
-    if len(kept) != 1:
+    if len(kept) == 1 and "oneOf" in kept[0] and "discriminator" not in kept[0]:
+        kept = kept[0]["oneOf"]  # `(file | sources) | None`
+    if [v.get("type") for v in kept] == ["string", "array"]:
+        # A file or a list of sources (data.train): a structural schema cannot say "string or
+        # array" (no types inside anyOf), so the node keeps any value and scalerl.spec checks
+        # it when the operator parses the run (a bad one: Ready=False naming the field).
+        out = {"x-kubernetes-preserve-unknown-fields": True}
+    elif len(kept) != 1:
         raise SchemaError(f"only `X | None` unions are supported, got {variants}")
-    out = _node(kept[0], defs)
+    else:
+        out = _node(kept[0], defs)
     if len(kept) < len(variants):
         out["nullable"] = True
     return out
