@@ -886,6 +886,7 @@ class CheckpointSpec(_Model):
 
 # --- experiment trackers (scalerl.tracking) ------------------------------------------------------
 
+
 class MlflowTracking(_Model):
     uri: str | None = Field(
         None,
