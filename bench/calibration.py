@@ -277,7 +277,7 @@ def _checked(name: str, c: np.ndarray, y: np.ndarray, se: np.ndarray | None) -> 
     return Checked(name, c.size, check, said, at_least)
 
 
-def check_curves(curves: list[CurveRow]) -> None:
+def check_curves(curves: list[CurveRow]) -> list[Backtest]:
     """The half-run backtest of every curve (name, compute, pass rate, SEs or None): per curve
     and in total, predicted, interval, actual, inside, signed error (predicted - actual), width,
     and what the half-run fit's own check said."""
@@ -291,10 +291,15 @@ def check_curves(curves: list[CurveRow]) -> None:
     done = [r.check for r in rows if r.check is not None and r.check.interval is not None]
     if not done:
         print("  no curve holds enough points for the check")
-        return
+        return done
+    print(_total(done))
+    return done
+
+
+def _total(done: list[Backtest]) -> str:
     errors = [b.predicted - b.actual for b in done]
     widths = [b.interval[1] - b.interval[0] for b in done]
-    print(
+    return (
         f"  total: {sum(bool(b.inside) for b in done)} of {len(done)} inside; signed error "
         f"median {statistics.median(errors):+.3f} (mean {statistics.mean(errors):+.3f}), "
         f"median |error| {statistics.median(map(abs, errors)):.3f}; "
@@ -362,13 +367,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     started = time.perf_counter()
+    checked: list[Backtest] = []
     if args.external:
         print(f"published curves in {args.external}: half-run backtest (fit compute <= half "
               "the last, predict the last)")  # fmt: skip
-        check_curves(external_curves(args.external))
+        checked += check_curves(external_curves(args.external))
     if args.kept:
         print(f"kept runs in {args.kept}: half-run backtest, weighted by each evaluation's SE")
-        check_curves(kept_runs(args.kept))
+        checked += check_curves(kept_runs(args.kept))
+    if args.external and args.kept and checked:
+        print(f"published and kept together:\n{_total(checked)}")
     for scenario in SCENARIOS if args.draws else ():  # --draws 0: the curves above only
         noise = math.sqrt(0.25 / (scenario.prompts * scenario.samples))
         print(

@@ -204,7 +204,7 @@ def _fit_file(path: str, args: argparse.Namespace) -> tuple[Curve, FitReport]:
 
 def _prediction(result: FitResult, compute: float) -> dict[str, Any]:
     """The curve at `compute`, its band, and what an evaluation there would read."""
-    out: dict[str, Any] = {"compute": compute, "pass_rate": result.predict(compute)}
+    out: dict[str, Any] = {"compute": compute, "pass_rate": result.forecast(compute)}
     band, reads = result.predict_interval(compute), result.predictive_interval(compute)
     out["curveInterval"] = None if band is None else list(band)
     out["evaluationInterval"] = None if reads is None else list(reads)

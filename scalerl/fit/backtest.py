@@ -33,7 +33,7 @@ class Backtest:
 
     fitted_on: int  # evaluations at compute <= half the last one's
     compute: float  # the last evaluation's
-    predicted: float  # the first half's curve there
+    predicted: float  # the first half's forecast there (`FitResult.forecast`)
     interval: Interval | None  # what an evaluation there would read (None: no bootstrap)
     actual: float  # what the last evaluation read
     # The first half's fit itself (None where built by hand), for callers that show more of it.
@@ -100,7 +100,7 @@ def backtest(
     return Backtest(
         fitted_on=int(half.sum()),
         compute=float(c[-1]),
-        predicted=float(early.predict(float(c[-1]))),
+        predicted=float(early.forecast(float(c[-1]))),
         interval=early.predictive_interval(float(c[-1])),
         actual=float(y[-1]),
         fit=early,

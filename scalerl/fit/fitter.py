@@ -52,6 +52,10 @@ The procedure (paper, Sec. "fitting"; our additions marked):
    a far wider range of ceilings, and this says so (`A_at_least` when only a floor is known).
 7. (ours) `scalerl.fit.noise` reads one evaluation's noise at any pass rate from the fitted
    points' standard errors and residuals: the predictive interval's.
+8. (ours) `scalerl.fit.drift` measures, when a prediction beyond the data first asks for it, how
+   far the run's own earlier fits (rolling origins) missed where it went, and moves and widens
+   predictions beyond the data by that (`FitResult.forecast`, `predict_interval`): real runs
+   leave the law's shape, and its intervals alone were too low and too sure on them.
 
 Any input gives a FitResult or a ScaleRLError that says why (DataError for bad points, InputError
 for bad options, FitError when the law cannot be fitted); nothing else is raised.
@@ -59,8 +63,10 @@ for bad options, FitError when the law cannot be fitted); nothing else is raised
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -68,6 +74,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
 
 from scalerl.errors import FitError, InputError
+from scalerl.fit.drift import Drift, DriftInputs, measure
 from scalerl.fit.grid import Grid, candidate_a, candidate_c_mid, grid_search
 from scalerl.fit.noise import ObservationNoise
 from scalerl.fit.points import check_points
@@ -114,6 +121,7 @@ def fit_curve(
     c, y = check_points(compute, pass_rate)
     _check_options(min_compute, r0, bootstrap, seed, level, a_fixed)
     se = _standard_errors(sigma, c.size)
+    inputs = DriftInputs(c, y, se, r0, None if min_compute is None else float(min_compute))
     typical = _typical(se)
     weights = _weights(se, typical, c.size)
     cutoff = compute_floor(float(c[-1]), min_compute)
@@ -146,7 +154,7 @@ def fit_curve(
         residuals=resid / weights,
         dof=int(c.size - free.sum()),
     )
-    return FitResult.build(
+    result = FitResult.build(
         params=best,
         draws=draws,
         level=float(level),
@@ -161,6 +169,20 @@ def fit_curve(
         bootstrap_failed=failed,
         sigma=se,
     )
+    if not bootstrap or a_fixed is not None:
+        return result  # no intervals to widen, or a refit at a shared A (the comparison rule's)
+    return dataclasses.replace(result, drift_probe=_drift_probe(inputs, result))
+
+
+def _drift_probe(inputs: DriftInputs, result: FitResult) -> Callable[[], Drift | None]:
+    """Measures `result`'s drift (`scalerl.fit.drift`) when first asked: a handful of refits
+    that most fits never need."""
+
+    def probe() -> Drift | None:
+        curve = np.asarray(result.predict(inputs.compute), dtype=float)
+        return measure(inputs, curve, refit=fit_curve, floor=compute_floor)
+
+    return probe
 
 
 def compute_floor(largest: float, min_compute: float | None) -> float:

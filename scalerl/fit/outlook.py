@@ -34,7 +34,8 @@ def outlook(
 ) -> dict[str, Any]:
     """The run's outlook from `result`, for a run at `step` having spent `compute`.
 
-    - predictedAtBudget: the curve where the run will end (the first budget it hits, `budget`,
+    - predictedAtBudget: the forecast (the law, moved by the run's measured drift from it:
+      `FitResult.forecast`) where the run will end (the first budget it hits, `budget`,
       named by `budgetLimit`); predictedAtBudgetInterval: what an evaluation there will read
       (`FitResult.predictive_interval`).
     - computeToTarget: the compute at which the curve reaches budget.targetPassRate (0 where it
@@ -65,7 +66,7 @@ def outlook(
 
     confidence, reason = _confidence(result, backtest, unchecked)
     return {
-        "predictedAtBudget": result.predict(end),
+        "predictedAtBudget": result.forecast(end),
         "predictedAtBudgetInterval": None if reads is None else [reads[0], reads[1]],
         "budget": end,
         "budgetLimit": limit,

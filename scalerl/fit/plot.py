@@ -151,7 +151,9 @@ def _draw_law(ax: Axes, result: FitResult, left: float, last: float, horizon: fl
     ahead = np.geomspace(last, horizon, 200)
     ax.plot(seen, result.predict(seen), "-", color="C1", label="fitted law")
     if horizon > last:
-        ax.plot(ahead, result.predict(ahead), "--", color="C1", label="extrapolation")
+        ax.plot(
+            ahead, result.forecast(ahead), "--", color="C1", label="forecast (law + run's drift)"
+        )
     band = result.predict_interval(np.concatenate([seen, ahead]))
     if band is not None:
         level = round(100 * result.level)

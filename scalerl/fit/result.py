@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import norm
 
+from scalerl.fit.drift import Drift
 from scalerl.fit.law import sigmoid
 from scalerl.fit.noise import ObservationNoise
 from scalerl.fit.profile import Profile
@@ -58,6 +61,9 @@ class FitResult:
     )
     # One evaluation's noise at a pass rate, read from the fitted points (`scalerl.fit.noise`).
     noise: ObservationNoise | None = field(default=None, repr=False, compare=False)
+    # Measures the run's drift from the law on its own points when first asked
+    # (`scalerl.fit.drift`); None: a fit that does not extrapolate (no bootstrap, a fixed A).
+    drift_probe: Callable[[], Drift | None] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -107,9 +113,31 @@ class FitResult:
         )
 
     def predict(self, compute: ArrayLike) -> Any:
-        """R(C) at `compute`: a float for a number, an array for an array."""
+        """R(C) at `compute`: a float for a number, an array for an array. The law itself; where
+        the run will read beyond its data is `forecast`."""
         out = sigmoid(compute, self.A, self.B, self.C_mid, self.R0)
         return float(out) if np.ndim(out) == 0 else out
+
+    @cached_property
+    def drift(self) -> Drift | None:
+        """The run's measured drift from the law beyond its data (`scalerl.fit.drift`), None
+        when it was not or could not be measured."""
+        return None if self.drift_probe is None else self.drift_probe()
+
+    def beyond(self, compute: ArrayLike) -> Any:
+        """How far `compute` lies past the last fitted compute, in ln compute (0 within it)."""
+        c = np.asarray(compute, dtype=float)
+        with np.errstate(divide="ignore"):
+            return np.maximum(np.log(np.maximum(c, 1e-300) / self.fit_range[1]), 0.0)
+
+    def forecast(self, compute: ArrayLike) -> Any:
+        """What the run will read at `compute`: the law, moved beyond the data by the run's
+        measured drift from it (`drift`), within [0, 1]. Equal to `predict` within the data or
+        without a drift."""
+        out = np.asarray(self.predict(compute), dtype=float)
+        if self.drift is not None:
+            out = np.clip(out + self.drift.shift(self.beyond(compute)), 0.0, 1.0)
+        return float(out) if out.ndim == 0 else out
 
     def predict_interval(
         self, compute: ArrayLike, observation_se: float | ObservationNoise = 0.0
@@ -123,6 +151,9 @@ class FitResult:
         evaluation will read, not for the curve: each end moves out by the evaluation's
         two-sided `level` quantile at that end's pass rate, added in quadrature to the band's
         half-width on that side. Always within [0, 1].
+
+        Beyond the fitted data the band is centred on `forecast` and widens by the drift's
+        own uncertainty there (`scalerl.fit.drift`), in quadrature.
         """
         if self.draws.shape[0] == 0:
             return None
@@ -139,8 +170,13 @@ class FitResult:
         )
         z = float(norm.ppf(0.5 + self.level / 2.0))
         mid = np.clip(self.predict(c), lo, hi)
-        lo = mid - np.hypot(mid - lo, z * noise.se(lo))
-        hi = mid + np.hypot(hi - mid, z * noise.se(hi))
+        drift_sd = np.zeros_like(mid)
+        if self.drift is not None:
+            distance = self.beyond(c)
+            shift = self.drift.shift(distance)
+            lo, mid, hi, drift_sd = lo + shift, mid + shift, hi + shift, self.drift.sd(distance)
+        lo = mid - np.sqrt((mid - lo) ** 2 + (z * drift_sd) ** 2 + (z * noise.se(lo)) ** 2)
+        hi = mid + np.sqrt((hi - mid) ** 2 + (z * drift_sd) ** 2 + (z * noise.se(hi)) ** 2)
         lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
         if c.ndim == 0:
             return float(lo), float(hi)
@@ -184,6 +220,7 @@ class FitResult:
             "bootstrap": int(self.draws.shape[0]),
             "bootstrap_failed": self.bootstrap_failed,
             "weighted": self.sigma is not None,
+            "drift": None if self.drift is None else self.drift.to_dict(),
         }
 
 

@@ -113,6 +113,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Predicted asymptotic pass rate.",
     },
     {
+        "name": "A>=",
+        "type": "number",
+        "jsonPath": ".status.prediction.A_atLeast",
+        "description": "Where the points bound the asymptote only from below (the curve has "
+        "not bent yet), that bound: A is at least this. Empty otherwise.",
+    },
+    {
         "name": "C_mid",
         "type": "number",
         "jsonPath": ".status.prediction.C_mid",

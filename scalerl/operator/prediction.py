@@ -51,7 +51,7 @@ def predict(
 
 
 # The fit's numbers status.prediction carries (fit.json has them all).
-_FIT_KEYS = ("A", "B", "C_mid", "R0", "A_interval", "A_atLeast")
+_FIT_KEYS = ("A", "B", "C_mid", "R0", "A_interval", "A_atLeast", "drift")
 
 
 def _rounded(value: Any) -> Any:

@@ -293,12 +293,28 @@ def _prediction() -> dict[str, Any]:
                 nullable=True,
             ),
             "predictedAtBudget": _num(
-                "Predicted pass rate where the run will end: at the first budget it will hit."
+                "Predicted pass rate where the run will end (at the first budget it will hit): "
+                "the law there, moved by the run's measured drift from it (drift)."
             ),
             "predictedAtBudgetInterval": _interval(
-                "What an evaluation at the run's end will read: the bootstrap band of the curve "
-                "there, widened by one evaluation's noise (the last evaluation's passRateSE)."
+                "What an evaluation at the run's end will read: the band of the curves the "
+                "points allow there, widened by the drift's uncertainty and by one evaluation's "
+                "noise at that pass rate."
             ),
+            "drift": {
+                "type": "object",
+                "nullable": True,
+                "description": "How far the run's own earlier fits (rolling origins) missed "
+                "where it went, per unit of ln compute beyond the data: rate (added to the law), "
+                "spread and rateSe (the interval's widening), origins (prefix fits measured); "
+                "null with fewer than two.",
+                "properties": {
+                    "rate": _num("Pass rate gained over the law per unit of ln compute."),
+                    "spread": _num("Scatter of that gain per unit of ln compute."),
+                    "rateSe": _num("Standard error of the rate."),
+                    "origins": {"type": "integer", "description": "Prefix fits measured."},
+                },
+            },
             "budget": _num(
                 f"The compute where the run will end ({COMPUTE_UNIT}): maxComputeHours, or "
                 "the compute maxSteps will have taken at the run's compute per step so far."

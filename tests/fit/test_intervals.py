@@ -5,6 +5,7 @@ has (F10), and a flat run gets no zero-width "95 %" interval (F11)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
@@ -46,6 +47,10 @@ def test_the_interval_widens_as_c_mid_moves_past_the_data(a: float, b: float) ->
     bent, early = fits[0.3], fits[3.0]
     assert bent.A_interval is not None and early.A_interval is not None
     assert early.A_interval[1] - early.A_interval[0] > bent.A_interval[1] - bent.A_interval[0]
+    # So does what an evaluation at ten times the data's compute would read.
+    reads = {factor: fit.predictive_interval(10 * LAST) for factor, fit in fits.items()}
+    assert reads[3.0] is not None and reads[0.3] is not None
+    assert reads[3.0][1] - reads[3.0][0] > reads[0.3][1] - reads[0.3][0]
     # Bent: A is pinned (whether the truth is inside is a matter of coverage, measured by
     # bench/calibration.py, not of every draw). Not yet bent: only a floor under the ceiling.
     assert bent.A_at_least is None
@@ -63,13 +68,22 @@ def test_a_straight_early_curve_reads_a_lower_bound_not_a_tight_interval() -> No
     # The bound is the smallest asymptote the points allow: above the highest point read.
     assert rates.max() <= result.A_at_least <= result.A_interval[0] + 1e-12
     assert result.to_dict()["A_atLeast"] == result.A_at_least
-    # The band at the run's end holds every curve the points allow, up to the one with A = 1.
-    band = result.predict_interval(0.0064)
+    # The law's band at the run's end holds every curve the points allow, up to A = 1 ...
+    law_only = dataclasses.replace(result, drift_probe=None)
+    band = law_only.predict_interval(0.0064)
     assert band is not None
-    lo, hi = band
     for A, B, C_mid, R0 in result.profile:
-        assert lo - 1e-12 <= sigmoid(0.0064, A, B, C_mid, R0) <= hi + 1e-12
+        assert band[0] - 1e-12 <= sigmoid(0.0064, A, B, C_mid, R0) <= band[1] + 1e-12
     assert result.profile[:, 0].max() == 1.0
+    # ... yet none of them reaches where the straight run goes (0.91): its own earlier fits
+    # kept falling short, so the forecast moves up by what they missed, and its band with it.
+    assert band[1] < 0.91
+    assert result.drift is not None and result.drift.rate > 0
+    forecast = result.predict_interval(0.0064)
+    assert forecast is not None and forecast[1] > band[1]
+    assert law_only.predict(0.0064) < result.forecast(0.0064) < 0.91
+    # Within the data the forecast is the law.
+    assert result.forecast(0.0032) == result.predict(0.0032)
 
 
 def test_a_bent_curve_has_no_lower_bound_only() -> None:

@@ -53,11 +53,12 @@ def expected_errors(rows: list[dict[str, Any]]) -> dict[float, float]:
     for n in PREFIXES:
         c = np.array([r["compute"] for r in rows[:n]])
         y = np.array([r["pass_rate"] for r in rows[:n]])
-        fit = fit_curve(c, y, min_compute=0.0, sigma=[SE] * n, bootstrap=0)
+        fit = fit_curve(c, y, min_compute=0.0, sigma=[SE] * n)
         end = c[-1] / rows[n - 1]["step"] * MAX_STEPS  # the maxSteps budget at the pace so far
         for seen in (0.25, 0.5, 0.75):
             if c[-1] / end <= seen:
-                out[seen] = fit.predict(end) - last  # later fits overwrite: the latest by then
+                # The forecast: the law moved by the run's drift (fit.json's predictedAtBudget).
+                out[seen] = fit.forecast(end) - last  # later fits overwrite: the latest by then
     return out
 
 

@@ -75,6 +75,7 @@ def test_printer_columns_show_phase_progress_and_prediction() -> None:
         "Step": ".status.progress.step",
         "PassRate": ".status.progress.evalPassRate",
         "A": ".status.prediction.A",
+        "A>=": ".status.prediction.A_atLeast",  # a curve not yet bent bounds A only from below
         "C_mid": ".status.prediction.C_mid",
         "Confidence": ".status.prediction.confidence",  # TooEarly says the numbers are not
         "Trunc": ".status.progress.truncationRate",
