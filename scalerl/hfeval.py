@@ -38,9 +38,9 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +78,18 @@ class Evaluation:
     pass_rate: float  # correct / samples
     stderr: float  # std of the per-prompt means (ddof 1) / sqrt(prompts); 0.0 for one prompt
     seconds: float  # wall time of the sampling and scoring
+    # Prompts of several domains: each one's {pass_rate, pass_rate_se, prompts, samples,
+    # correct}, counted the same way over its own prompts ({} for one domain).
+    by_domain: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def summary(self) -> str:
+        domains = "".join(
+            f"; {d} {part['pass_rate']:.3f} ± {part['pass_rate_se']:.3f} ({part['prompts']})"
+            for d, part in self.by_domain.items()
+        )
         return (
             f"pass rate {self.pass_rate:.3f} ± {self.stderr:.3f} (mean@{self.k} over "
-            f"{self.prompts} prompts, {self.samples} samples)"
+            f"{self.prompts} prompts, {self.samples} samples){domains}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,7 +149,7 @@ class HeldOut:
     examples: tuple[Example, ...]
     prompt_ids: tuple[tuple[int, ...], ...]
     tokens: ModelTokens
-    reward: RewardFn
+    rewards: Mapping[str, RewardFn]  # each example's reward (Example.reward) by name
     budgets: Budgets
     temperature: float
     pad_id: int
@@ -167,7 +174,11 @@ class HeldOut:
             examples=tuple(validation),
             prompt_ids=tuple(tuple(encoder.encode(e)) for e in validation),
             tokens=tokens,
-            reward=load_reward(spec.data.reward),
+            rewards={
+                name: load_reward(name)
+                for name in dict.fromkeys([spec.data.reward, *(e.reward for e in validation)])
+                if name
+            },
             budgets=budgets,
             temperature=spec.recipe.sampling.temperature,
             pad_id=int(pad) if pad is not None else budgets.eos_ids[0],
@@ -304,7 +315,10 @@ class HeldOut:
         self, completions: list[Completion], k: int, seed: int, label: str, started: float
     ) -> Evaluation:
         passed = [
-            self.reward(self.tokens.answer_text(c.ids), self.examples[n // k].answer) > 0
+            self._reward_of(self.examples[n // k])(
+                self.tokens.answer_text(c.ids), self.examples[n // k].answer
+            )
+            > 0
             and not c.truncated
             for n, c in enumerate(completions)
         ]
@@ -314,11 +328,18 @@ class HeldOut:
                 samples=k,
                 correct=sum(passed[i * k : (i + 1) * k]),
                 truncated=sum(c.truncated for c in completions[i * k : (i + 1) * k]),
+                domain=e.domain,
             )
             for i, e in enumerate(self.examples)
         )
         means = [p.correct / p.samples for p in per_prompt]
         stderr = statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else 0.0
+        domains = sorted({p.domain for p in per_prompt})
+        by_domain = (
+            {d: _domain_rate([p for p in per_prompt if p.domain == d]) for d in domains}
+            if len(domains) > 1
+            else {}
+        )
         return Evaluation(
             checkpoint=label,
             k=k,
@@ -332,7 +353,25 @@ class HeldOut:
             pass_rate=sum(passed) / len(completions),
             stderr=stderr,
             seconds=time.monotonic() - started,
+            by_domain=by_domain,
         )
+
+    def _reward_of(self, example: Example) -> RewardFn:
+        """The example's own reward (a run of several domains), else the run's."""
+        return self.rewards[example.reward] if example.reward else next(iter(self.rewards.values()))
+
+
+def _domain_rate(scores: list[PromptScore]) -> dict[str, Any]:
+    """One domain's mean@k over its prompts, its standard error and counts."""
+    means = [p.correct / p.samples for p in scores]
+    samples, correct = sum(p.samples for p in scores), sum(p.correct for p in scores)
+    return {
+        "pass_rate": correct / samples,
+        "pass_rate_se": statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else 0.0,
+        "prompts": len(scores),
+        "samples": samples,
+        "correct": correct,
+    }
 
 
 class ThinkingStop(StoppingCriteria):

@@ -98,6 +98,17 @@ TRAINER_GAUGES = {
         " threshold in the latest group a step took)."
     ),
 }
+# A run of several domains (spec.data.train as sources): each domain's held-out pass rate, labelled
+# with `domain` besides the run's labels. Set at each evaluation whose prompts span several.
+DOMAIN_LABELS = (*LABELS, "domain")
+TRAINER_DOMAIN_GAUGES = {
+    "eval_domain_pass_rate": (
+        "Held-out pass rate (mean@k) of one domain's prompts at the last evaluation."
+    ),
+    "eval_domain_pass_rate_stderr": (
+        "Standard error of eval_domain_pass_rate, from that domain's per-prompt means."
+    ),
+}
 HISTOGRAMS = {
     "weight_sync_seconds": "Seconds to send (trainer) or receive and load (generator) weights.",
     "step_seconds": "Seconds of one optimizer step (forward, backward, update).",
@@ -162,6 +173,7 @@ def all_metric_names() -> set[str]:
     """Every series name as Prometheus stores it (counters with `_total`, histogram parts)."""
     names = {f"{PREFIX}{n}_total" for n in {**GENERATOR_COUNTERS, **TRAINER_COUNTERS}}
     names |= {f"{PREFIX}{n}" for n in {**GENERATOR_GAUGES, **TRAINER_GAUGES, **RUN_GAUGES}}
+    names |= {f"{PREFIX}{n}" for n in TRAINER_DOMAIN_GAUGES}
     names |= {f"{PREFIX}{n}" for n in TRACK_RECORD_GAUGES}
     for n in {**HISTOGRAMS, **GENERATOR_HISTOGRAMS}:
         names |= {f"{PREFIX}{n}_{part}" for part in ("bucket", "sum", "count")}
@@ -234,6 +246,19 @@ class GeneratorMetrics(_Metrics):
 class TrainerMetrics(_Metrics):
     def __init__(self, namespace: str, run: str) -> None:
         super().__init__(namespace, run, TRAINER_COUNTERS, TRAINER_GAUGES, HISTOGRAMS)
+        self._by_domain = {
+            name: Gauge(PREFIX + name, doc, DOMAIN_LABELS, registry=self.registry)
+            for name, doc in TRAINER_DOMAIN_GAUGES.items()
+        }
+
+    def set_domain_pass_rates(self, rates: dict[str, dict[str, Any]]) -> None:
+        """Each domain's held-out pass rate and its standard error (history.jsonl's
+        `pass_rate_by_domain`)."""
+        for domain, rate in rates.items():
+            labels = {**self._labels, "domain": domain}
+            self._by_domain["eval_domain_pass_rate"].labels(**labels).set(rate["pass_rate"])
+            stderr = self._by_domain["eval_domain_pass_rate_stderr"]
+            stderr.labels(**labels).set(rate["pass_rate_se"])
 
 
 class RunMetrics:

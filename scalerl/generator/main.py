@@ -67,6 +67,7 @@ def score(example: Example, samples: list[Sample]) -> PromptScore:
         samples=len(samples),
         correct=sum(s.passed for s in samples),
         truncated=sum(s.truncated for s in samples),
+        domain=example.domain,
     )
 
 
@@ -170,8 +171,9 @@ class Generator:
         samples = await self.engine.generate(self.prompts.encode(example), n, seed=seed)
         started = time.perf_counter()
         answers = [(self.tokens.answer_text(s.completion_ids), example.answer) for s in samples]
+        rewards = await self.scorer.score(answers, example.reward or None)
         kept = []
-        for sample, reward in zip(samples, await self.scorer.score(answers), strict=True):
+        for sample, reward in zip(samples, rewards, strict=True):
             if reward is not None:
                 sample.reward = reward
                 kept.append(sample)
@@ -482,7 +484,7 @@ def build_generator(
         env=env,
         engine=GenerationEngine(config, colocation=colocation),
         channel=channel,
-        scorer=Scorer(spec.data.reward, spec.data.code, metrics),
+        scorer=Scorer(rewards_of(spec.data.reward, train + validation), spec.data.code, metrics),
         tokens=ModelTokens.load(model, tokenizer, spec.model.think_end),
         prompts=prompts,
         train=shard(train, env.generator_index, count),
@@ -490,6 +492,11 @@ def build_generator(
         metrics=metrics,
         curriculum=NoPositiveResampling(spec.recipe.no_positive_resampling.pass_rate_threshold),
     )
+
+
+def rewards_of(default: str, examples: list[Example]) -> list[str]:
+    """The rewards `examples` are scored by, the run's `default` first (a scorer's fallback)."""
+    return list(dict.fromkeys([default, *(e.reward for e in examples if e.reward)]))
 
 
 async def run_generator(generator: Generator) -> None:

@@ -16,9 +16,11 @@ import asyncio
 import logging
 import math
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from scalerl.errors import InputError
 from scalerl.generator.code_reward import NOT_RUN, TIMEOUT, score_code
 from scalerl.generator.rewards import RewardFn, load_reward
 from scalerl.metrics import GeneratorMetrics
@@ -62,25 +64,42 @@ def cgroup_cpu_limit() -> float | None:
 
 
 class Scorer:
-    """The run's reward, applied to (answer, reference) pairs; code in a pool of threads."""
+    """The run's rewards, applied to (answer, reference) pairs; code in a pool of threads.
+
+    A run whose rows name their rewards (spec.data.train as sources, or a row's `reward` field)
+    scores each group by its row's reward: `rewards` names every one the rows use, the first
+    being the one `score` applies when it is given none."""
 
     def __init__(
-        self, reward: str, code: CodeSpec | None = None, metrics: GeneratorMetrics | None = None
+        self,
+        rewards: str | Sequence[str],
+        code: CodeSpec | None = None,
+        metrics: GeneratorMetrics | None = None,
     ) -> None:
+        names = [rewards] if isinstance(rewards, str) else list(dict.fromkeys(rewards))
         self.code_spec = code or CodeSpec()
         self.metrics = metrics
-        self.is_code = reward == "code"
-        self.reward: RewardFn = load_reward(reward, self.code_spec)
+        self.default = names[0]
+        self.rewards: dict[str, RewardFn] = {n: load_reward(n, self.code_spec) for n in names}
+        self.is_code = "code" in self.rewards
+        self.reward: RewardFn = self.rewards[self.default]
         self.pool = (
             ThreadPoolExecutor(pool_size(self.code_spec), thread_name_prefix="code-reward")
             if self.is_code
             else None
         )
 
-    async def score(self, pairs: list[tuple[str, str]]) -> list[float | None]:
-        """The reward of each (answer, reference); None where the sandbox failed."""
-        if self.pool is None:
-            return [self.reward(answer, reference) for answer, reference in pairs]
+    async def score(
+        self, pairs: list[tuple[str, str]], reward: str | None = None
+    ) -> list[float | None]:
+        """The reward of each (answer, reference) by `reward` (a name given at construction;
+        None: the first); None where the sandbox failed."""
+        name = self.default if reward is None else reward
+        if name not in self.rewards:
+            raise InputError(f"reward {name!r} was not loaded by this scorer ({self.default!r})")
+        if name != "code" or self.pool is None:
+            score = self.rewards[name]
+            return [score(answer, reference) for answer, reference in pairs]
         loop = asyncio.get_running_loop()
         jobs = [loop.run_in_executor(self.pool, self.score_program, a, r) for a, r in pairs]
         return list(await asyncio.gather(*jobs))

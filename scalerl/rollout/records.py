@@ -245,7 +245,9 @@ class EvalResult:
             "step": self.step,
             "version": self.version,
             "generator": self.generator,
-            "scores": [[s.prompt_id, s.samples, s.correct, s.truncated] for s in self.scores],
+            "scores": [
+                [s.prompt_id, s.samples, s.correct, s.truncated, s.domain] for s in self.scores
+            ],
             "tokens": self.tokens,
             "completions": list(self.completions),
         }
@@ -256,7 +258,9 @@ class EvalResult:
         rows = _field(msg, "scores", kind)
         completions = _field(msg, "completions", kind)
         if not isinstance(rows, list) or not all(_is_score(r) for r in rows):
-            raise InputError(f"{kind}.scores: expected [prompt id, samples, correct, truncated]")
+            raise InputError(
+                f"{kind}.scores: expected [prompt id, samples, correct, truncated, domain]"
+            )
         if not isinstance(completions, list) or not all(isinstance(c, dict) for c in completions):
             raise InputError(f"{kind}.completions: expected a list of maps")
         return cls(
@@ -270,9 +274,11 @@ class EvalResult:
 
 
 def _is_score(row: Any) -> bool:
-    if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)):
+    if not (isinstance(row, list) and len(row) == 5 and isinstance(row[0], str)):
         return False
-    samples, correct, truncated = row[1:]
+    if not isinstance(row[4], str):
+        return False
+    samples, correct, truncated = row[1:4]
     counts = all(_is_int(v) and v >= 0 for v in (samples, correct, truncated))
     return counts and correct <= samples and truncated <= samples
 

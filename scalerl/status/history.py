@@ -38,6 +38,7 @@ class PromptScore:
     samples: int
     correct: int  # samples that passed: reward > 0 and not truncated
     truncated: int
+    domain: str = ""  # the row's domain (scalerl.generator.prompts.Example)
 
     @property
     def mean(self) -> float:
@@ -54,12 +55,20 @@ class HeldOut:
     truncated: int
     pass_rate: float  # mean@k: correct / samples
     stderr: float  # of pass_rate: std of the per-prompt means (ddof 1) / sqrt(prompts)
+    # The same, of each domain's prompts alone, when the prompts span two or more domains.
+    by_domain: dict[str, HeldOut] = field(default_factory=dict)
 
     @classmethod
     def of(cls, scores: list[PromptScore]) -> HeldOut:
         scored = [s for s in scores if s.samples > 0]
         if not scored:
             raise DataError("an evaluation scored no samples")
+        domains = sorted({s.domain for s in scored})
+        by_domain = (
+            {d: cls.of([s for s in scored if s.domain == d]) for d in domains}
+            if len(domains) > 1
+            else {}
+        )
         samples = sum(s.samples for s in scored)
         correct = sum(s.correct for s in scored)
         return cls(
@@ -69,7 +78,22 @@ class HeldOut:
             truncated=sum(s.truncated for s in scored),
             pass_rate=correct / samples,
             stderr=standard_error([s.mean for s in scored]),
+            by_domain=by_domain,
         )
+
+    def domain_rates(self) -> dict[str, dict[str, Any]]:
+        """history.jsonl's `pass_rate_by_domain`: each domain's mean@k, its standard error and
+        counts ({} for an evaluation of one domain: `pass_rate` is that domain's)."""
+        return {
+            domain: {
+                "pass_rate": part.pass_rate,
+                "pass_rate_se": part.stderr,
+                "prompts": part.prompts,
+                "samples": part.samples,
+                "correct": part.correct,
+            }
+            for domain, part in self.by_domain.items()
+        }
 
 
 def standard_error(means: list[float]) -> float:
@@ -112,6 +136,9 @@ class HistoryRow:
     eval_samples: int
     eval_correct: int
     eval_truncation_rate: float
+    # Each domain's held-out mean@k when the prompts span several (HeldOut.domain_rates):
+    # {domain: {pass_rate, pass_rate_se, prompts, samples, correct}}; {} for one domain.
+    pass_rate_by_domain: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The last training step before the evaluation (None at step 0): TrainSummary.
     train_pass_rate: float | None = None
     train_truncation_rate: float | None = None
@@ -153,6 +180,7 @@ class HistoryRow:
             eval_samples=held_out.samples,
             eval_correct=held_out.correct,
             eval_truncation_rate=held_out.truncated / held_out.samples,
+            pass_rate_by_domain=held_out.domain_rates(),
             train_pass_rate=t.pass_rate,
             train_truncation_rate=t.truncation_rate,
             train_policy_lag=t.policy_lag,

@@ -82,6 +82,26 @@ def status_evaluation(entry: dict[str, Any]) -> dict[str, Any]:
     when = entry.get("time")
     if isinstance(when, int | float) and math.isfinite(when):
         out["time"] = int(when)  # whole seconds: six significant digits would blur a unix time
+    by_domain = _by_domain(entry.get("pass_rate_by_domain") or {})
+    if by_domain:
+        out["byDomain"] = by_domain
+    return out
+
+
+def _by_domain(rates: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each domain's pass rate (history's `pass_rate_by_domain`) in the status's names; a domain
+    whose pass rate is not a finite number is left out (it has no place on its curve)."""
+    out = {}
+    for domain, rate in rates.items():
+        point: dict[str, Any] = {}
+        for key, name in (("pass_rate", "passRate"), ("pass_rate_se", "passRateSE")):
+            value = rate.get(key)
+            if isinstance(value, int | float) and math.isfinite(value):
+                point[name] = round_value(value)
+        if "passRate" in point:
+            if isinstance(rate.get("samples"), int):
+                point["samples"] = rate["samples"]
+            out[domain] = point
     return out
 
 

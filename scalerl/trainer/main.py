@@ -366,6 +366,7 @@ class Trainer:
         self.status.evaluation(row, scores, completions[: self.spec.evaluation.log_completions])
         self.metrics.eval_pass_rate.set(row.pass_rate)
         self.metrics.eval_pass_rate_stderr.set(row.pass_rate_se)
+        self.metrics.set_domain_pass_rates(row.pass_rate_by_domain)
         self.metrics.eval_compute_hours.set(row.compute)
         if self.tracker is not None:
             self.tracker.evaluation(row.step, tracked.eval_metrics(row.to_dict()))
