@@ -145,6 +145,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run finished; no prediction: {end.no_fit or 'no evaluations'}")
         return 0
     print(prediction_line(end.report, run.spec.compute_unit, run.spec.budget.target_pass_rate))
+    for domain, fit in (end.report.get("domains") or {}).items():  # one curve per domain
+        law = fit.get("error") or (
+            f"{asymptote_text(fit)}, C_mid = {fit['C_mid']:.4g} {run.spec.compute_unit}, "
+            f"B = {fit['B']:.2f} ({fit['confidence']})"
+        )
+        print(f"  {domain}: {law}")
     return 0
 
 

@@ -301,6 +301,7 @@ class LocalRun:
         self.display.note(
             f"fit: A={result['A']:.3f} C_mid={result['C_mid']:.3g} {self.run.spec.compute_unit} "
             f"B={result['B']:.2f} ({result['points']} points, {result['confidence']})"
+            + (f"; A by domain: {result['A_byDomain']}" if result.get("A_byDomain") else "")
         )
         return result
 

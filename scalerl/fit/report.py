@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from scalerl.fit.backtest import backtest
+from scalerl.fit.domains import a_by_domain, as_dicts, draw_domains, fit_domains
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.outlook import outlook, seconds_per_compute, unchecked_reason
-from scalerl.fit.plot import plot_fit
+from scalerl.fit.plot import figure_of_fit, plot_fit
 from scalerl.fit.points import standard_errors
 from scalerl.fit.result import FitResult
 from scalerl.fit.track import Outcome, keep, kept_prediction, score
@@ -34,10 +35,13 @@ class Columns:
     pass_rate: str
     se: str
     time: str  # unix seconds of the evaluation's end
+    # Each domain's {pass rate, se} under these same names, in a run of several domains.
+    by_domain: str = ""
 
 
-HISTORY = Columns("compute", "pass_rate", "pass_rate_se", "time")  # history.jsonl, curve files
-STATUS = Columns("computeHours", "passRate", "passRateSE", "time")  # status.evaluations
+# history.jsonl (and curve files), status.evaluations
+HISTORY = Columns("compute", "pass_rate", "pass_rate_se", "time", "pass_rate_by_domain")
+STATUS = Columns("computeHours", "passRate", "passRateSE", "time", "byDomain")
 
 
 @dataclass(frozen=True)
@@ -112,15 +116,25 @@ def write_fit(
     fit.json's data: the fit and the run's outlook, and its `track` (`scalerl.fit.track`): the
     predictions kept so far, this one added, and once the run has `ended`, `trackRecord`: each
     scored against the last evaluation."""
-    fitted = fit_report(history, min_compute=min_compute, budget=budget, units=units)
+    options: dict[str, Any] = {"min_compute": min_compute, "budget": budget, "units": units}
+    fitted = fit_report(history, **options)
     report = fitted.to_dict()
+    domains = fit_domains(history, fit_report, HISTORY, **options)
+    if domains:  # a run of several domains: one fit each (scalerl.fit.domains)
+        report["domains"] = as_dicts(domains)
+        report["A_byDomain"] = a_by_domain(report["domains"])
     report.update(_track(out, report, history, ended=ended))
     tmp = out / (FIT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out / FIT_FILE)
     compute = np.array([e["compute"] for e in history], dtype=float)
     pass_rate = np.array([e["pass_rate"] for e in history], dtype=float)
-    plot_fit(fitted.result, compute, pass_rate, out / PLOT_FILE, predict_to=report["budget"])
+    if not domains:
+        plot_fit(fitted.result, compute, pass_rate, out / PLOT_FILE, predict_to=report["budget"])
+        return report
+    fig = figure_of_fit(fitted.result, compute, pass_rate, report["budget"])
+    draw_domains(fig, domains, history, HISTORY)
+    fig.savefig(out / PLOT_FILE, format="png", dpi=110)
     return report
 
 

@@ -147,6 +147,14 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "priority": 1,  # kubectl get -o wide
         "description": "Why the run is in its phase (while starting: what its pods wait for).",
     },
+    {
+        "name": "A by domain",
+        "type": "string",
+        "jsonPath": ".status.prediction.A_byDomain",
+        "priority": 1,  # kubectl get -o wide
+        "description": "A run of several domains: each domain's predicted A, fitted to its own "
+        "pass rates, e.g. code=0.62 math=0.59. Empty for one domain.",
+    },
 ]
 
 

@@ -32,22 +32,48 @@ def predict(
     predictedAtBudget and what an evaluation there will read, computeToTarget, etaSeconds,
     confidence and the half-run backtest it rests on.
     """
-    from scalerl.fit.report import STATUS, fit_report  # late: scipy, only in the fit Job
+    from scalerl.fit.domains import a_by_domain  # late: scipy, only in the fit Job
+    from scalerl.fit.report import STATUS, fit_report
 
     points = sorted(evaluations, key=lambda e: e["computeHours"])
     if not points:
         raise FitError("no evaluations yet")
-    fitted = fit_report(
-        points, min_compute=min_compute, budget=budget, units=units, columns=STATUS, **fit_options
-    )
+    options = {"min_compute": min_compute, "budget": budget, "units": units, **fit_options}
+    fitted = fit_report(points, columns=STATUS, **options)
     result = fitted.result.to_dict()
-    return {
+    prediction = {
         **{key: _rounded(result[key]) for key in _FIT_KEYS if key in result},
         **_rounded(fitted.outlook),
         "points": int(result["points"]),
         "evaluations": len(points),
         "fittedAt": now_rfc3339(),
     }
+    domains = _domains(points, options)
+    if domains:
+        prediction["domains"] = domains
+        prediction["A_byDomain"] = a_by_domain(domains)
+    return prediction
+
+
+# A domain's numbers status.prediction.domains carries (bounded: at most MAX_DOMAINS of them).
+_DOMAIN_KEYS = ("A", "B", "C_mid", "R0", "A_interval", "predictedAtBudget", "confidence")
+
+
+def _domains(points: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
+    """Each domain's fit of its own pass rates (`scalerl.fit.domains`), its main numbers only;
+    {} for a run of one domain."""
+    from scalerl.fit.domains import fit_domains
+    from scalerl.fit.report import STATUS, fit_report
+
+    out: dict[str, Any] = {}
+    for domain, fitted in fit_domains(points, fit_report, STATUS, **options).items():
+        if isinstance(fitted, str):
+            out[domain] = {"error": fitted}
+            continue
+        numbers = {**fitted.result.to_dict(), **fitted.outlook}
+        kept = {key: _rounded(numbers[key]) for key in _DOMAIN_KEYS if key in numbers}
+        out[domain] = {**kept, "points": int(numbers["points"])}
+    return out
 
 
 # The fit's numbers status.prediction carries (fit.json has them all).

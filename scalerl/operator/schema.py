@@ -272,8 +272,27 @@ def _evaluations() -> dict[str, Any]:
                     "wall pace (prediction.etaSeconds)."
                 ),
                 "truncationRate": _num("Fraction of held-out samples cut at the budget."),
+                "byDomain": _domains(
+                    "A run of several domains (spec.data.train as sources): each domain's "
+                    "held-out pass rate at this evaluation; absent for one domain.",
+                    {
+                        "passRate": _num("Mean@k over this domain's held-out prompts."),
+                        "passRateSE": _num("Standard error of passRate."),
+                        "samples": _int("This domain's held-out samples scored."),
+                    },
+                ),
             },
         },
+    }
+
+
+def _domains(description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """A map domain name -> object, at most MAX_DOMAINS of them (the status stays small)."""
+    return {
+        "type": "object",
+        "description": description,
+        "maxProperties": _spec.MAX_DOMAINS,
+        "additionalProperties": {"type": "object", "properties": properties},
     }
 
 
@@ -395,6 +414,27 @@ def _prediction() -> dict[str, Any]:
                 "Evaluations the fit read: status.evaluations, thinned evenly on log compute."
             ),
             "fittedAt": {"type": "string", "format": "date-time"},
+            "domains": _domains(
+                "A run of several domains: the law fitted to each domain's pass rates alone "
+                "(evaluations[].byDomain), as the paper fits its math+code run; a domain whose "
+                "fit cannot be made says why (error). Absent for one domain.",
+                {
+                    "A": _num("Asymptotic pass rate of this domain."),
+                    "B": _num("Scaling exponent of this domain."),
+                    "C_mid": _num(f"Compute midpoint of this domain ({COMPUTE_UNIT})."),
+                    "R0": _num("This domain's pass rate at the start."),
+                    "A_interval": _interval("Bootstrap interval of this domain's A."),
+                    "predictedAtBudget": _num("This domain's curve where the run will end."),
+                    "confidence": {"type": "string", "description": "As the run's, per domain."},
+                    "points": _int("This domain's evaluations the fit used."),
+                    "error": {"type": "string", "description": "Why no fit could be made."},
+                },
+            ),
+            "A_byDomain": {
+                "type": "string",
+                "description": "Each domain's A in one line (e.g. code=0.62 math=0.59; a domain "
+                "without a fit shows '-'), for kubectl get -o wide. Absent for one domain.",
+            },
         },
     }
 

@@ -24,10 +24,12 @@ from promtool import output, promtool_run
 from scalerl.fit.law import sigmoid
 from scalerl.metrics import (
     COMPUTE_UNIT,
+    DOMAIN_LABELS,
     FIT_GAUGES,
     LABELS,
     TRACK_RECORD_GAUGES,
     TRACK_RECORD_LABELS,
+    TRAINER_DOMAIN_GAUGES,
     TRAINER_GAUGES,
     all_metric_names,
 )
@@ -54,6 +56,7 @@ REQUIRED_PANELS = [
     "Sweep variants: predicted A",
     "Sweep variants stopped early",
     "How good were the predictions",
+    "Held-out pass rate by domain",
 ]
 
 # Non-default values for every knob the Grafana objects read.
@@ -221,6 +224,12 @@ def test_the_required_panels_exist() -> None:
     assert len(titles) == len(set(titles))  # a title names one panel
 
 
+def by_domain(expr: str) -> bool:
+    """A query of a run's per-domain series only (they carry `domain` besides the run's labels)."""
+    names = set(re.findall(r"scalerl_\w+", expr))
+    return bool(names) and names <= {f"scalerl_{name}" for name in TRAINER_DOMAIN_GAUGES}
+
+
 def pooled(expr: str) -> bool:
     """A query of the operator's track record only: its series pool every finished run the
     operator manages (label `seen` alone), so no namespace or run picks them."""
@@ -253,7 +262,10 @@ def test_queries_aggregate_pods_per_run() -> None:
                 continue
             for grouping in groupings:
                 labels = {label.strip() for label in grouping.split(",")}
-                assert labels in ({"namespace", "run"}, {"namespace", "run", "le"}), expr
+                per_run = [{"namespace", "run"}, {"namespace", "run", "le"}]
+                if by_domain(expr):  # one line per domain of the run
+                    per_run = [set(DOMAIN_LABELS)]
+                assert labels in per_run, expr
             # A counter's rate is summed over the run's pods.
             summed = re.findall(r"sum by \(namespace, run(?:, le)?\) \(rate\(", expr)
             assert expr.count("rate(") == len(summed), (panel["title"], expr)
@@ -274,11 +286,13 @@ def test_every_label_a_query_or_legend_reads_is_one_the_code_sets() -> None:
     dashboard = the_dashboard()
     for expr in queries(render()):
         track_record = set(TRACK_RECORD_LABELS) if pooled(expr) else set()
-        assert labels_read(expr) <= {*LABELS, "le", *track_record}, expr
+        domain = set(DOMAIN_LABELS) if by_domain(expr) else set()
+        assert labels_read(expr) <= {*LABELS, "le", *track_record, *domain}, expr
     for panel in panels(dashboard):
         for target in panel["targets"]:
             legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")))
-            assert legend <= set(LABELS), (panel["title"], target["legendFormat"])
+            domain = set(DOMAIN_LABELS) if by_domain(target["expr"]) else set()
+            assert legend <= {*LABELS, *domain}, (panel["title"], target["legendFormat"])
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
             query = variable["query"]["query"]
@@ -641,3 +655,14 @@ def test_train_and_held_out_pass_rates_are_on_panels_that_say_which_is_which() -
     }
     assert "reward > 0 and not truncated" in found[train]["description"]
     assert "mean@k" in found["Held-out pass rate (mean@k)"]["description"]
+
+
+def test_the_domain_panel_draws_one_line_per_domain_of_each_run() -> None:
+    panel = by_title(the_dashboard())["Held-out pass rate by domain"]
+    (target,) = panel["targets"]
+    assert target["expr"] == (
+        "max by (namespace, run, domain) "
+        '(scalerl_eval_domain_pass_rate{namespace=~"$namespace",run=~"$run"})'
+    )
+    assert "{{domain}}" in target["legendFormat"]
+    assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit"

@@ -81,9 +81,11 @@ def test_printer_columns_show_phase_progress_and_prediction() -> None:
         "Trunc": ".status.progress.truncationRate",
         "Age": ".metadata.creationTimestamp",
         "Message": ".status.message",  # -o wide only: why the run is in its phase
+        "A by domain": ".status.prediction.A_byDomain",  # -o wide only: one A per domain
     }
     assert [c["name"] for c in VERSION["additionalPrinterColumns"] if c.get("priority")] == [
-        "Message"
+        "Message",
+        "A by domain",
     ]
     status = SCHEMA["properties"]["status"]["properties"]
     for path in columns.values():
