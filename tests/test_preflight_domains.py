@@ -15,7 +15,7 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def test_two_sources_with_their_rewards_pass(user_model, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_two_sources_with_their_rewards_pass(user_model, tmp_path: Path) -> None:
     math = write_data(tmp_path)
     words = _jsonl(tmp_path / "words.jsonl", ROWS[:20])
     obj = run_of(user_model(), math)
@@ -23,7 +23,7 @@ def test_two_sources_with_their_rewards_pass(user_model, tmp_path: Path) -> None
     assert problems(obj) == []
 
 
-def test_each_missing_source_is_named_by_its_place(user_model, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_each_missing_source_is_named_by_its_place(user_model, tmp_path: Path) -> None:
     math = write_data(tmp_path)
     obj = run_of(user_model(), math)
     obj["spec"]["data"]["train"] = [{"path": str(math)}, {"path": str(tmp_path / "code.jsonl")}]
@@ -34,7 +34,7 @@ def test_each_missing_source_is_named_by_its_place(user_model, tmp_path: Path) -
     ]
 
 
-def test_a_reward_a_row_names_must_resolve_and_code_rows_need_tests(  # type: ignore[no-untyped-def]
+def test_a_reward_a_row_names_must_resolve_and_code_rows_need_tests(
     user_model, tmp_path: Path
 ) -> None:
     rows = [dict(r) for r in ROWS]
