@@ -93,6 +93,22 @@ def test_the_server_fills_a_minimal_spec_as_pydantic_does(server: Server) -> Non
     assert stored["spec"] == _without_nulls(parsed)
 
 
+def test_data_as_a_list_of_sources_is_stored_as_written(server: Server) -> None:
+    # A structural schema has no "string or array": data.train and validation.path keep any
+    # value, and scalerl.spec checks it when the operator parses the run.
+    sources = [
+        {"path": "/data/math.jsonl", "reward": "math"},
+        {"path": "/data/code.jsonl", "reward": "code", "domain": "python"},
+    ]
+    data = {"train": sources, "validation": {"path": sources[:1], "prompts": 10}}
+    run = with_spec(model={"path": "/models/base"}, data=data)
+    code, stored = server.create(run)
+    assert code == 201, stored
+    assert stored["spec"]["data"]["train"] == sources
+    assert stored["spec"]["data"]["validation"]["path"] == sources[:1]
+    assert parse_run(stored).spec == parse_run(run).spec
+
+
 def _without_nulls(value: Any) -> Any:
     """Absent and null mean the same; pydantic dumps empty free maps the CRD leaves absent."""
     if isinstance(value, dict):
