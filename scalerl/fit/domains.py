@@ -75,11 +75,16 @@ def as_dicts(fits: Mapping[str, FitReport | str]) -> dict[str, dict[str, Any]]:
 
 
 def a_by_domain(domains: Mapping[str, Mapping[str, Any]]) -> str:
-    """Each domain's A in one line, "code=0.615 math=0.595" ('-' where no fit was made)."""
-    return " ".join(
-        f"{d}={fit['A']:.3g}" if fit.get("A") is not None else f"{d}=-"
-        for d, fit in sorted(domains.items())
-    )
+    """Each domain's A in one line, "code=0.615 math=0.595": "code>=0.64" where the points
+    bound it from below only (A_atLeast: the curve has not bent yet), "code=-" where no fit was
+    made."""
+    return " ".join(_a_text(domain, fit) for domain, fit in sorted(domains.items()))
+
+
+def _a_text(domain: str, fit: Mapping[str, Any]) -> str:
+    if fit.get("A_atLeast") is not None:
+        return f"{domain}>={fit['A_atLeast']:.3g}"
+    return f"{domain}={fit['A']:.3g}" if fit.get("A") is not None else f"{domain}=-"
 
 
 def draw_domains(

@@ -56,7 +56,16 @@ def predict(
 
 
 # A domain's numbers status.prediction.domains carries (bounded: at most MAX_DOMAINS of them).
-_DOMAIN_KEYS = ("A", "B", "C_mid", "R0", "A_interval", "predictedAtBudget", "confidence")
+_DOMAIN_KEYS = (
+    "A",
+    "B",
+    "C_mid",
+    "R0",
+    "A_interval",
+    "A_atLeast",
+    "predictedAtBudget",
+    "confidence",
+)
 
 
 def _domains(points: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:

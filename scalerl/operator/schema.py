@@ -424,6 +424,10 @@ def _prediction() -> dict[str, Any]:
                     "C_mid": _num(f"Compute midpoint of this domain ({COMPUTE_UNIT})."),
                     "R0": _num("This domain's pass rate at the start."),
                     "A_interval": _interval("Bootstrap interval of this domain's A."),
+                    "A_atLeast": _num(
+                        "Where this domain's points bound A from below only, that bound.",
+                        nullable=True,
+                    ),
                     "predictedAtBudget": _num("This domain's curve where the run will end."),
                     "confidence": {"type": "string", "description": "As the run's, per domain."},
                     "points": _int("This domain's evaluations the fit used."),
@@ -432,8 +436,9 @@ def _prediction() -> dict[str, Any]:
             ),
             "A_byDomain": {
                 "type": "string",
-                "description": "Each domain's A in one line (e.g. code=0.62 math=0.59; a domain "
-                "without a fit shows '-'), for kubectl get -o wide. Absent for one domain.",
+                "description": "Each domain's A in one line (e.g. code=0.62 math=0.59; "
+                "code>=0.6 where the points bound it from below only, code=- where no fit "
+                "was made), for kubectl get -o wide. Absent for one domain.",
             },
         },
     }

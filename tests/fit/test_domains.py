@@ -59,6 +59,8 @@ def test_each_domain_is_fitted_on_its_own_points(tmp_path: Path) -> None:
                          sigma=np.full(18, 0.005))  # fmt: skip
     assert report["A"] == combined.A
     a_math, a_code = report["domains"]["math"]["A"], report["domains"]["code"]["A"]
+    assert report["domains"]["math"]["A_atLeast"] is None  # both curves have bent in the data
+    assert report["domains"]["code"]["A_atLeast"] is None
     assert report["A_byDomain"] == f"code={a_code:.3g} math={a_math:.3g}"
     assert abs(a_math - 0.595) < 0.03 and abs(a_code - 0.615) < 0.03
     assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
@@ -73,7 +75,7 @@ def test_a_domain_that_cannot_be_fitted_yet_says_why(tmp_path: Path) -> None:
     assert set(report["domains"]["code"]) == {"error"}
     assert report["domains"]["code"]["error"]  # the fitter's own reason
     assert "A" in report["domains"]["math"]
-    assert report["A_byDomain"].startswith("code=- math=")
+    assert report["A_byDomain"].startswith("code=- math")
 
 
 def test_a_run_of_one_domain_has_no_domain_fits(tmp_path: Path) -> None:
@@ -99,3 +101,5 @@ def test_a_domains_series_in_status_names() -> None:
     assert domain_rows(rows, "code", STATUS) == [{"step": 0, "computeHours": 0.0, "passRate": 0.3}]
     assert domains_of([{"compute": 0.0, "pass_rate": 0.1}], HISTORY.by_domain) == []
     assert a_by_domain({"math": {"A": 0.5951}, "code": {"error": "too few"}}) == "code=- math=0.595"
+    # A curve that has not bent yet bounds A from below only: its bound, as `A>=` shows it.
+    assert a_by_domain({"code": {"A": 1.0, "A_atLeast": 0.6426}}) == "code>=0.643"
