@@ -108,7 +108,9 @@ def draw_domains(
         law = fitted.result
         seen = np.geomspace(max(left, compute.min()), compute.max(), 100)
         ahead = np.geomspace(compute.max(), right, 100)
-        ax.plot(seen, law.predict(seen), "-", color=colour, label=f"{domain}: A={law.A:.3f}")
+        bound = law.A_at_least  # the curve has not bent: A is bounded from below only
+        a = f"A={law.A:.3f}" if bound is None else f"A>={bound:.3f}"
+        ax.plot(seen, law.predict(seen), "-", color=colour, label=f"{domain}: {a}")
         ax.plot(ahead, law.predict(ahead), "--", color=colour)
     ax.set_xlim(left, right)
     ax.legend(loc="best", fontsize="small")
