@@ -135,9 +135,13 @@ def test_a_truncated_sample_fails_whatever_its_reward() -> None:
 
 
 scores = st.lists(
-    st.tuples(st.text(max_size=8), st.integers(0, 64), st.integers(0, 64), st.integers(0, 64)).map(
-        lambda t: PromptScore(t[0], max(t[1:]), t[2], t[3])
-    ),
+    st.tuples(
+        st.text(max_size=8),
+        st.integers(0, 64),
+        st.integers(0, 64),
+        st.integers(0, 64),
+        st.sampled_from(["", "math", "code"]),
+    ).map(lambda t: PromptScore(t[0], max(t[1:4]), t[2], t[3], t[4])),
     max_size=20,
 )
 
@@ -149,7 +153,16 @@ def test_evaluation_scores_survive_the_wire(rows: list[PromptScore]) -> None:
 
 
 @pytest.mark.parametrize(
-    "row", [["p", 4, 5, 0], ["p", 4, 1, 5], ["p", -1, 0, 0], [3, 4, 1, 0], ["p", 4, 1]]
+    "row",
+    [
+        ["p", 4, 5, 0, "math"],
+        ["p", 4, 1, 5, "math"],
+        ["p", -1, 0, 0, "math"],
+        [3, 4, 1, 0, "math"],
+        ["p", 4, 1, 0, 7],  # a domain that is not a name
+        ["p", 4, 1, 0],  # no domain
+        ["p", 4, 1],
+    ],
 )
 def test_impossible_evaluation_scores_are_refused(row: list[object]) -> None:
     raw = EvalResult(step=1, version=1, generator=0, scores=[], tokens=0).to_msg()
