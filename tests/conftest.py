@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from history_rows import history_row, impossible_rows
+from hypothesis import settings
 
 from scalerl.status.history import HistoryRow
 
@@ -22,6 +23,12 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ '<|end|>' }}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+
+# A property test checks what holds for every input, not how fast one example runs (speed lives in
+# bench/): without a deadline, a machine loaded by other work cannot fail one by its clock
+# (hypothesis's default 200 ms per example did, on 2 cores shared by four agents).
+settings.register_profile("scalerl", deadline=None)
+settings.load_profile("scalerl")
 
 UserModel = Callable[..., Path]
 CLUSTER_TESTS = Path(__file__).parent / "cluster"
