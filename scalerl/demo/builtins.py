@@ -39,10 +39,26 @@ def _chat_arith_25m() -> DemoAssets:
     return prepare_chat_arith(default_cache_dir(), CHAT_ARITH_25M)
 
 
+def _code() -> DemoAssets:
+    from scalerl.demo.assets import default_cache_dir
+    from scalerl.demo.code_assets import prepare_code
+
+    return prepare_code(default_cache_dir())
+
+
+def _math_code() -> DemoAssets:
+    from scalerl.demo.assets import default_cache_dir
+    from scalerl.demo.math_code import prepare_math_code
+
+    return prepare_math_code(default_cache_dir())
+
+
 BUILDERS: dict[str, Callable[[], DemoAssets]] = {
     "demo": _demo,
     "chat-arith": _chat_arith,
     "chat-arith-25m": _chat_arith_25m,
+    "code": _code,
+    "math-code": _math_code,
 }
 
 

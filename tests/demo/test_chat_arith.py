@@ -255,6 +255,12 @@ def test_known_names_cover_every_builtin() -> None:
         "builtin:chat-arith-25m",
         "builtin:chat-arith-25m/train",
         "builtin:chat-arith-25m/validation",
+        "builtin:code",
+        "builtin:code/train",
+        "builtin:code/validation",
+        "builtin:math-code",
+        "builtin:math-code/train",
+        "builtin:math-code/validation",
     ]
 
 
