@@ -1,11 +1,13 @@
 """`builtin:code`: the code task's data (scalerl.demo.code_task) and a tiny Llama warmed up to
 write its programs, built once and cached like the other built-ins (scalerl.demo.assets).
 
-The tokenizer is the demo's character tokenizer plus a newline (a program has lines); every
-character of the task's prompts and programs is one token, so the warm-up can blur a digit of a
-constant without changing a program's length. The model does not think and reads raw text: the
-prompt is a comment line, the completion the program, ended by EOS (examples/code.yaml runs it
-so: `thinkEnd: null`, no chat template).
+The tokenizer is chat-arith's byte-level BPE (scalerl.demo.bpe) with merges learned from the
+training rows: any text round-trips (newlines, tabs, any character a program may hold), a keyword
+or name is one token (a program is some 20 tokens, where characters would be 50: cheaper warm-up
+and RL steps), and every digit is a token of its own, so the warm-up can blur a constant's digits
+without changing a program's length. It has no BOS. The model does not think and reads raw text:
+the prompt is a comment line, the completion the program, ended by EOS (examples/code.yaml runs
+it so: `thinkEnd: null`, no chat template).
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from scalerl.demo.model import TinyModelShape, build_random_model
 from scalerl.demo.warmup import Framing, WarmupConfig
 
 MODEL_DIR = "model"
-# Enough for every keyword and name of the task's programs and prompts to be one token: a
-# program is some 20 tokens, not 50 characters, which makes warm-up and RL steps cheaper.
+# Enough for every keyword and name of the task's programs and prompts to be one token.
 MERGES = 200
 
 # The demo's shape: a program and its prompt are some 40 tokens, so far fewer positions.
@@ -78,7 +79,7 @@ def _build(directory: Path, params: CodeParams) -> dict[str, object]:
 
 def prepare_code(cache_dir: Path, params: CodeParams = CodeParams()) -> DemoAssets:
     """The code task's JSONL data and base model for `params`, built under `cache_dir` on first
-    use (about two minutes on 2 cores)."""
+    use (400 warm-up steps: about 4 minutes on 2 busy cores)."""
     entry = _cached(cache_dir, "code", params, lambda d: _build(d, params))
     return DemoAssets(
         entry / MODEL_DIR, entry / code_task.TRAIN_FILE, entry / code_task.VALIDATION_FILE
