@@ -329,7 +329,7 @@ def test_a_starting_gang_says_what_its_pods_wait_for_and_uses_no_restart(
         assert f'Back-off pulling image "{image}"' in pods_ready()["message"]
         assert pods_ready()["message"].startswith("0 of 3 pods running; pod r1-generator-")
         wide = plane.kubectl("get", "srl", "-n", ns, "-o", "wide").splitlines()
-        assert wide[0].split()[-1] == "MESSAGE" and "ImagePullBackOff" in wide[1]
+        assert "MESSAGE" in wide[0].split() and "ImagePullBackOff" in wide[1]
         # The image arrives: what holds the gang is the scheduler's answer again.
         set_phase(plane, ns, generator, "Running")
         wait_for(lambda: pods_ready().get("reason") == "Unschedulable", "Unschedulable again")
@@ -691,7 +691,7 @@ def test_kubectl_get_srl_shows_the_prediction_columns(
             ns,
             {
                 "progress": {"step": 420, "evalPassRate": 0.52, "truncationRate": 0.031},
-                "prediction": {"A": 0.61, "C_mid": 2542.0},
+                "prediction": {"A": 0.61, "A_atLeast": 0.58, "C_mid": 2542.0},
             },
         )
         out = plane.kubectl("get", "srl", "-n", ns).splitlines()
@@ -701,12 +701,14 @@ def test_kubectl_get_srl_shows_the_prediction_columns(
         "STEP",
         "PASSRATE",
         "A",
+        "A>=",
         "C_MID",
         "CONFIDENCE",
         "TRUNC",
         "AGE",
     ]
-    assert out[1].split()[:7] == ["r1", "Starting", "420", "0.52", "0.61", "2542", "0.031"]
+    # No confidence yet: its cell is blank.
+    assert out[1].split()[:8] == ["r1", "Starting", "420", "0.52", "0.61", "0.58", "2542", "0.031"]
 
 
 def test_the_operator_exports_each_runs_prediction_target_and_restarts(
