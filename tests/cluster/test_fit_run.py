@@ -5,6 +5,7 @@ as the run's own ServiceAccount as the fit Job's pod is (its Role: get and patch
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from typing import Any
 
@@ -72,12 +73,18 @@ def test_the_fit_writes_the_prediction_and_a_predicted_condition(
     assert prediction["predictedAtBudget"] == pytest.approx(A, abs=0.03)
     # What an evaluation at the end will read: one evaluation's noise around the curve (the
     # normal quantiles of its standard error), widened by the curves that points this noisy
-    # cannot tell from the fitted one, five times past the last of them: more than one
-    # evaluation's band, well under two.
+    # cannot tell from the fitted one (at most one evaluation's band again), and by the run's
+    # measured drift five times past the last of them (scalerl.fit.drift), whose figures the
+    # status carries (stored as the schema has them: nothing pruned).
     lo, hi = prediction["predictedAtBudgetInterval"]
     assert lo < R0 + (A - R0) / (1.0 + (C_MID / 5000.0) ** B) < hi
-    one_evaluation = 2 * statistics.NormalDist().inv_cdf(0.975) * SE
-    assert one_evaluation * 0.95 <= hi - lo <= 2 * one_evaluation
+    z = statistics.NormalDist().inv_cdf(0.975)
+    one_evaluation = 2 * z * SE
+    drift = prediction["drift"]
+    assert set(drift) == {"rate", "spread", "rateSe", "origins"} and drift["origins"] >= 2
+    last = max(e["computeHours"] for e in status(plane, ns)["evaluations"])
+    widening = 2 * z * math.hypot(drift["spread"], drift["rateSe"]) * math.log(5000.0 / last)
+    assert one_evaluation * 0.95 <= hi - lo <= 2 * one_evaluation + widening
     assert prediction["evaluations"] == 20
     assert prediction["confidence"] == "OK" and prediction["backtest"]["inside"] is True
     predicted = condition(plane, ns, "Predicted")
