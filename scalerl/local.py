@@ -309,6 +309,9 @@ class LocalRun:
         self.out.mkdir(parents=True, exist_ok=True)
         self.spec_path.write_text(yaml.safe_dump(self.run.model_dump(by_alias=True, mode="json")))
         signal.signal(signal.SIGTERM, _raise_interrupt)
+        # Ctrl-C must stop the run whatever a library imported before (a tracker's client, an
+        # engine) made of SIGINT: in the full test suite one had left it not raising.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             with self.display:
                 while not self.attempt():

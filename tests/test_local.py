@@ -504,11 +504,13 @@ def test_ctrl_c_or_sigterm_stops_the_run_at_its_step(tmp_path: Path, signum: int
         raise AssertionError("no signal arrived")
 
     local.attempt = interrupted  # type: ignore[method-assign]
-    handler = signal.getsignal(signal.SIGTERM)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a library may leave it: Ctrl-C still stops
     try:
         with pytest.raises(Interrupted) as stop:
             local.execute()
     finally:
-        signal.signal(signal.SIGTERM, handler)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     assert str(stop.value) == "stopped at step 37; run the same command again to resume"
     assert stop.value.signum == signum
