@@ -25,7 +25,11 @@ log = logging.getLogger("scalerl.tracking")
 CAPACITY = 10_000  # records a tracker's queue holds (a step's is a few hundred bytes)
 ATTEMPTS = 5  # tries of one record before it is given up
 BACKOFF_S = (0.5, 30.0)  # first and longest wait between tries (doubling)
-CLOSE_TIMEOUT_S = 10.0  # what the end of a run waits for the trackers at most
+CLOSE_TIMEOUT_S = 10.0  # what an interrupted attempt waits for the trackers at most
+# A finished run waits longer: no later start will send what its journal still holds. At 10 s,
+# on 2 cores at load 16, W&B had not written a resumed run's offline file when the trainer
+# exited, and that attempt's steps were lost.
+CLOSE_FINISHED_TIMEOUT_S = 120.0
 
 
 class Tracker(Protocol):
@@ -253,12 +257,15 @@ class TrackerSink:
                 self.dropped,
             )
 
-    def close(self, *, finished: bool = False, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Let the trackers catch up for at most `timeout_s`, then close them; what is left is
-        in the journal."""
+    def close(self, *, finished: bool = False, timeout_s: float | None = None) -> None:
+        """Let the trackers catch up for at most `timeout_s` (by default CLOSE_TIMEOUT_S, or
+        CLOSE_FINISHED_TIMEOUT_S for a `finished` run), then close them; what is left is in
+        the journal."""
         if self.closed:
             return
         self.closed = True
+        if timeout_s is None:
+            timeout_s = CLOSE_FINISHED_TIMEOUT_S if finished else CLOSE_TIMEOUT_S
         deadline = time.monotonic() + timeout_s
         for delivery in self.deliveries:
             delivery.finished = finished
