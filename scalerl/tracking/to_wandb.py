@@ -9,10 +9,16 @@ trainer sends again what the server (online) or the earlier offline files do not
 W&B lets one process at a time write a run, and the fit is made in another process than the
 trainer's: the fits go to a second run, `<id>-fit`, in the same group (as prime-rl splits its
 trainer and orchestrator runs).
+
+Each process starts its own W&B service. W&B names a process's service in WANDB_SERVICE for its
+children to join; one inherited from whatever started the run (a notebook, a launcher, pytest)
+outlives our process, and after a kill it kept the run open ("run ID ... is in use"): the resumed
+attempt could not log and its offline file was never written.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +30,8 @@ from scalerl.tracking.wandb_offline import last_step
 
 if TYPE_CHECKING:
     from scalerl.spec import WandbTracking
+
+SERVICE_VARIABLE = "WANDB_SERVICE"
 
 
 class WandbTracker:
@@ -49,6 +57,7 @@ class WandbTracker:
     def open(self, purge_step: int | None) -> None:
         if self.spec.mode == "offline":
             self.kept = last_step(self.run.run_dir, self.run_id)
+        os.environ.pop(SERVICE_VARIABLE, None)  # an ancestor's service: see the module's doc
         self.handle = wandb.init(
             project=self.spec.project,
             entity=self.spec.entity,

@@ -221,3 +221,51 @@ def test_steps_w_and_b_took_but_a_kill_kept_from_its_files_are_sent_again(tmp_pa
     assert rows[:4] == [(s, 1000.0 + s) for s in range(1, 5)]
     assert rows[4][1] in (1005.0, 2005.0)
     assert rows[5:] == [(s, 2000.0 + s) for s in range(6, 9)]
+
+
+RESUMED_ATTEMPT = """
+import sys
+from pathlib import Path
+from scalerl.spec import TrackingSpec
+from scalerl.tracking import TrackedRun, TrackerSink, build_trackers
+
+run_dir = Path(sys.argv[1])
+spec = TrackingSpec.model_validate({"wandb": {"mode": "offline"}})
+run = TrackedRun.of("math-8b", "local", run_dir, "trainer")
+sink = TrackerSink(build_trackers(spec, run), run, resume_step=4)
+for step in range(5, 9):
+    sink.step(step, {"train/reward": 2000.0 + step})
+sink.close(finished=True, timeout_s=60)
+"""
+
+
+LAUNCHER = """
+import os, subprocess, sys
+import wandb
+
+# A process that used W&B (a notebook, a launcher) starts the run's attempts.
+wandb.init(mode="offline", dir=sys.argv[1], project="other").finish()
+assert "WANDB_SERVICE" in os.environ
+run_dir, killed, resumed = sys.argv[1] + "/run", sys.argv[2], sys.argv[3]
+print(subprocess.run([sys.executable, "-c", killed, run_dir], timeout=120).returncode)
+print(subprocess.run([sys.executable, "-c", resumed, run_dir], timeout=120).returncode)
+"""
+
+
+def test_a_trainer_started_by_a_process_that_used_w_and_b_writes_its_own_files(
+    tmp_path: Path,
+) -> None:
+    # W&B names its service in WANDB_SERVICE for the children of a process that used it: a
+    # trainer that joined it left its run open in a service that outlives it, and after a kill
+    # the resumed attempt was refused ("run ID is in use") and its file never written.
+    launcher = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path), KILLED_ATTEMPT, RESUMED_ATTEMPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert launcher.stdout.split() == [str(-signal.SIGKILL), "0"], launcher.stderr
+
+    run_id = TrackedRun.of(NAME, "local", tmp_path / "run", "trainer").id
+    rows = [r["_step"] for r in wandb_history(tmp_path / "run", run_id)]
+    assert rows == list(range(1, 9))
