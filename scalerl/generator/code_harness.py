@@ -2,7 +2,9 @@
 cases as JSON on stdin, loads the solution (solution.py) without running its `__main__` part,
 then runs each case under its own time limit and prints one JSON line per case: `{"value": ...}`
 (what the function returned), `{"ok": true}` (an assert held), `{"error": "..."}` or
-`{"timeout": true}`.
+`{"timeout": true}`. With `"stop_at_failure"`, the run ends after the first case that raised or
+ran out of time (a case whose value is wrong is judged outside, and costs little to go on from):
+a program that loops costs one case's time, not every case's.
 
 The expected values of call-based tests never enter the sandbox (the judge compares outside it).
 Asserts carry theirs inside, and run in the solution's own process: no file holds them, but a
@@ -97,6 +99,8 @@ def main() -> None:
             text = json.dumps({"value": repr(line.get("value"))})
         report.write(text + "\n")
         report.flush()
+        if spec.get("stop_at_failure") and ("error" in line or "timeout" in line):
+            break
     sys.stdout.flush()
 
 

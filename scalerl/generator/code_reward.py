@@ -214,7 +214,7 @@ def score_code(
     deadline = time.monotonic() + spec.problem_timeout_seconds
     if tests.kind == "stdio":
         return _score_stdio(program, tests, spec, deadline, stop_early)
-    return _score_calls(program, tests, spec, deadline)
+    return _score_calls(program, tests, spec, deadline, stop_early)
 
 
 def _limits(spec: CodeSpec, seconds: float) -> Limits:
@@ -265,7 +265,9 @@ def _failure(done: Execution) -> TestResult | None:
     return TestResult(RUNTIME_ERROR, seconds, _last_line(done.stderr) or f"exit {done.returncode}")
 
 
-def _score_calls(program: str, tests: CodeTests, spec: CodeSpec, deadline: float) -> CodeVerdict:
+def _score_calls(
+    program: str, tests: CodeTests, spec: CodeSpec, deadline: float, stop_early: bool
+) -> CodeVerdict:
     """Call-based and assert tests: one run of the harness for all cases, each case under the
     per-test time limit, the whole under the problem's."""
     cases = {
@@ -274,6 +276,7 @@ def _score_calls(program: str, tests: CodeTests, spec: CodeSpec, deadline: float
         "fn_name": tests.fn_name,
         "setup": tests.setup,
         "seconds": spec.test_timeout_seconds,
+        "stop_at_failure": stop_early,
     }
     budget = len(tests.inputs) * spec.test_timeout_seconds + _STARTUP_SECONDS
     seconds = min(budget, deadline - time.monotonic())
@@ -285,7 +288,9 @@ def _score_calls(program: str, tests: CodeTests, spec: CodeSpec, deadline: float
     lines = done.stdout.decode(errors="replace").splitlines()
     results: list[TestResult] = []
     for n in range(len(tests.inputs)):
-        if n < len(lines):
+        if stop_early and results and not results[-1].passed:
+            results.append(TestResult(NOT_RUN))  # the harness stops at a failure it can see
+        elif n < len(lines):
             results.append(_judge_line(lines[n], tests, n))
         elif n == len(lines):  # the case the run died in
             results.append(_failure(done) or TestResult(RUNTIME_ERROR, 0.0, "no result"))

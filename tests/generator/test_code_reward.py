@@ -141,6 +141,22 @@ def test_call_based_programs_are_judged_on_their_returned_values(
     assert result.reward == (1.0 if verdicts == [PASSED] * 5 else -1.0)
 
 
+def test_stop_early_ends_a_looping_program_at_its_first_case() -> None:
+    reference, _ = _call_problem()
+    spec = CodeSpec(test_timeout_seconds=0.5, problem_timeout_seconds=20.0)
+    looping = "def longest_run(values):\n    while True:\n        pass\n"
+    full = score_code(looping, reference, spec)
+    early = score_code(looping, reference, spec, stop_early=True)
+    assert [t.verdict for t in full.tests] == [TIMEOUT] * 5
+    assert [t.verdict for t in early.tests] == [TIMEOUT] + [NOT_RUN] * 4
+    # The harness ran one case of 0.5 s, not five: its CPU went to one.
+    assert early.seconds < 1.0 < full.seconds
+    wrong_first = LONGEST.replace("return best", "return best if len(values) > 3 else -1")
+    verdicts = [t.verdict for t in score_code(wrong_first, reference, spec, stop_early=True).tests]
+    first_wrong = verdicts.index(WRONG_ANSWER)
+    assert verdicts[first_wrong + 1 :] == [NOT_RUN] * (4 - first_wrong)
+
+
 def test_assert_tests_with_setup() -> None:
     reference = json.dumps(
         {
