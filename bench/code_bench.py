@@ -2,12 +2,18 @@
 isolation this machine gives, bubblewrap where it can) against a plain subprocess running the
 same program (no isolation, no limits), measured in the same run on the same tests.
 
-    .venv/bin/python bench/code_bench.py [--tests N] [--workers W]
+    .venv/bin/python bench/code_bench.py [--tests N] [--workers W] [--run [--steps S]]
 
 A test is one stdin/stdout case of a small program (read two numbers, print their sum), the
 shape competitive-programming data has; the program's own work is negligible, so the figure is
 the cost of starting, isolating, feeding and reaping one execution. `--workers` (default: one per
 CPU this process may use) tests run at once, as the generator's pool runs them.
+
+`--run` also measures the generator's tokens/s on the same run (examples/code.yaml cut to
+`--steps` steps) twice: with `reward: code`, and with a reward that costs nothing (+-1 by a hash of
+the answer, the same variance of signal). It prints how long the engine waited with every group in
+flight waiting for its tests (the generators' `reward_wait` seconds): the time the sandboxes cost
+the engine by making it wait, as against sharing the machine's cores with it.
 """
 
 from __future__ import annotations
@@ -15,11 +21,24 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
+from scalerl.runfile import run_command, write_variant
 from scalerl.sandbox import Limits, execute, isolation, probe
+from scalerl.status.history import read_history
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "code.yaml"
+FREE_REWARD = """import hashlib
+
+
+def score(answer: str, reference: str) -> float:
+    return 1.0 if hashlib.sha1(answer.encode()).digest()[0] % 2 else -1.0
+"""
 
 PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
 LIMITS = Limits(wall_seconds=10.0, cpu_seconds=10)
@@ -52,10 +71,49 @@ def rate(run: Callable[[int], bool], tests: int, workers: int) -> float:
     return tests / elapsed
 
 
+def generation(work: Path, reward: str, steps: int) -> dict[str, Any]:
+    """The generators' totals at the end of `steps` steps of examples/code.yaml with `reward`."""
+    name = reward.replace(":", "-")
+    changes = {
+        "budget": {"maxSteps": steps},
+        "data": {"reward": reward},
+        "evaluation": {"everySteps": steps},
+        "fit": {"everyEvaluations": 100},
+    }
+    spec = write_variant(EXAMPLE, work / f"{name}.yaml", changes)
+    env = {**os.environ, "PYTHONPATH": f"{work}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = work / name
+    subprocess.run(run_command(spec, out), check=True, capture_output=True, env=env, timeout=3600)
+    return dict(read_history(out / "history.jsonl")[-1]["generation"])
+
+
+def tokens_per_second(steps: int) -> None:
+    print(f"generator tokens/s, examples/code.yaml cut to {steps} steps")
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        (work / "free_reward.py").write_text(FREE_REWARD)
+        runs = {"reward: code": "code", "free reward": "free_reward:score"}
+        rates = {}
+        for label, reward in runs.items():
+            g = generation(work, reward, steps)
+            seconds = g["generation_seconds"]
+            rates[label] = g["generated_tokens"] / seconds
+            print(
+                f"{label:>13}: {g['generated_tokens']:6.0f} tokens in {seconds:5.0f} s of "
+                f"generation, {rates[label]:6.1f} tokens/s; per generator: scoring "
+                f"{g['generator_score_seconds']:5.1f} s, engine waiting on rewards "
+                f"{g['generator_reward_wait_seconds']:5.1f} s, idle "
+                f"{g['generator_idle_seconds']:5.1f} s"
+            )
+    print(f"code / free: {rates['reward: code'] / rates['free reward']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tests", type=int, default=200)
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--run", action="store_true", help="also the tokens/s of a run")
+    parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
     mode = probe()
     cores = len(os.sched_getaffinity(0))
@@ -71,6 +129,8 @@ def main() -> None:
         print(f"{name:>17}: {per_second:7.1f} tests/s, {per_second / cores:6.1f} tests/s/core")
     ratio = results["sandboxed"] / results["plain subprocess"]
     print(f"sandboxed / plain: {ratio:.2f}")
+    if args.run:
+        tokens_per_second(args.steps)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         runs = [load_run(args.file)]
         label = f"ScaleRLRun {runs[0].name}"
     _check_cluster_names(runs)
+    _check_hub_ids(runs)
     if args.deep:
         from scalerl import preflight
         from scalerl.local import resolve_paths
@@ -115,6 +116,16 @@ def _check_cluster_names(runs: list[Any]) -> None:
     from scalerl.operator.names import name_problems
 
     problems = [p for run in runs for p in name_problems(run.name, queued=bool(run.queue_name))]
+    if problems:
+        raise SpecError(problems)
+
+
+def _check_hub_ids(runs: list[Any]) -> None:
+    """A malformed hf:// id is refused here; --deep also resolves and downloads each."""
+    from scalerl.errors import SpecError
+    from scalerl.hub import id_problems
+
+    problems = [p for run in runs for p in id_problems(run.spec)]
     if problems:
         raise SpecError(problems)
 

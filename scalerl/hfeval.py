@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -412,7 +413,7 @@ def _plain_generation_config(model: Any) -> Iterator[None]:
 
 def load_spec(path: str | Path) -> ScaleRLRun:
     """A ScaleRLRun file with its paths resolved as `scalerl run` resolves them (`builtin:`
-    names built and cached)."""
+    names built and cached, hf:// ids resolved and downloaded)."""
     from scalerl.local import resolve_paths
 
     return resolve_paths(load_run(path))
@@ -449,8 +450,14 @@ def load_model(
 
 def _model_folder(checkpoint: str | Path) -> Path:
     from scalerl.demo.builtins import is_builtin, resolve_builtin
+    from scalerl.hub import is_hub, resolve_model
 
-    path = resolve_builtin(str(checkpoint)) if is_builtin(checkpoint) else Path(checkpoint)
+    if is_hub(checkpoint):  # resolved to a commit and downloaded into the Hugging Face cache
+        resolved = resolve_model(str(checkpoint))
+        print(resolved.line(), file=sys.stderr, flush=True)  # stdout holds the results
+        path = Path(resolved.path)
+    else:
+        path = resolve_builtin(str(checkpoint)) if is_builtin(checkpoint) else Path(checkpoint)
     if not (path / "config.json").is_file() and not is_adapter(path):
         raise DataError(
             f"{path}: not a Hugging Face model folder (no config.json) nor a LoRA adapter "

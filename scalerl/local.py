@@ -24,11 +24,12 @@ import yaml
 from scalerl import preflight
 from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError
+from scalerl.hub import TRAIN_SPLITS, VALIDATION_SPLITS, RunSources, is_hub
 from scalerl.metrics import RunMetrics
 from scalerl.ports import free_port
 from scalerl.progress import ProgressDisplay
 from scalerl.rollout.keys import StreamKeys
-from scalerl.spec import RunSpec, ScaleRLRun
+from scalerl.spec import RunSpec, ScaleRLRun, parse_run
 from scalerl.status.files import STATUS_FILE, FileStatus, read_status
 from scalerl.status.history import HISTORY_FILE, PROGRESS_FILE, read_history
 from scalerl.tracking import open_trackers
@@ -42,10 +43,13 @@ KEYS_DIR = "stream-keys"  # the rollout stream's CURVE keys, readable by the run
 STOP_GRACE_S = 15.0
 
 
-def resolve_paths(run: ScaleRLRun) -> ScaleRLRun:
-    """Absolute paths for the processes; `builtin:` names are built (once) and cached."""
+def resolve_paths(run: ScaleRLRun, hub: RunSources | None = None) -> ScaleRLRun:
+    """Absolute paths for the processes: `builtin:` names are built (once) and cached; hf:// ids
+    are resolved to a commit and downloaded (once) by `hub` (`scalerl.hub`; a run's own keeps the
+    commits its run directory recorded), a data source becoming the files of its split."""
     from scalerl.demo.builtins import is_builtin, resolve_builtin
 
+    hub = RunSources() if hub is None else hub
     data = run.model_dump(by_alias=True, mode="json")
     spec = data["spec"]
 
@@ -53,17 +57,33 @@ def resolve_paths(run: ScaleRLRun) -> ScaleRLRun:
         path = resolve_builtin(value) if is_builtin(value) else Path(value).expanduser().resolve()
         return str(path)
 
-    def resolve_files(value: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-        """A file, or each file of a list of sources."""
-        if isinstance(value, str):
+    def resolve_files(
+        value: str | list[dict[str, Any]], field: str, splits: tuple[str, ...]
+    ) -> str | list[dict[str, Any]]:
+        """A file, or each file of a list of sources; a Hub dataset's files each a source."""
+        if isinstance(value, str) and not is_hub(value):
             return resolve(value)
-        return [{**source, "path": resolve(source["path"])} for source in value]
+        if isinstance(value, str):
+            files = hub.dataset(field, value, default_splits=splits)
+            return files[0] if len(files) == 1 else [{"path": f} for f in files]
+        sources: list[dict[str, Any]] = []
+        for i, source in enumerate(value):
+            if not is_hub(source["path"]):
+                sources.append({**source, "path": resolve(source["path"])})
+                continue
+            selection = (source.get("split"), source.get("dataFiles") or ())
+            files = hub.dataset(f"{field}[{i}]", source["path"], *selection, splits)
+            sources += [{**source, "path": f, "split": None, "dataFiles": None} for f in files]
+        return sources
 
-    spec["model"]["path"] = resolve(spec["model"]["path"])
-    spec["data"]["train"] = resolve_files(spec["data"]["train"])
+    model = spec["model"]["path"]
+    spec["model"]["path"] = hub.model("model.path", model) if is_hub(model) else resolve(model)
+    spec["data"]["train"] = resolve_files(spec["data"]["train"], "data.train", TRAIN_SPLITS)
     if spec["data"]["validation"].get("path"):
-        spec["data"]["validation"]["path"] = resolve_files(spec["data"]["validation"]["path"])
-    return ScaleRLRun.model_validate(data)
+        spec["data"]["validation"]["path"] = resolve_files(
+            spec["data"]["validation"]["path"], "data.validation.path", VALIDATION_SPLITS
+        )
+    return parse_run(data)  # a SpecError if a dataset's files are more than a list holds
 
 
 def _die_with_parent() -> None:
@@ -164,8 +184,16 @@ def roles(spec: RunSpec) -> list[str]:
 
 
 class LocalRun:
-    def __init__(self, run: ScaleRLRun, out: Path, *, display: bool = True) -> None:
+    def __init__(
+        self,
+        run: ScaleRLRun,
+        out: Path,
+        *,
+        display: bool = True,
+        sources: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.run, self.out = run, out
+        self.sources = sources or []  # the hf:// sources resolved (sources.json), for fit.json
         self.spec_path = out / "run.yaml"
         self.display = ProgressDisplay(
             run.spec.budget.max_steps, unit=run.spec.compute_unit, enabled=display
@@ -269,7 +297,7 @@ class LocalRun:
     def refit(self, history: list[dict[str, Any]], ended: bool = False) -> dict[str, Any] | None:
         """Fit the history so far (fit.json, its track); once the run has `ended`, the last fit
         also scores every prediction the run kept (fit.json's trackRecord)."""
-        from scalerl.fit.report import write_fit
+        from scalerl.fit.report import FIT_FILE, write_fit
 
         self.fitted_at = len(history)
         self.fit_skipped = None
@@ -290,6 +318,11 @@ class LocalRun:
             log.exception("fit of %d evaluations failed", len(history))
             self.display.note(f"fit failed ({type(err).__name__}: {err}); the run goes on")
             return None
+        if self.sources:  # which commits of the Hub ids this prediction is about
+            result["sources"] = self.sources
+            partial = self.out / (FIT_FILE + ".partial")
+            partial.write_text(json.dumps(result, indent=2) + "\n")
+            partial.replace(self.out / FIT_FILE)
         self.metrics.set_prediction(self.run.namespace, self.run.name, result)
         if self.tracker is not None:
             from scalerl.fit.report import PLOT_FILE
@@ -409,8 +442,13 @@ def run_local(run: ScaleRLRun, out: Path | None, *, display: bool = True) -> Run
     """Run `run` (as `load_run` reads it) to its end (or resume it) in `out` (default
     runs/<name>). Raises PredictedStop when budget.stopWhen ends it, Interrupted on Ctrl-C or
     SIGTERM."""
-    run = resolve_paths(run)
+    out = out or Path("runs") / run.name
+    hub = RunSources.of_run(out)  # a resumed run: the commits it recorded
+    run = resolve_paths(run, hub)
+    for _, resolved in hub.resolved:
+        print(resolved.line(), flush=True)
     preflight.check(run)
-    local = LocalRun(run, out or Path("runs") / run.name, display=display)
+    hub.write(out)
+    local = LocalRun(run, out, display=display, sources=hub.records())
     report = local.execute()
     return RunEnd(report, None if report is not None else local.fit_skipped)

@@ -41,6 +41,8 @@ GENERATOR_COUNTERS = {
     "interrupted_sequences": "Completions cut by the forced length interruption.",
     "generated_tokens": "Completion tokens generated.",
     "generator_idle_seconds": "Seconds a generator waited with nothing to generate.",
+    "generator_reward_wait_seconds": "Seconds a generator's engine had nothing to generate "
+    "because every group in flight was waiting for its rewards (code tests).",
     "weight_sync_failures": "Weight updates that failed; the previous version stayed loaded.",
     "code_tests": "Tests the code reward ran (each test case of a completion's program).",
     "code_test_timeouts": "Code tests that ran out of their time (testTimeoutSeconds).",

@@ -107,7 +107,10 @@ class LoraSpec(_Model):
 
 class ModelSpec(_Model):
     path: str = Field(
-        min_length=1, description="Local directory of a Hugging Face format model (the base)."
+        min_length=1,
+        description="The base model: a local directory of a Hugging Face format model, or a "
+        "Hub id hf://org/name[@revision] (the revision is resolved to a commit once, at the "
+        "run's start, and downloaded into the Hugging Face cache).",
     )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         "bfloat16", description="Dtype of the model body on trainers and generators."
@@ -163,7 +166,24 @@ class DataSource(_Model):
     """One data file of a run whose data is a list of files, with the reward its rows are scored
     by (and the domain their pass rate and curve are reported under)."""
 
-    path: str = Field(min_length=1, description="A JSONL or Parquet file (or a builtin: name).")
+    path: str = Field(
+        min_length=1,
+        description="A JSONL or Parquet file (or a builtin: name), or a Hub dataset id "
+        "hf://datasets/org/name[@revision][/path] (hf://org/name also reads as a dataset).",
+    )
+    split: str | None = Field(
+        None,
+        min_length=1,
+        description="For a Hub dataset: the split whose files are read (train-*.parquet, "
+        "data/train.jsonl, ...); null: train for data.train, validation (else test) for "
+        "data.validation.path.",
+    )
+    data_files: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None,
+        min_length=1,
+        description="For a Hub dataset: globs of the repo's files to read (JSONL or Parquet), "
+        "instead of a split's.",
+    )
     reward: str | None = Field(
         None,
         description="The reward of this file's rows (a row's own `reward` field wins); "
@@ -190,6 +210,12 @@ class DataSource(_Model):
         if problem:
             raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _hub_selection(self) -> DataSource:
+        if (self.split or self.data_files) and not self.path.startswith("hf://"):
+            raise ValueError("split and dataFiles select the files of a Hub dataset (hf://)")
+        return self
 
 
 # data.train and data.validation.path: one file, or a list of files each with its reward. Told
@@ -219,8 +245,10 @@ Sources = Annotated[
 class ValidationSpec(_Model):
     path: Sources | None = Field(
         None,
-        description="Held-out prompts (JSONL or Parquet), or a list of files ({path, reward, "
-        "domain}: `prompts` is shared evenly among them); when unset, held out from train.",
+        description="Held-out prompts (JSONL or Parquet, or a Hub dataset hf://datasets/...: "
+        "its validation, else test, split), or a list of sources ({path, reward, domain, split, "
+        "dataFiles}: `prompts` is shared evenly among their files); when unset, held out from "
+        "train.",
     )
     prompts: Int = Field(
         1000, ge=1, le=10_000_000, description="Number of held-out prompts; paper: 1,000."
@@ -267,8 +295,10 @@ class CodeSpec(_Model):
 
 class DataSpec(_Model):
     train: Sources = Field(
-        description="Training prompts: JSONL (one object per line) or Parquet (.parquet); or a "
-        "list of files, each {path, reward, domain}, to mix domains (math and code) in one run.",
+        description="Training prompts: JSONL (one object per line) or Parquet (.parquet), or a "
+        "Hub dataset hf://datasets/org/name[@revision][/path] (its train split); or a list of "
+        "sources, each {path, reward, domain, split, dataFiles}, to mix domains (math and code) "
+        "in one run.",
     )
     prompt_field: str = Field("prompt", min_length=1, description="Column holding the prompt.")
     answer_field: str = Field(

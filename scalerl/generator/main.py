@@ -100,6 +100,8 @@ class Tally:
 
     Idle time is wall time with no group being sampled at all (every producer waiting for a
     new version or for the trainer to take rollouts), not the sum of the producers' waits.
+    Reward-wait time is wall time with groups in flight but none in the engine: every one of
+    them waiting for its rewards (code tests), so the engine had nothing to do.
     """
 
     metrics: GeneratorMetrics
@@ -110,9 +112,12 @@ class Tally:
     sync_s: float = 0.0
     score_s: float = 0.0
     send_wait_s: float = 0.0
+    reward_wait_s: float = 0.0
     started: float = field(default_factory=time.monotonic)
     active: int = 0
     idle_since: float | None = field(default_factory=time.monotonic)
+    generating: int = 0  # groups in the engine (the rest of `active` are being scored)
+    scoring_since: float | None = None  # since when every active group is being scored
 
     def begin(self) -> None:
         if self.active == 0 and self.idle_since is not None:
@@ -125,7 +130,25 @@ class Tally:
     def end(self) -> None:
         self.active -= 1
         if self.active == 0:
+            self._reward_wait_ends()
             self.idle_since = time.monotonic()
+
+    def generation_begins(self) -> None:
+        self._reward_wait_ends()
+        self.generating += 1
+
+    def generation_ends(self) -> None:
+        """A group left the engine for its rewards."""
+        self.generating -= 1
+        if self.generating == 0:
+            self.scoring_since = time.monotonic()
+
+    def _reward_wait_ends(self) -> None:
+        if self.scoring_since is not None:
+            seconds = time.monotonic() - self.scoring_since
+            self.reward_wait_s += seconds
+            self.metrics.generator_reward_wait_seconds.inc(seconds)
+            self.scoring_since = None
 
     def idle_seconds(self) -> float:
         now = time.monotonic()
@@ -168,7 +191,11 @@ class Generator:
     async def sample_group(self, example: Example, n: int, seed: str | None = None) -> list[Sample]:
         """`n` scored completions of the prompt, less any the code sandbox could not score
         (dropped, and counted in sandbox_failures)."""
-        samples = await self.engine.generate(self.prompts.encode(example), n, seed=seed)
+        self.tally.generation_begins()
+        try:
+            samples = await self.engine.generate(self.prompts.encode(example), n, seed=seed)
+        finally:
+            self.tally.generation_ends()
         started = time.perf_counter()
         answers = [(self.tokens.answer_text(s.completion_ids), example.answer) for s in samples]
         rewards = await self.scorer.score(answers, example.reward or None)
@@ -330,6 +357,7 @@ class Generator:
             uptime_seconds=time.monotonic() - t.started,
             score_seconds=t.score_s,
             send_wait_seconds=t.send_wait_s,
+            reward_wait_seconds=t.reward_wait_s,
         )
 
     async def next_command(self, timeout_s: float) -> object | None:

@@ -298,6 +298,8 @@ class GeneratorStats(_Plain):
     uptime_seconds: float  # since the generator started generating
     score_seconds: float  # computing rewards
     send_wait_seconds: float  # rollouts ready but the trainer not reading (backpressure)
+    # groups in flight, none in the engine: all waiting for their rewards (code tests)
+    reward_wait_seconds: float = 0.0
 
 
 @dataclass

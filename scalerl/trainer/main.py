@@ -407,7 +407,7 @@ class Trainer:
             **{
                 f"generator_{name}_seconds": sum(getattr(s, f"{name}_seconds") for s in stats)
                 / len(stats)
-                for name in ("idle", "weight_sync", "score", "send_wait")
+                for name in ("idle", "weight_sync", "score", "send_wait", "reward_wait")
             },
         }
         return {k: totals.get(k, 0.0) + v for k, v in now.items()}
