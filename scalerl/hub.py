@@ -252,7 +252,25 @@ def _commit_of(ref: HubRef, revision: str) -> str:
     )
     if not info.sha:
         raise InputError(f"{endpoint()} gave no commit for {ref.repo_id}@{revision}")
+    _remember(ref, revision, str(info.sha))
     return str(info.sha)
+
+
+def _remember(ref: HubRef, revision: str, commit: str) -> None:
+    """The cache's `refs/REVISION` file, as snapshot_download writes it, so that HF_HUB_OFFLINE=1
+    finds the commit by the revision's name later (snapshot_download writes none when it is
+    given the commit itself, as here)."""
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import REGEX_COMMIT_HASH, repo_folder_name
+
+    if REGEX_COMMIT_HASH.fullmatch(revision):
+        return
+    storage = Path(cache_dir() or constants.HF_HUB_CACHE).expanduser()
+    path = storage / repo_folder_name(repo_id=ref.repo_id, repo_type=ref.kind) / "refs" / revision
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(commit)
+    partial.replace(path)
 
 
 def explain(uri: str, err: Exception, offline: bool) -> str:

@@ -38,9 +38,7 @@ class FakeHub:
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, auth
     server: ThreadingHTTPServer | None = None
 
-    def push(
-        self, kind: str, repo_id: str, files: dict[str, bytes], branch: str = "main"
-    ) -> str:
+    def push(self, kind: str, repo_id: str, files: dict[str, bytes], branch: str = "main") -> str:
         """A new commit of `files` on `branch` (the branch moves to it); its sha."""
         repo = self.repos.setdefault((kind, repo_id), Repo())
         digest = hashlib.sha1(repo_id.encode())
@@ -65,7 +63,8 @@ class FakeHub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve = self.server.serve_forever
+        threading.Thread(target=serve, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def stop(self) -> None:

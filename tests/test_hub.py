@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from fake_hub import FakeHub
+from huggingface_hub.utils import _detect_agent
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,18 +44,15 @@ def parquet(rows: list[dict[str, str]], path: Path) -> bytes:
 @pytest.fixture(name="fake")
 def fake_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
     """A running fake Hub that the environment points at, with an empty cache and no token.
-    huggingface_hub reads its own endpoint once, at import: it is pointed here too, so that
-    nothing the library sends on its own (its agent registry) leaves the machine."""
+    huggingface_hub fetches a registry of its own once per process from the endpoint it read
+    at import: it is given an empty one, so that nothing leaves the machine."""
     fake = FakeHub().start()
     monkeypatch.setenv("HF_ENDPOINT", fake.url)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     for name in ("HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", fake.url)
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-    monkeypatch.setattr(
-        huggingface_hub.constants, "AGENT_HARNESSES_PATH", str(tmp_path / "agents.json")
-    )
+    monkeypatch.setattr(_detect_agent, "_registry", _detect_agent._EMPTY_REGISTRY)
     yield fake
     fake.stop()
 
@@ -69,7 +67,9 @@ def demo_model_fixture() -> dict[str, bytes]:
 
 
 def tree(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
 
 
 def test_a_model_by_id_is_its_commit_s_files(fake: FakeHub, demo_model: dict[str, bytes]) -> None:
@@ -122,7 +122,9 @@ def test_a_run_s_model_and_data_by_id_resolve_to_local_paths_and_load(
     data_sha = fake.push("dataset", "acme/sums", files)
     sources = RunSources()
 
-    run = resolve_paths(parse_run(spec_with("hf://acme/m", "hf://datasets/acme/sums", "hf://acme/sums")), sources)
+    run = resolve_paths(
+        parse_run(spec_with("hf://acme/m", "hf://datasets/acme/sums", "hf://acme/sums")), sources
+    )
 
     assert Path(run.spec.model.path).name == model_sha
     train, validation = train_and_validation(run.spec.data, seed=0)
@@ -158,7 +160,10 @@ def test_split_and_data_files_select_a_source_s_files(fake: FakeHub) -> None:
     run = resolve_paths(parse_run(spec_with("builtin:demo", train)), sources)
 
     assert isinstance(run.spec.data.train, list)
-    got = [(Path(s.path).relative_to(Path(s.path).parents[1]).as_posix(), s.domain) for s in run.spec.data.train]
+    got = [
+        (Path(s.path).relative_to(Path(s.path).parents[1]).as_posix(), s.domain)
+        for s in run.spec.data.train
+    ]
     assert got == [
         ("math/eval.jsonl", "math"),
         ("math/extra.jsonl", "math"),
@@ -170,7 +175,10 @@ def test_split_and_data_files_select_a_source_s_files(fake: FakeHub) -> None:
 
 def test_a_source_with_no_files_of_its_split_names_the_fix(fake: FakeHub) -> None:
     fake.push("dataset", "acme/csv", {"train.csv": b"prompt,answer\n"})
-    with pytest.raises(InputError, match=r"hf://datasets/acme/csv: no JSONL or Parquet file of split train .*dataFiles"):
+    with pytest.raises(
+        InputError,
+        match=r"hf://datasets/acme/csv: no JSONL or Parquet file of split train .*dataFiles",
+    ):
         hub.resolve_dataset("hf://datasets/acme/csv")
 
 
@@ -197,7 +205,201 @@ def test_a_resumed_run_loads_the_commit_it_recorded_after_the_branch_moved(
 
     assert json.loads((Path(resumed.spec.model.path) / "config.json").read_text()) == {"v": 1}
     assert Path(resumed.spec.model.path).name == first
-    assert [e.prompt for e in train_and_validation(resumed.spec.data.model_copy(update={"validation": {"prompts": 1}}), 0)[0] + train_and_validation(resumed.spec.data.model_copy(update={"validation": {"prompts": 1}}), 0)[1]]
+    assert Path(str(resumed.spec.data.train)).read_bytes() == jsonl(ROWS[:3])
+    assert Path(str(fresh.spec.data.train)).read_bytes() == jsonl(ROWS[3:6])
     assert Path(fresh.spec.model.path).name == moved
     recorded = json.loads((out / hub.SOURCES_FILE).read_text())["sources"]
     assert [r["commit"] for r in recorded if r["field"] == "model.path"] == [first]
+
+
+def test_offline_with_a_filled_cache_needs_no_server(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sha = fake.push("model", "acme/m", {"config.json": b"{}", "model.safetensors": b"w" * 64})
+    fake.push("dataset", "acme/d", {"data/train.jsonl": jsonl(ROWS)})
+    online = (hub.resolve_model("hf://acme/m"), hub.resolve_dataset("hf://datasets/acme/d"))
+    fake.stop()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    served = len(fake.requests)
+
+    offline = (hub.resolve_model("hf://acme/m"), hub.resolve_dataset("hf://datasets/acme/d"))
+    pinned = hub.resolve_model("hf://acme/m", pinned=sha)
+
+    assert offline == online
+    assert pinned.commit == sha and pinned.path == online[0].path
+    assert len(fake.requests) == served  # not one request
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fails_fast(call: object, pattern: str) -> None:
+    """`call()` raises one InputError line matching `pattern`, within a few seconds."""
+    started = time.monotonic()
+    with pytest.raises(InputError, match=pattern) as raised:
+        call()  # type: ignore[operator]
+    assert time.monotonic() - started < 5
+    assert "\n" not in str(raised.value)
+
+
+def test_each_failure_is_one_clear_line_within_seconds(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.push("model", "acme/private", {"config.json": b"{}"})
+    fake.repos[("model", "acme/private")].access = "private"
+    fake.push("model", "acme/gated", {"config.json": b"{}"})
+    fake.repos[("model", "acme/gated")].access = "gated"
+
+    fails_fast(
+        lambda: hub.resolve_model("hf://acme/missing"),
+        r"^hf://acme/missing: no such repository on http://127\.0\.0\.1:\d+, or it is private "
+        r"or gated \(set HF_TOKEN if private\)$",
+    )
+    fails_fast(
+        lambda: hub.resolve_model("hf://acme/private"),
+        r"^hf://acme/private: no such repository .*\(set HF_TOKEN if private\)$",
+    )
+    fails_fast(
+        lambda: hub.resolve_model("hf://acme/gated"),
+        r"^hf://acme/gated: gated on .*accept its conditions on the Hub and set HF_TOKEN",
+    )
+    fails_fast(
+        lambda: hub.resolve_model("hf://acme/private@v9"), r"acme/private@v9: no such repository"
+    )
+    fake.push("model", "acme/public", {"config.json": b"{}"})
+    fails_fast(
+        lambda: hub.resolve_model("hf://acme/public@v9"), r"^hf://acme/public@v9: no such revision"
+    )
+    fake.rate_limited = True
+    fails_fast(
+        lambda: hub.resolve_model("hf://acme/public"),
+        r"^hf://acme/public: rate limited by http://127\.0\.0\.1:\d+ \(429\); wait and retry",
+    )
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    fails_fast(
+        lambda: hub.resolve_model("hf://acme/public"),
+        r"^hf://acme/public: cannot reach http://127\.0\.0\.1:\d+ \(ConnectError\); check the "
+        r"network or HF_ENDPOINT",
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    fails_fast(
+        lambda: hub.resolve_dataset("hf://datasets/acme/never"),
+        r"^hf://datasets/acme/never: not in the cache \(.*/hf/hub\) and HF_HUB_OFFLINE=1",
+    )
+
+
+def test_hf_token_reads_a_private_repo(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    sha = fake.push("model", "acme/private", {"config.json": b"{}"})
+    fake.repos[("model", "acme/private")].access = "private"
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong")
+    fails_fast(lambda: hub.resolve_model("hf://acme/private"), "HF_TOKEN is set but cannot read it")
+    monkeypatch.setenv("HF_TOKEN", fake.token)
+
+    assert hub.resolve_model("hf://acme/private").commit == sha
+    assert {auth for _, path, auth in fake.requests if "acme/private" in path} >= {
+        f"Bearer {fake.token}"
+    }
+
+
+# --- the grammar --------------------------------------------------------------------------------
+
+NAME = st.from_regex(r"[a-z0-9]{1,8}(-[a-z0-9]{1,8}){0,2}", fullmatch=True)
+REVISION = st.one_of(
+    st.from_regex(r"[a-z][a-z0-9]{0,10}", fullmatch=True),
+    st.from_regex(r"[0-9a-f]{40}", fullmatch=True),
+    st.integers(1, 999).map(lambda n: f"refs/pr/{n}"),
+)
+IN_REPO = st.lists(NAME, max_size=3).map("/".join)
+
+
+@given(NAME, NAME, st.none() | REVISION, IN_REPO, st.sampled_from(["", "datasets/"]))
+def test_well_formed_ids_parse_to_their_parts(
+    org: str, name: str, revision: str | None, path: str, prefix: str
+) -> None:
+    uri = (
+        f"hf://{prefix}{org}/{name}"
+        + (f"@{revision}" if revision else "")
+        + (f"/{path}" if path else "")
+    )
+    kind = "dataset" if prefix else "model"
+
+    ref = hub.parse(uri, kind)
+
+    assert (ref.kind, ref.repo_id, ref.revision, ref.path_in_repo) == (
+        kind,
+        f"{org}/{name}",
+        revision,
+        path,
+    )
+    if not prefix:  # Kubeflow's form: a bare id in a data field is a dataset
+        assert hub.parse(uri, "dataset").kind == "dataset"
+
+
+@given(
+    st.one_of(
+        st.from_regex(r"hf://[a-z0-9-]{0,12}", fullmatch=True),  # no org/name
+        st.builds(lambda a, b: f"hf://{a}--{b}/x", NAME, NAME),  # '--' in a repo id
+        st.builds(lambda a, b: f"hf://{a}/{b}@", NAME, NAME),  # an empty revision
+        st.builds(lambda a, b: f"hf://datasets/{a}/{b}", NAME, NAME),  # data where a model is
+        st.builds(lambda a, b: f"hf://spaces/{a}/{b}", NAME, NAME),  # a Space
+        st.builds(lambda a, b: f"{a}/{b}", NAME, NAME),  # no hf://
+    )
+)
+def test_malformed_ids_are_one_clear_line(uri: str) -> None:
+    with pytest.raises(InputError) as raised:
+        hub.parse(uri, "model")
+    message = str(raised.value)
+    assert message.startswith(repr(uri) if not uri.startswith("hf://") else uri)
+    assert "\n" not in message
+
+
+# --- the CLI ------------------------------------------------------------------------------------
+
+
+def cli(*commands: list[str], env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
+    """`scalerl COMMAND...` for each command, run at once, each in a process of its own."""
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-m", "scalerl.cli", *command],
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for command in commands
+    ]
+    done = []
+    for proc, command in zip(running, commands, strict=True):
+        out, err = proc.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(command, proc.returncode, out, err))
+    return done
+
+
+def test_validate_checks_ids_and_deep_resolves_them(fake: FakeHub, tmp_path: Path) -> None:
+    """In a process of its own, which reads HF_ENDPOINT and HF_HOME as a user's does."""
+    fake.push("model", "acme/m", {"config.json": b"{}"})
+    spec = tmp_path / "run.yaml"
+    spec.write_text(yaml.safe_dump(spec_with("hf://acme/m", "hf://datasets/acme/missing")))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(spec_with("hf://datasets/acme/m", "hf://acme/d")))
+    env = {"HF_ENDPOINT": fake.url, "HF_HOME": os.environ["HF_HOME"]}
+
+    shallow, deep, malformed = cli(
+        ["validate", str(spec)], ["validate", "--deep", str(spec)], ["validate", str(bad)], env=env
+    )
+
+    assert shallow.returncode == 0, shallow.stderr
+    assert (deep.returncode, deep.stderr.strip().splitlines()[-1]) == (
+        2,
+        f"error: hf://datasets/acme/missing: no such repository on {fake.url}, or it is "
+        "private or gated (set HF_TOKEN if private)",
+    )
+    assert malformed.returncode == 2
+    assert (
+        "error: spec.model.path: hf://datasets/acme/m: a dataset id where a model is wanted"
+        in malformed.stderr
+    )

@@ -18,14 +18,21 @@ def imported_after(module: str) -> set[str]:
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("scalerl.spec", {"torch", "vllm", "transformers", "scipy"}),
-        ("scalerl.cli", {"torch", "vllm", "transformers", "scipy", "matplotlib"}),
+        ("scalerl.spec", {"torch", "vllm", "transformers", "scipy", "huggingface_hub"}),
+        (
+            "scalerl.cli",
+            {"torch", "vllm", "transformers", "scipy", "matplotlib", "huggingface_hub"},
+        ),
         ("scalerl.fit", {"torch", "vllm", "transformers", "matplotlib"}),
         ("scalerl.metrics", {"torch", "vllm"}),
         ("scalerl.recipe", {"vllm", "transformers", "scipy"}),
         ("scalerl.trainer.main", {"vllm", "kopf"}),
-        # The operator image needs neither torch nor vLLM; the fit Job imports scipy late.
-        ("scalerl.operator", {"torch", "vllm", "transformers", "scipy", "matplotlib"}),
+        # The operator image needs neither torch nor vLLM, and never calls the Hub; the fit Job
+        # imports scipy late.
+        (
+            "scalerl.operator",
+            {"torch", "vllm", "transformers", "scipy", "matplotlib", "huggingface_hub"},
+        ),
         ("scalerl.status", {"torch", "vllm", "transformers", "kopf"}),
         ("scalerl.status.kubernetes", {"torch", "vllm", "transformers", "kopf", "scipy"}),
     ],
