@@ -59,8 +59,8 @@ def parse(uri: str, kind: Kind) -> HubRef:
     """`uri` read by huggingface_hub's own parser; a dataset field takes `hf://org/name` as a
     dataset (Kubeflow's form). A malformed id, or a model where data is wanted (or the other way
     round), is an InputError naming the value."""
+    from huggingface_hub import parse_hf_uri
     from huggingface_hub.errors import HfUriError
-    from huggingface_hub.utils import parse_hf_uri
 
     if not is_hub(uri):
         raise InputError(f"{uri!r}: a Hub id starts with {PREFIX}")
@@ -238,6 +238,13 @@ def _snapshot(
             etag_timeout=TIMEOUT_S,
         )
     except Exception as err:  # noqa: BLE001 — every library error becomes the line a user reads
+        from huggingface_hub.errors import RevisionNotFoundError
+
+        if pinned and isinstance(err, RevisionNotFoundError):
+            raise InputError(
+                f"{uri}: commit {pinned}, recorded in the run's {SOURCES_FILE}, is not on "
+                f"{endpoint()} any more; remove {SOURCES_FILE} to resolve the revision again"
+            ) from None
         raise InputError(explain(uri, err, offline)) from None
     path = Path(folder)
     return path.name, path  # the cache's snapshot folders are named by commit

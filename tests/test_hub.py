@@ -403,3 +403,127 @@ def test_validate_checks_ids_and_deep_resolves_them(fake: FakeHub, tmp_path: Pat
         "error: spec.model.path: hf://datasets/acme/m: a dataset id where a model is wanted"
         in malformed.stderr
     )
+
+
+# --- scalerl run and scalerl evaluate -----------------------------------------------------------
+
+
+@pytest.fixture(name="demo_data", scope="module")
+def demo_data_fixture() -> dict[str, bytes]:
+    """`builtin:demo`'s prompts, as a dataset repo lays out its splits."""
+    from scalerl.demo.builtins import resolve_builtin
+
+    return {
+        "train.jsonl": resolve_builtin("builtin:demo/train").read_bytes(),
+        "validation.jsonl": resolve_builtin("builtin:demo/validation").read_bytes(),
+    }
+
+
+def law_history(out: Path) -> None:
+    """history.jsonl of 11 evaluations of a run heading for A = 0.5 (enough for a fit)."""
+    from scalerl.fit import sigmoid
+    from scalerl.status.history import HeldOut, HistoryRow, PromptScore, TrainSummary
+
+    rows = []
+    for step in range(0, 101, 10):
+        compute = 0.071 * step / 100
+        correct = round(8 * float(sigmoid(compute, 0.5, 1.7, 0.02, 0.1)))
+        scores = [PromptScore(f"val/{i}", 8, correct, 0) for i in range(32)]
+        row = HistoryRow.of(
+            step=step, version=step, compute=compute, time=1.7e9 + 4.0 * step,
+            held_out=HeldOut.of(scores), train=TrainSummary(), counters={}, trainer_seconds={},
+            generation={},
+        )  # fmt: skip
+        rows.append(json.dumps(row.to_dict()) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "history.jsonl").write_text("".join(rows))
+
+
+def test_scalerl_run_prints_records_and_predicts_about_the_commits_it_resolved(
+    fake: FakeHub,
+    demo_model: dict[str, bytes],
+    demo_data: dict[str, bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """run_local resolves (and preflight checks the downloaded model and data) before the gang
+    starts; the gang is replaced here by a recorded history, which the last fit reads."""
+    from scalerl import local
+    from scalerl.spec import load_run
+
+    model_sha = fake.push("model", "acme/tiny-llama", demo_model)
+    data_sha = fake.push("dataset", "acme/arith", demo_data)
+    spec = yaml.safe_load((Path(local.__file__).parents[1] / "examples/local.yaml").read_text())
+    spec["spec"]["model"]["path"] = "hf://acme/tiny-llama"
+    spec["spec"]["data"]["train"] = "hf://datasets/acme/arith"
+    spec["spec"]["data"]["validation"]["path"] = "hf://datasets/acme/arith"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(spec))
+    out = tmp_path / "run"
+    law_history(out)
+
+    started: list[local.ScaleRLRun] = []  # the run as the gang would get it
+
+    def execute(self: local.LocalRun) -> dict[str, object] | None:
+        started.append(self.run)
+        return self.refit(local.read_history(self.out / "history.jsonl"), ended=True)
+
+    monkeypatch.setattr(local.LocalRun, "execute", execute)
+    end = local.run_local(load_run(tmp_path / "run.yaml"), out, display=False)
+
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" = commit ")[0] for line in lines] == [
+        "hf://acme/tiny-llama: model acme/tiny-llama@main",
+        "hf://datasets/acme/arith: dataset acme/arith@main",
+        "hf://datasets/acme/arith: dataset acme/arith@main",
+    ]
+    recorded = json.loads((out / hub.SOURCES_FILE).read_text())["sources"]
+    assert [(r["field"], r["commit"]) for r in recorded] == [
+        ("model.path", model_sha),
+        ("data.train", data_sha),
+        ("data.validation.path", data_sha),
+    ]
+    assert [Path(r["files"][0]).name for r in recorded[1:]] == ["train.jsonl", "validation.jsonl"]
+    assert end.report is not None and end.report["sources"] == recorded
+    assert json.loads((out / "fit.json").read_text())["sources"] == recorded
+    assert started[0].spec.model.path == recorded[0]["path"]
+    assert started[0].spec.data.train == recorded[1]["files"][0]
+
+
+def test_scalerl_evaluate_loads_a_checkpoint_by_id(
+    fake: FakeHub, demo_model: dict[str, bytes]
+) -> None:
+    from scalerl.hfeval import load_model
+
+    fake.push("model", "acme/tiny-llama", demo_model)
+    model = load_model("hf://acme/tiny-llama")
+    assert (
+        model.config.to_dict()["model_type"] == json.loads(demo_model["config.json"])["model_type"]
+    )
+
+
+def test_a_hub_that_never_answers_fails_in_the_timeout(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that accepts the connection and says nothing: the API call's timeout ends it."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections complete in the kernel's backlog; nothing ever answers
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr(hub, "TIMEOUT_S", 1.0)
+    try:
+        fails_fast(
+            lambda: hub.resolve_model("hf://acme/m"), r"^hf://acme/m: cannot reach .*Timeout"
+        )
+    finally:
+        silent.close()
+
+
+def test_a_recorded_commit_gone_from_the_hub_says_how_to_start_over(fake: FakeHub) -> None:
+    fake.push("model", "acme/m", {"config.json": b"{}"})
+    gone = "0" * 40
+    fails_fast(
+        lambda: hub.resolve_model("hf://acme/m@main", pinned=gone),
+        rf"^hf://acme/m@main: commit {gone}, recorded in the run's sources.json, is not on "
+        r"http://127\.0\.0\.1:\d+ any more; remove sources.json to resolve the revision again$",
+    )
