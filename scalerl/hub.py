@@ -386,8 +386,10 @@ class RunSources:
         return [{"field": field, **r.record()} for field, r in self.resolved]
 
     def write(self, out: Path) -> None:
-        """sources.json in the run directory (replaced whole), when the run has hf:// sources."""
+        """sources.json in the run directory (replaced whole); none when the run has no hf://
+        source (any left from an earlier start whose spec had some is removed)."""
         if not self.resolved:
+            (out / SOURCES_FILE).unlink(missing_ok=True)
             return
         out.mkdir(parents=True, exist_ok=True)
         partial = out / (SOURCES_FILE + ".partial")
