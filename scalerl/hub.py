@@ -305,6 +305,10 @@ def explain(uri: str, err: Exception, offline: bool) -> str:
     if isinstance(err, errors.RepositoryNotFoundError):
         token = "HF_TOKEN is set but cannot read it" if _has_token() else "set HF_TOKEN if private"
         return f"{uri}: no such repository on {hub}, or it is private or gated ({token})"
+    if status == 401:  # the Hub's answer to a token it does not know, whatever the repo
+        return (
+            f"{uri}: {hub} refused HF_TOKEN (401: invalid or expired); set a valid one or unset it"
+        )
     if status == 403:
         return f"{uri}: {hub} refused access (403); set HF_TOKEN to a token that can read it"
     if status == 429:

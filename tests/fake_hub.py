@@ -7,7 +7,8 @@ to resolve a revision and download a snapshot, in the Hub's URL layout.
   (`X-Repo-Commit`, `ETag`, `Content-Length`). No Xet headers: the client downloads over HTTP.
 
 Errors as the Hub gives them (status and `X-Error-Code`): a missing repo or revision (404), a
-private repo without the token (401), a gated one (403 GatedRepo), a rate limit (429).
+private repo without the token (401), a token it does not know (401, on any repo), a gated repo
+(403 GatedRepo), a rate limit (429).
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(404, None, body)
             repo_id, action = "/".join(parts[:2]), "resolve"
             rest = [urllib.parse.unquote(p) for p in parts[3:]]
+        auth = self.headers.get("Authorization")
+        if auth is not None and auth != f"Bearer {hub.token}":  # the Hub refuses unknown tokens
+            message = {"X-Error-Message": "Invalid credentials in Authorization header"}
+            return self._error(401, None, body, message)
         repo = hub.repos.get((kind, repo_id))
         if repo is None:
             return self._error(404, "RepoNotFound", body)
