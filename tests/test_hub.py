@@ -296,7 +296,11 @@ def test_hf_token_reads_a_private_repo(fake: FakeHub, monkeypatch: pytest.Monkey
     sha = fake.push("model", "acme/private", {"config.json": b"{}"})
     fake.repos[("model", "acme/private")].access = "private"
     monkeypatch.setenv("HF_TOKEN", "hf_wrong")
-    fails_fast(lambda: hub.resolve_model("hf://acme/private"), "HF_TOKEN is set but cannot read it")
+    fails_fast(
+        lambda: hub.resolve_model("hf://acme/private"),
+        r"^hf://acme/private: http://127\.0\.0\.1:\d+ refused HF_TOKEN "
+        r"\(401: invalid or expired\); set a valid one or unset it$",
+    )
     monkeypatch.setenv("HF_TOKEN", fake.token)
 
     assert hub.resolve_model("hf://acme/private").commit == sha
@@ -527,3 +531,55 @@ def test_a_recorded_commit_gone_from_the_hub_says_how_to_start_over(fake: FakeHu
         rf"^hf://acme/m@main: commit {gone}, recorded in the run's sources.json, is not on "
         r"http://127\.0\.0\.1:\d+ any more; remove sources.json to resolve the revision again$",
     )
+
+
+def test_hf_hub_cache_says_where_the_snapshots_go(
+    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "shared-cache"))
+    fake.push("model", "acme/m", {"config.json": b"{}"})
+    resolved = hub.resolve_model("hf://acme/m")
+    expected = tmp_path / "shared-cache" / "models--acme--m" / "snapshots" / resolved.commit
+    assert Path(resolved.path) == expected
+
+
+@pytest.mark.slow
+def test_a_run_trains_a_model_and_data_loaded_by_id(
+    fake: FakeHub, demo_model: dict[str, bytes], demo_data: dict[str, bytes], tmp_path: Path
+) -> None:
+    """`scalerl run` end to end, colocated (one process: the trainer and a vLLM engine on CPU),
+    3 steps of the demo recipe shrunk, with the model and the prompts by id from the fake Hub."""
+    from scalerl.runfile import run_command, write_variant
+    from scalerl.status.history import read_history
+
+    model_sha = fake.push("model", "acme/tiny-llama", demo_model)
+    data_sha = fake.push("dataset", "acme/arith", demo_data)
+    small = {
+        "model": {"path": "hf://acme/tiny-llama"},
+        "data": {
+            "train": "hf://datasets/acme/arith",
+            "validation": {"path": "hf://datasets/acme/arith", "prompts": 16},
+        },
+        "recipe": {"batch": {"prompts": 8, "generationsPerPrompt": 4}},
+        "evaluation": {"everySteps": 1, "generationsPerPrompt": 2},
+        "budget": {"maxSteps": 3},
+        "checkpoint": {"everySteps": 3},
+        "fit": {"everyEvaluations": 2, "minCompute": 0},
+    }
+    examples = Path(hub.__file__).resolve().parents[1] / "examples"
+    spec = write_variant(examples / "colocated.yaml", tmp_path / "run.yaml", small)
+    out = tmp_path / "run"
+
+    done = subprocess.run(
+        run_command(spec, out), capture_output=True, text=True, timeout=300, env=dict(os.environ)
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"hf://acme/tiny-llama: model acme/tiny-llama@main = commit {model_sha}" in done.stdout
+    assert [e["step"] for e in read_history(out / "history.jsonl")] == [0, 1, 2, 3]
+    recorded = json.loads((out / hub.SOURCES_FILE).read_text())["sources"]
+    assert [r["commit"] for r in recorded] == [model_sha, data_sha, data_sha]
+    ran = yaml.safe_load((out / "run.yaml").read_text())["spec"]  # what the process read
+    assert ran["model"]["path"] == recorded[0]["path"]
+    gets = [path for method, path, _ in fake.requests if method == "GET" and "/resolve/" in path]
+    assert len(gets) == len(set(gets)) == len(demo_model) + 2  # each file downloaded once
