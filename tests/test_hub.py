@@ -560,7 +560,10 @@ def test_a_run_trains_a_model_and_data_loaded_by_id(
             "train": "hf://datasets/acme/arith",
             "validation": {"path": "hf://datasets/acme/arith", "prompts": 16},
         },
-        "recipe": {"batch": {"prompts": 8, "generationsPerPrompt": 4}},
+        "recipe": {
+            "batch": {"prompts": 8, "generationsPerPrompt": 4},
+            "optimizer": {"warmupSteps": 1},
+        },
         "evaluation": {"everySteps": 1, "generationsPerPrompt": 2},
         "budget": {"maxSteps": 3},
         "checkpoint": {"everySteps": 3},
