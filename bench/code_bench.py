@@ -77,13 +77,17 @@ def generation(work: Path, reward: str, steps: int) -> dict[str, Any]:
     changes = {
         "budget": {"maxSteps": steps},
         "data": {"reward": reward},
-        "evaluation": {"everySteps": steps},
+        "evaluation": {"everySteps": 2},
         "fit": {"everyEvaluations": 100},
     }
     spec = write_variant(EXAMPLE, work / f"{name}.yaml", changes)
     env = {**os.environ, "PYTHONPATH": f"{work}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     out = work / name
-    subprocess.run(run_command(spec, out), check=True, capture_output=True, env=env, timeout=3600)
+    done = subprocess.run(
+        run_command(spec, out), capture_output=True, text=True, env=env, timeout=3600
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{reward} run failed:\n{done.stdout}{done.stderr}")
     return dict(read_history(out / "history.jsonl")[-1]["generation"])
 
 
@@ -100,9 +104,9 @@ def tokens_per_second(steps: int) -> None:
             rates[label] = g["generated_tokens"] / seconds
             print(
                 f"{label:>13}: {g['generated_tokens']:6.0f} tokens in {seconds:5.0f} s of "
-                f"generation, {rates[label]:6.1f} tokens/s; per generator: scoring "
-                f"{g['generator_score_seconds']:5.1f} s, engine waiting on rewards "
-                f"{g['generator_reward_wait_seconds']:5.1f} s, idle "
+                f"generation, {rates[label]:6.1f} tokens/s; per generator: groups scoring "
+                f"{g['generator_score_seconds']:6.1f} s (summed: they overlap), engine waiting "
+                f"on rewards {g['generator_reward_wait_seconds']:5.1f} s, idle "
                 f"{g['generator_idle_seconds']:5.1f} s"
             )
     print(f"code / free: {rates['reward: code'] / rates['free reward']:.2f}")

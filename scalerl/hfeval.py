@@ -176,7 +176,7 @@ class HeldOut:
             prompt_ids=tuple(tuple(encoder.encode(e)) for e in validation),
             tokens=tokens,
             rewards={
-                name: load_reward(name)
+                name: load_reward(name, spec.data.code)  # a code run's own limits
                 for name in dict.fromkeys([spec.data.reward, *(e.reward for e in validation)])
                 if name
             },

@@ -1,7 +1,7 @@
-"""A restart resumes the data where it stopped: a PPO-off-policy-1 run on one generator, killed
-with SIGKILL twice and resumed, trains on the prompts the run that never stopped trained on, step
-for step. (tests/test_local.py checks the same rule under PipelineRL, with kills, a different
-number of generators on resume, and colocated.)"""
+"""A restart resumes the data where it stopped: a PPO-off-policy-1 run on one generator, its
+trainer killed with SIGKILL and resumed, trains on the prompts the run that never stopped
+trained on, step for step. (tests/test_local.py checks the same rule under PipelineRL, with
+kills, a different number of generators on resume, and colocated.)"""
 
 from __future__ import annotations
 
@@ -45,10 +45,9 @@ def test_a_killed_ppo_run_trains_on_the_same_prompts_step_for_step(tmp_path: Pat
     with running(spec(tmp_path, "killed"), killed) as proc:
         wait_for_step(killed, 3, proc, timeout_s=300)
         kill(killed, "trainer-0")  # the gang restarts from the step-2 checkpoint
-        wait_for_step(killed, 7, proc, timeout_s=300)
-        kill(killed, "generator-0")  # and from step 6
         output = finish(proc, timeout_s=400)
-    assert "(2/3): generator-0 exited with code -9" in output
+    # (A generator's death restarts the gang the same way: tests/test_local.py kills one.)
+    assert "(1/3): trainer-0 exited with code -9" in output
     expected = [sorted(p["id"] for p in row["prompts"]) for row in batches(whole)]
     got = [sorted(p["id"] for p in row["prompts"]) for row in batches(killed)]
     # Batch k is the k-th eight of the data order in both (a batch that updated nothing is one

@@ -14,6 +14,7 @@ import json
 import math
 import re
 import statistics
+import time
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,17 @@ def greedy_completion(model: Any, prompt: list[int], most: int, eos: int) -> lis
         if ids[-1] == eos:
             break
     return ids[len(prompt) :]
+
+
+def test_code_is_scored_with_the_runs_own_limits(demo) -> None:
+    run, _, _ = demo
+    limited = variant(run, **{"data.reward": "code", "data.code": {"testTimeoutSeconds": 0.3}})
+    held = HeldOut.for_run(limited, load_tokenizer(run), run.spec.model.path, prompts=1)
+    looping = "def f(x):\n    while True:\n        pass\n"
+    reference = json.dumps({"fn_name": "f", "inputs": [[1]], "outputs": [1]})
+    started = time.monotonic()
+    assert held.rewards["code"](looping, reference) == -1.0
+    assert time.monotonic() - started < 3.0  # its 0.3 s, not the default 6 s a test may take
 
 
 def test_temperature_near_zero_samples_the_argmax_completion(demo) -> None:
