@@ -27,7 +27,8 @@ cluster-bins:
 	$(PY) tests/cluster/bins.py
 
 # Everything: unit tests, the slow end-to-end runs (real processes, vLLM on CPU) and the tests on
-# the real control plane (tests/cluster). GPU tests skip where there is no GPU.
+# the real control plane (tests/cluster). GPU tests skip where there is no GPU. pytest lists the
+# 30 slowest at the end (pyproject's addopts): where the time goes.
 test: setup cluster-bins
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
