@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.optimize import brentq
 
 from scalerl.fit.backtest import Backtest
 from scalerl.fit.fitter import compute_floor
@@ -19,6 +20,11 @@ from scalerl.fit.result import FitResult
 from scalerl.spec import MISFIT, OK, PREDICTION_MIN_POINTS, TOO_EARLY, UNCHECKED, BudgetSpec
 
 __all__ = ["MISFIT", "OK", "TOO_EARLY", "UNCHECKED", "outlook", "seconds_per_compute"]
+
+# How far past its data a run's forecast is followed to find where it reaches the target: the
+# drift is a line in ln compute measured over the data's own span, and carried a thousand times
+# further it says nothing a user should plan on.
+TARGET_HORIZON = 1000.0
 
 
 def outlook(
@@ -38,8 +44,10 @@ def outlook(
       `FitResult.forecast`) where the run will end (the first budget it hits, `budget`,
       named by `budgetLimit`); predictedAtBudgetInterval: what an evaluation there will read
       (`FitResult.predictive_interval`).
-    - computeToTarget: the compute at which the curve reaches budget.targetPassRate (0 where it
-      starts there; null where its A does not reach it, or without a target).
+    - computeToTarget: the compute at which the run reaches budget.targetPassRate: where the law
+      does within the data, beyond it where the forecast does (as predictedAtBudget, up to
+      TARGET_HORIZON times the last fitted compute); 0 where the curve starts there; null
+      where neither reaches it, or without a target.
     - etaSeconds: seconds from the last evaluation to the budget and to the target (null where
       there is none or it lies beyond the budget): wall seconds at `wall_per_compute` (the run's
       measured wall seconds per unit of compute, `seconds_per_compute`); without a measure,
@@ -126,8 +134,22 @@ def seconds_per_compute(times: Sequence[float | None], compute: Sequence[float])
 
 
 def _compute_to(result: FitResult, target: float | None) -> float | None:
-    if target is None or result.A <= target:
+    if target is None:
         return None
     if target <= result.R0:
         return 0.0
-    return float(compute_to_reach(target, result.A, result.B, result.C_mid, result.R0))
+    last = result.fit_range[1]
+    law = float(compute_to_reach(target, result.A, result.B, result.C_mid, result.R0))
+    if result.drift is None or law <= last:  # within the data the forecast is the law
+        return law if np.isfinite(law) else None
+    # Beyond the data: the first compute at which the forecast reads the target.
+    grid = last * np.geomspace(1.0, TARGET_HORIZON, 400)
+    above = np.flatnonzero(np.asarray(result.forecast(grid)) >= target)
+    if above.size == 0 or above[0] == 0:  # never, or (rounding) already at the data's end
+        return None if above.size == 0 else float(last)
+
+    def short(log_c: float) -> float:
+        return float(result.forecast(np.exp(log_c))) - target
+
+    lo, hi = np.log(grid[above[0] - 1]), np.log(grid[above[0]])
+    return float(np.exp(brentq(short, lo, hi, xtol=1e-12)))

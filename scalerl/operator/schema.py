@@ -344,9 +344,10 @@ def _prediction() -> dict[str, Any]:
                 "description": "The budget the run will hit first.",
             },
             "computeToTarget": _num(
-                f"Compute ({COMPUTE_UNIT}) at which the fitted curve reaches "
-                "budget.targetPassRate: 0 where it starts there, null where its A does not reach "
-                "it or without a target.",
+                f"Compute ({COMPUTE_UNIT}) at which the run reaches budget.targetPassRate: the "
+                "law within the data, the forecast (predictedAtBudget's) beyond it, up to 1000x "
+                "the last fitted compute; 0 where it starts there, null where it does not get "
+                "there or without a target.",
                 nullable=True,
             ),
             "etaSeconds": {

@@ -3,6 +3,7 @@ prediction is still too early, each checked against the law computed by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,6 +11,8 @@ import pytest
 
 from scalerl.fit import fit_curve, sample_curve, sigmoid
 from scalerl.fit.backtest import Backtest
+from scalerl.fit.drift import Drift
+from scalerl.fit.law import compute_to_reach
 from scalerl.fit.outlook import outlook, seconds_per_compute
 from scalerl.spec import PREDICTION_MIN_POINTS, BudgetSpec
 
@@ -126,3 +129,33 @@ def test_wall_pace_is_the_median_over_evaluations() -> None:
     said = outlook(fitted(), BudgetSpec(max_compute_hours=6.0), step=150, compute=3.0, units=4,
                    wall_per_compute=1000.0)  # fmt: skip
     assert said["etaSeconds"]["budget"] == pytest.approx(3.0 * 1000.0)
+
+
+def test_a_target_beyond_the_data_is_where_the_forecast_reaches_it() -> None:
+    # The demo's straight early curve (tests/fit/test_intervals.py): the law bends below where
+    # the run goes, and the run's own drift from it lifts the forecast, predictedAtBudget's.
+    compute = np.linspace(0.0, 0.0064, 21)[:11]
+    rates = 0.18 + (0.91 - 0.18) * compute / 0.0064
+    result = fit_curve(compute, rates, sigma=np.full(rates.size, 0.012))
+    assert result.drift is not None and result.drift.rate > 0
+    rate, last = result.drift.rate, float(compute[-1])
+    target = 0.8
+    said = outlook(result, BudgetSpec(target_pass_rate=target), step=50, compute=last, units=1)
+    at = said["computeToTarget"]
+
+    def by_hand(c: float) -> float:  # the law plus the drift's line in ln compute past the data
+        law = float(sigmoid(c, result.A, result.B, result.C_mid, result.R0))
+        return min(1.0, law + rate * math.log(c / last))
+
+    assert at > last
+    assert by_hand(at) == pytest.approx(target, abs=1e-6)
+    assert by_hand(at * 0.99) < target  # the first compute that reads it
+    # Not where the law alone reaches it.
+    law_at = float(compute_to_reach(target, result.A, result.B, result.C_mid, result.R0))
+    assert not math.isclose(at, law_at, rel_tol=0.01)
+    # A run falling behind its law (a negative drift) that the forecast never lifts to the
+    # target within a thousand times the data: none, although the law alone would get there.
+    lagging = dataclasses.replace(result, drift_probe=lambda: Drift(-0.5, 0.0, 0.0, 3))
+    assert result.A > target
+    said = outlook(lagging, BudgetSpec(target_pass_rate=target), step=50, compute=last, units=1)
+    assert said["computeToTarget"] is None
