@@ -183,7 +183,8 @@ def test_a_tracker_that_comes_back_gets_what_its_full_queue_left_on_disk(tmp_pat
     assert mlflow_series(uri, run, "train/reward") == [(s, float(s)) for s in range(1, 61)]
 
 
-KILLED_ATTEMPT = """
+# A trainer process's tracker sink, W&B offline, resumed at step RESUME (its checkpoint).
+ATTEMPT = """
 import json, os, signal, sys, time
 from pathlib import Path
 from scalerl.spec import TrackingSpec
@@ -192,7 +193,12 @@ from scalerl.tracking import TrackedRun, TrackerSink, build_trackers
 run_dir = Path(sys.argv[1])
 spec = TrackingSpec.model_validate({"wandb": {"mode": "offline"}})
 run = TrackedRun.of("math-8b", "local", run_dir, "trainer")
-sink = TrackerSink(build_trackers(spec, run), run, resume_step=0)
+sink = TrackerSink(build_trackers(spec, run), run, resume_step=RESUME)
+"""
+
+KILLED_ATTEMPT = (
+    ATTEMPT.replace("RESUME", "0")
+    + """
 for step in range(1, 6):
     sink.step(step, {"train/reward": 1000.0 + step})
 state = run_dir / "tracking" / "trainer-wandb.json"
@@ -200,6 +206,7 @@ while not (state.exists() and json.loads(state.read_text()).get("step") == 5):
     time.sleep(0.05)
 os.kill(os.getpid(), signal.SIGKILL)  # W&B took steps 1-5 but has not written them yet
 """
+)
 
 
 def test_steps_w_and_b_took_but_a_kill_kept_from_its_files_are_sent_again(tmp_path: Path) -> None:
@@ -223,20 +230,14 @@ def test_steps_w_and_b_took_but_a_kill_kept_from_its_files_are_sent_again(tmp_pa
     assert rows[5:] == [(s, 2000.0 + s) for s in range(6, 9)]
 
 
-RESUMED_ATTEMPT = """
-import sys
-from pathlib import Path
-from scalerl.spec import TrackingSpec
-from scalerl.tracking import TrackedRun, TrackerSink, build_trackers
-
-run_dir = Path(sys.argv[1])
-spec = TrackingSpec.model_validate({"wandb": {"mode": "offline"}})
-run = TrackedRun.of("math-8b", "local", run_dir, "trainer")
-sink = TrackerSink(build_trackers(spec, run), run, resume_step=4)
+RESUMED_ATTEMPT = (
+    ATTEMPT.replace("RESUME", "4")
+    + """
 for step in range(5, 9):
     sink.step(step, {"train/reward": 2000.0 + step})
 sink.close(finished=True, timeout_s=60)
 """
+)
 
 
 LAUNCHER = """
