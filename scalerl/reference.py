@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import types
 import typing
 from collections.abc import Iterator
@@ -117,8 +116,8 @@ def type_text(annotation: Any) -> str:
 
 def bounds_text(field: FieldInfo) -> str:
     """The numeric and length bounds pydantic enforces, e.g. `>= 1, <= 1000`."""
-    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "min_length": "length >=",
-             "max_length": "length <="}  # fmt: skip
+    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    signs |= {"min_length": "length >=", "max_length": "length <="}
     found = []
     for item in field.metadata:
         if isinstance(item, annotated_types.BaseMetadata):
@@ -132,11 +131,13 @@ def bounds_text(field: FieldInfo) -> str:
 def default_text(field: FieldInfo) -> str:
     if field.is_required():
         return "required"
-    value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+    value = field.get_default(call_default_factory=True)
     if value is PydanticUndefined:
         return "required"
     if isinstance(value, BaseModel):
-        return "its fields' defaults" if value == type(value)() else "see its fields"
+        model = type(value)
+        shown = "the defaults of" if value == model() else "set fields of"
+        return f"{shown} [{model.__name__}](#{anchor(model)})"
     return f"`{json.dumps(value)}`"
 
 
@@ -284,12 +285,13 @@ def metrics_page() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    out = Path((argv if argv is not None else sys.argv[1:] or ["docs-reference"])[0])
+    parser = argparse.ArgumentParser(description="Write the generated reference pages to DIR.")
+    parser.add_argument("out", metavar="DIR", type=Path)
+    out: Path = parser.parse_args(argv).out
+    out.mkdir(parents=True, exist_ok=True)
     for path, text in pages().items():
-        target = out / Path(path).name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        print(target)
+        (out / Path(path).name).write_text(text)
+        print(out / Path(path).name)
     return 0
 
 
