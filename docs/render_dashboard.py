@@ -1,4 +1,5 @@
-"""Draw the chart's Grafana dashboard from a real local run, for the README (docs/dashboard.png).
+"""Draw the chart's Grafana dashboard from a real local run, for the docs (docs/dashboard.png,
+shown in docs/operations.md).
 
 Grafana cannot be installed on our machines, so this stands in for it: a real Prometheus scrapes
 `scalerl run examples/local.yaml` (the demo), then every panel's own PromQL, read from the
