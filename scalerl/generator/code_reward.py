@@ -29,6 +29,7 @@ data's fault and raises InputError naming what is wrong.
 from __future__ import annotations
 
 import ast
+import atexit
 import json
 import re
 import signal
@@ -40,7 +41,7 @@ from typing import Any
 
 from scalerl.errors import InputError, ScaleRLError
 from scalerl.generator.code_judge import same_output, same_value
-from scalerl.sandbox import Execution, Limits, execute
+from scalerl.sandbox import Execution, Limits, PerThread, Sandbox
 from scalerl.spec import CodeSpec
 
 PASSED = "passed"
@@ -203,18 +204,29 @@ def score_code(
     spec: CodeSpec | None = None,
     *,
     stop_early: bool = False,
+    sandbox: Sandbox | None = None,
 ) -> CodeVerdict:
     """Run the answer's program against the reference's tests; the whole record.
 
     `stop_early` skips the tests after the first failure (they read NOT_RUN): the reward is the
-    same and a failing program costs one test's time, not all of them."""
+    same and a failing program costs one test's time, not all of them. `sandbox` runs them (one
+    kept by the caller: no start-up per program); None: a sandbox of its own."""
     spec = spec or CodeSpec()
     tests = parse_tests(reference)
     program = extract_code(answer)
+    if sandbox is None:
+        with Sandbox() as own:
+            return _score(own, program, tests, spec, stop_early)
+    return _score(sandbox, program, tests, spec, stop_early)
+
+
+def _score(
+    sandbox: Sandbox, program: str, tests: CodeTests, spec: CodeSpec, stop_early: bool
+) -> CodeVerdict:
     deadline = time.monotonic() + spec.problem_timeout_seconds
     if tests.kind == "stdio":
-        return _score_stdio(program, tests, spec, deadline, stop_early)
-    return _score_calls(program, tests, spec, deadline, stop_early)
+        return _score_stdio(sandbox, program, tests, spec, deadline, stop_early)
+    return _score_calls(sandbox, program, tests, spec, deadline, stop_early)
 
 
 def _limits(spec: CodeSpec, seconds: float) -> Limits:
@@ -229,7 +241,12 @@ def _limits(spec: CodeSpec, seconds: float) -> Limits:
 
 
 def _score_stdio(
-    program: str, tests: CodeTests, spec: CodeSpec, deadline: float, stop_early: bool
+    sandbox: Sandbox,
+    program: str,
+    tests: CodeTests,
+    spec: CodeSpec,
+    deadline: float,
+    stop_early: bool,
 ) -> CodeVerdict:
     results: list[TestResult] = []
     missing: tuple[str, ...] = ()
@@ -238,7 +255,7 @@ def _score_stdio(
         if left <= 0 or (stop_early and results and not results[-1].passed):
             results.append(TestResult(NOT_RUN))
             continue
-        done = execute(program, given.encode(), _limits(spec, left))
+        done = sandbox.run(program, given.encode(), _limits(spec, left))
         missing = done.isolation.missing
         if done.error:
             return CodeVerdict(results, done.error, missing)
@@ -266,7 +283,12 @@ def _failure(done: Execution) -> TestResult | None:
 
 
 def _score_calls(
-    program: str, tests: CodeTests, spec: CodeSpec, deadline: float, stop_early: bool
+    sandbox: Sandbox,
+    program: str,
+    tests: CodeTests,
+    spec: CodeSpec,
+    deadline: float,
+    stop_early: bool,
 ) -> CodeVerdict:
     """Call-based and assert tests: one run of the harness for all cases, each case under the
     per-test time limit, the whole under the problem's."""
@@ -280,7 +302,7 @@ def _score_calls(
     }
     budget = len(tests.inputs) * spec.test_timeout_seconds + _STARTUP_SECONDS
     seconds = min(budget, deadline - time.monotonic())
-    done = execute(
+    done = sandbox.run(
         _HARNESS, json.dumps(cases).encode(), _limits(spec, seconds), {"solution.py": program}
     )
     if done.error:
@@ -337,10 +359,13 @@ def code(answer: str, reference: str) -> float:
 
 
 def code_reward(spec: CodeSpec) -> Callable[[str, str], float]:
-    """The `code` RewardFn with a run's limits (spec.data.code): +1 when every test passes."""
+    """The `code` RewardFn with a run's limits (spec.data.code): +1 when every test passes. Each
+    thread that calls it keeps a sandbox, closed when the process exits."""
+    sandboxes = PerThread()
+    atexit.register(sandboxes.close)
 
     def reward(answer: str, reference: str) -> float:
-        verdict = score_code(answer, reference, spec, stop_early=True)
+        verdict = score_code(answer, reference, spec, stop_early=True, sandbox=sandboxes.get())
         if verdict.error:
             raise SandboxFailure(verdict.error)
         return verdict.reward

@@ -1,12 +1,14 @@
 """Runs untrusted programs (a model's code, for `reward: code`) so they cannot touch anything
-else: `execute(program, stdin, limits)` -> `Execution`.
+else: `Sandbox().run(program, stdin, limits)` -> `Execution`, one program after another in one
+sandbox; `execute(...)`, one in a sandbox of its own.
 
-Each execution gets its own process group and session; a wall-clock limit (killed from outside),
-CPU, address-space, file-size and process-count limits (kernel rlimits, set inside its user
+Each execution gets its own process group and session; a wall-clock limit (killed from outside
+it), CPU, address-space, file-size and process-count limits (kernel rlimits, set inside its user
 namespace so the process count is its own); bounded stdout/stderr (killed past the limit); a
-private working folder, removed after; and, with bubblewrap (`scalerl.sandbox.isolation`), its own
-user, PID, network, mount and IPC namespaces: no network, a read-only view of /usr and nothing else
-of the machine, and every process it started killed with its PID namespace.
+private working folder; and, with bubblewrap (`scalerl.sandbox.isolation`), its own user, PID,
+network, mount and IPC namespaces: no network, a read-only view of /usr and nothing else of the
+machine. After each program every process it started is killed and every place it could write is
+emptied before the next one starts (scalerl/sandbox/supervisor.py).
 
 Where the platform refuses user namespaces (a pod whose seccomp profile forbids them), executions
 run as plain processes with the limits that still hold, and `Isolation.missing` — in every
@@ -17,6 +19,6 @@ once), and a program reading what the system's /usr holds.
 """
 
 from scalerl.sandbox.isolation import Isolation, probe
-from scalerl.sandbox.run import Execution, Limits, execute
+from scalerl.sandbox.run import Execution, Limits, PerThread, Sandbox, execute
 
-__all__ = ["Execution", "Isolation", "Limits", "execute", "probe"]
+__all__ = ["Execution", "Isolation", "Limits", "PerThread", "Sandbox", "execute", "probe"]

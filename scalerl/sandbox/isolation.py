@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,8 +80,8 @@ def interpreter() -> str:
     return str(system) if system.exists() else str(Path(sys.executable).resolve())
 
 
-def bwrap_argv(folder: Path, python: str) -> list[str]:
-    """The bubblewrap command line that runs `python` in `folder` (the sandbox's own folder)."""
+def bwrap_argv(python: str) -> list[str]:
+    """The bubblewrap command line (without the command) that runs `python` in a sandbox."""
     argv = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-all",
@@ -106,9 +105,9 @@ def bwrap_argv(folder: Path, python: str) -> list[str]:
     prefix = Path(python).resolve().parent.parent
     if not prefix.is_relative_to("/usr"):
         argv += ["--ro-bind", str(prefix), str(prefix)]
-    # Every place it may write is a small tmpfs: its folder (holding read-only copies of the
-    # files it was given, so a program cannot fill the host's disk with many small files),
-    # /tmp and /dev/shm; the rest of /dev is read-only.
+    # Every place it may write is a small tmpfs, so a program cannot fill the host's disk: the
+    # sandbox's folder (where each program's own folder is made), /tmp and /dev/shm; the rest of
+    # /dev is read-only.
     argv += [
         "--proc", "/proc",
         "--dev", "/dev",
@@ -117,8 +116,6 @@ def bwrap_argv(folder: Path, python: str) -> list[str]:
         "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
         "--size", str(TMP_BYTES), "--tmpfs", SANDBOX_DIR,
     ]  # fmt: skip
-    for path in sorted(folder.iterdir()):
-        argv += ["--ro-bind", str(path), f"{SANDBOX_DIR}/{path.name}"]
     return [*argv, "--chdir", SANDBOX_DIR, "--remount-ro", "/"]
 
 
@@ -142,15 +139,14 @@ def _probe() -> Isolation:
     if shutil.which("bwrap") is None:
         return plain("bubblewrap (bwrap) is not installed")
     try:
-        with tempfile.TemporaryDirectory(prefix="scalerl-probe-") as folder:
-            os.chmod(folder, 0o755)  # nobody only needs to enter it
-            done = subprocess.run(
-                [*bwrap_argv(Path(folder), interpreter()), interpreter(), "-I", "-c", "pass"],
-                capture_output=True,
-                timeout=30,
-                check=False,
-                **as_sandbox_user(),
-            )
+        done = subprocess.run(
+            [*bwrap_argv(interpreter()), interpreter(), "-I", "-c", "pass"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+            cwd="/",
+            **as_sandbox_user(),
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return plain(f"bubblewrap could not start: {err}")
     if done.returncode != 0:

@@ -218,12 +218,12 @@ def test_the_code_reward_resolves_and_a_broken_sandbox_drops_the_sample(
     if isolation.probe().mode != "bwrap":
         pytest.skip("breaks bubblewrap on purpose; this machine runs without it")
     monkeypatch.setattr(
-        isolation, "bwrap_argv", lambda folder, python: ["bwrap", "--no-such-option"]
+        isolation, "bwrap_argv", lambda python: ["bwrap", "--no-such-option"]
     )
     verdict = score_code(SUM_MAX, reference, FAST)
     assert verdict.error.startswith("the sandbox did not start") and verdict.reward == -1.0
-    with pytest.raises(SandboxFailure):
-        reward(SUM_MAX, reference)
+    with pytest.raises(SandboxFailure):  # a reward loaded now starts its sandbox broken
+        load_reward("code", FAST)(SUM_MAX, reference)
 
 
 def test_an_assert_solution_finds_no_file_holding_its_expected_values() -> None:

@@ -13,7 +13,7 @@ from scalerl.sandbox import Isolation, probe
 from scalerl.sandbox.isolation import run_as
 from scalerl.sandbox.run import base_folder
 
-LAUNCHER_MARK = b"What runs first inside the sandbox"  # scalerl/sandbox/launch.py's first line
+LAUNCHER_MARK = b"The first process of a sandbox"  # scalerl/sandbox/supervisor.py's first line
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ nothing behind (no process, no folder, no file outside its own folder)."""
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import signal
 import socket
@@ -16,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from scalerl.sandbox import Limits, execute
-from scalerl.sandbox.run import base_folder
 
 pytestmark = pytest.mark.usefixtures("nothing_left_behind")
 SHORT = Limits(wall_seconds=2.0, cpu_seconds=1, memory_bytes=256 << 20, output_bytes=1 << 20)
@@ -103,18 +103,25 @@ def test_a_run_cannot_read_another_runs_files() -> None:
     first = threading.Thread(target=execute, args=(sleeper,), kwargs={"limits": SHORT})
     first.start()
     try:
-        found = _wait_for(lambda: list(base_folder().glob("run-*/main.py")))
-        assert found and secret in found[0].read_text()  # it is there, on this machine
+        # It is there, on this machine, seen from outside through its supervisor's root.
+        found = _wait_for(lambda: glob.glob("/proc/[0-9]*/root/sandbox/job-*/main.py"))
+        assert found and secret in Path(found[0]).read_text()
         reader = (
-            "try:\n"
-            f"    print(open({str(found[0])!r}).read())\n"
-            "except OSError as err:\n"
-            "    print('refused', err.errno)\n"
+            "import glob\n"
+            f"paths = [{found[0]!r}] + glob.glob('/proc/[0-9]*/root/sandbox/*/main.py')\n"
+            "paths += glob.glob('/sandbox/*/*') + glob.glob('/tmp/**', recursive=True)\n"
+            "for path in paths:\n"
+            "    try:\n"
+            "        print(path, open(path).read())\n"
+            "    except OSError as err:\n"
+            "        print('refused', path, err.errno)\n"
         )
         done = execute(reader, limits=SHORT)
     finally:
         first.join()
-    assert secret.encode() not in done.stdout and done.stdout.startswith(b"refused")
+    assert done.returncode == 0, done.stderr
+    assert secret.encode() not in done.stdout
+    assert done.stdout.startswith(b"refused"), done.stdout  # the other's path is not there
 
 
 def test_a_1_gb_print_is_cut_at_the_output_limit() -> None:

@@ -1,0 +1,115 @@
+"""One sandbox runs program after program (as a run's scoring workers keep theirs): each gets
+fresh limits and a clean machine, whatever the one before it did, and the sandbox itself is out
+of the programs' reach."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from scalerl.sandbox import Limits, Sandbox
+from scalerl.sandbox.isolation import plain
+
+pytestmark = pytest.mark.usefixtures("nothing_left_behind")
+LIMITS = Limits(wall_seconds=30.0, cpu_seconds=1, memory_bytes=256 << 20, output_bytes=1 << 20)
+
+# Leaves all it can behind: a process that left its group and ignores SIGTERM, files in every
+# place it may write, and a System V shared-memory segment.
+LITTERER = """
+import ctypes, os, signal
+if os.fork() == 0:
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        open('/tmp/still-here', 'w').write(str(os.getpid()))
+        os.sched_yield()
+for path in ('left', '../left', '/tmp/left', '/dev/shm/left'):
+    open(path, 'w').write('litter')
+os.mkdir('/tmp/locked')
+os.chmod('/tmp/locked', 0)
+libc = ctypes.CDLL(None)
+print('segment', libc.shmget(0x5CA1E, 4096, 0o1600))
+"""
+
+# What the next program finds: the processes it can see, every place it may write, the segments.
+LOOKER = """
+import glob, os
+print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), os.getpid())
+print('files', sorted(glob.glob('/tmp/*') + glob.glob('/dev/shm/*') + glob.glob('../*')))
+print('segments', open('/proc/sysvipc/shm').read().splitlines()[1:])
+"""
+
+
+def test_the_next_program_finds_nothing_the_last_one_left(full_isolation: object) -> None:
+    with Sandbox() as box:
+        litter = box.run(LITTERER, limits=LIMITS)
+        assert litter.returncode == 0, litter.stderr
+        assert int(litter.stdout.split()[1]) >= 0  # the segment was made
+        pids, files, segments = box.run(LOOKER, limits=LIMITS).stdout.decode().splitlines()
+    own = int(pids.split()[-1])
+    assert pids == f"pids {sorted([1, own])} {own}"  # the supervisor (pid 1) and itself
+    (folder,) = eval(files.split(" ", 1)[1])  # noqa: S307 — a list the test's program printed
+    assert Path(folder).name.startswith("job-")  # its own folder, nothing else anywhere
+    assert segments == "segments []"
+
+
+def test_each_program_gets_its_own_cpu_time(full_isolation: object) -> None:
+    # 0.6 s of CPU each under a 1 s limit: counted together, the second would be killed.
+    burn = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end:\n  pass\n"
+    with Sandbox() as box:
+        runs = [box.run(burn, limits=LIMITS) for _ in range(3)]
+    assert [r.returncode for r in runs] == [0, 0, 0]
+
+
+def test_a_program_cannot_stop_trace_or_read_the_sandbox_that_runs_it(
+    full_isolation: object,
+) -> None:
+    attack = """
+import os, signal
+for what, act in [
+    ('kill 1', lambda: os.kill(1, signal.SIGKILL)),
+    ('stop 1', lambda: os.kill(1, signal.SIGSTOP)),
+    ('kill all', lambda: os.kill(-1, signal.SIGKILL)),
+    ('memory', lambda: open('/proc/1/mem', 'rb').read(1)),
+    ('environ', lambda: open('/proc/1/environ', 'rb').read()),
+]:
+    try:
+        act()
+        print(what, 'done')
+    except OSError as err:
+        print(what, 'refused', err.errno)
+"""
+    with Sandbox() as box:
+        first = box.run(attack, limits=LIMITS)
+        after = box.run("print('next')", limits=LIMITS)
+    lines = first.stdout.decode().splitlines()
+    # Signals to the namespace's first process are dropped by the kernel (no error, no effect);
+    # its memory and environment are refused (it is not dumpable).
+    assert [line.split()[-2] for line in lines[-2:]] == ["refused", "refused"], lines
+    assert after.returncode == 0 and after.stdout == b"next\n" and not after.error
+
+
+def test_a_sandbox_killed_from_outside_is_started_anew_for_the_next_program(
+    full_isolation: object,
+) -> None:
+    with Sandbox() as box:
+        assert box.run("print(1)", limits=LIMITS).stdout == b"1\n"
+        assert box._proc is not None and box._inner > 0
+        os.kill(box._inner, signal.SIGKILL)  # its supervisor, as the kernel's OOM killer would
+        box._proc.wait()
+        again = box.run("print(2)", limits=LIMITS)
+    assert again.stdout == b"2\n" and not again.error
+
+
+def test_without_namespaces_a_kept_sandbox_still_clears_its_folder_and_group(
+    full_isolation: object,
+) -> None:
+    litter = "import os\nopen('left', 'w').write('x')\nopen('../left', 'w').write('x')\n"
+    look = "import os\nprint(sorted(os.listdir('..')))\n"
+    with Sandbox(plain("namespaces refused in this test")) as box:
+        assert box.run(litter, limits=LIMITS).returncode == 0
+        seen = box.run(look, limits=LIMITS).stdout.decode()
+    assert seen.count("job-") == 1 and "left" not in seen
