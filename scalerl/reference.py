@@ -197,13 +197,17 @@ def subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpars
 
 
 def argument_rows(parser: argparse.ArgumentParser) -> Iterator[str]:
+    # argparse's own formatter writes each flag as `--help` shows it (`--run NAME`) and expands
+    # its help's %(default)s and %%.
+    formatter = parser._get_formatter()
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
             continue
-        name = ", ".join(action.option_strings) or (action.metavar or action.dest)
+        name = formatter._format_action_invocation(action)
         default = action.default
-        shown = "" if default in (None, False, argparse.SUPPRESS) else f"`{default}`"
-        yield f"| `{name}` | {shown} | {cell(action.help or '')} |"
+        shown = "" if default in (None, False, [], argparse.SUPPRESS) else f"`{default}`"
+        help_ = formatter._expand_help(action) if action.help else ""
+        yield f"| `{name}` | {shown} | {cell(help_)} |"
 
 
 def command_section(
