@@ -9,19 +9,23 @@ argparse prints, the metrics from `scalerl.metrics.all_metric_names`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, Field, create_model
 
 from scalerl.cli import build_parser
 from scalerl.metrics import all_metric_names
-from scalerl.reference import pages
+from scalerl.reference import model_section, pages
 from scalerl.spec import RunSpec, SweepSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,3 +167,50 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     spec = (site / "reference" / "spec" / "index.html").read_text()
     assert 'id="optimizerspec"' in spec
     assert (site / "dashboard.png").is_file()
+
+
+class Inner(BaseModel):
+    """A nested block."""
+
+    x: int = 1
+
+
+FIELD_TYPES: list[tuple[Any, st.SearchStrategy[Any]]] = [
+    (int, st.integers(-5, 5)),
+    (float, st.floats(-1, 1, allow_nan=False)),
+    (str, st.text("abc|", max_size=4)),
+    (bool, st.booleans()),
+    (Literal["a", "b"], st.sampled_from(["a", "b"])),
+    (list[int], st.lists(st.integers(0, 3), max_size=2)),
+    (int | None, st.none()),
+]
+
+
+@st.composite
+def models(draw: st.DrawFn) -> type[BaseModel]:
+    names = draw(st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), min_size=1,
+                          max_size=6, unique=True))  # fmt: skip
+    fields: dict[str, Any] = {}
+    for name in names:
+        kind, values = draw(st.sampled_from([*FIELD_TYPES, (Inner, st.just(Inner()))]))
+        default = draw(st.one_of(st.just(...), values))
+        words = draw(st.one_of(st.none(), st.text("xyz |", min_size=1, max_size=8)))
+        fields[name] = (kind, Field(default, description=words))
+    return create_model("Drawn", **fields)
+
+
+@given(models())
+def test_a_models_section_has_one_row_per_field_with_its_default(model: type[BaseModel]) -> None:
+    text = "\n".join(model_section(model, ["spec.drawn"]))
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(model.model_fields)
+    for row, (name, field) in zip(rows, model.model_fields.items(), strict=True):
+        cells = re.split(r"(?<!\\)\|", row)[1:-1]
+        assert len(cells) == 4, row  # a | in a description or default is escaped
+        assert cells[0].strip() == f"`{name}`"
+        if field.is_required():
+            assert cells[2].strip() == "required"
+        elif isinstance(field.default, Inner):
+            assert "(#inner)" in cells[2]
+        else:
+            assert cells[2].strip() == f"`{json.dumps(field.default)}`".replace("|", "\\|")
