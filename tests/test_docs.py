@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, create_model
 
@@ -199,6 +199,7 @@ def models(draw: st.DrawFn) -> type[BaseModel]:
     return create_model("Drawn", **fields)
 
 
+@settings(max_examples=40)
 @given(models())
 def test_a_models_section_has_one_row_per_field_with_its_default(model: type[BaseModel]) -> None:
     text = "\n".join(model_section(model, ["spec.drawn"]))
