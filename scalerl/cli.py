@@ -375,6 +375,46 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- scalerl fetch-sources -----------------------------------------------------------------------
+
+
+def add_fetch_sources_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "fetch-sources",
+        help="resolve and download a run's hf:// model and data (a cluster's initializer Job)",
+        description="Resolve each hf:// id of the run to a commit and download that commit into "
+        "the Hugging Face cache (HF_HUB_CACHE; resumable, skipped when the commit is there), as "
+        "`scalerl run` does before it starts; write the records to OUT/sources.json (a commit "
+        "recorded there is loaded again) and, with --run, to the ScaleRLRun's status.sources "
+        "with its SourcesReady condition. Exit 2 with one line when a source cannot be read.",
+    )
+    p.add_argument("--spec", required=True, help="ScaleRLRun YAML")
+    p.add_argument("--out", required=True, help="the run directory (sources.json)")
+    p.add_argument("--run", metavar="NAME", help="write the outcome to this ScaleRLRun's status")
+    p.add_argument("--namespace", metavar="NS", help="namespace of --run")
+    p.set_defaults(handler=cmd_fetch_sources)
+
+
+def cmd_fetch_sources(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from scalerl.errors import InputError
+    from scalerl.fetch import fetch_into_status
+    from scalerl.spec import load_run
+
+    if bool(args.run) != bool(args.namespace):
+        raise InputError("--run and --namespace go together (the run whose status to write)")
+    run = load_run(args.spec)
+    status = None
+    if args.run:
+        from scalerl.kube import Kube
+        from scalerl.status.kubernetes import RunStatus
+
+        kube = Kube.connect(agent="scalerl-initializer")
+        status = RunStatus(kube, args.namespace, args.run)
+    return fetch_into_status(run, Path(args.out), status)
+
+
 # Each entry declares one subcommand; add new commands here.
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_run_parser,
@@ -386,6 +426,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_evaluate_parser,
     add_export_parser,
     add_score_parser,
+    add_fetch_sources_parser,
     add_process_parsers,
     add_operator_parser,
 )

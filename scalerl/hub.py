@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from scalerl.errors import InputError
+from scalerl.spec import HUB_PREFIX
 
 if TYPE_CHECKING:
     from scalerl.spec import RunSpec
 
-PREFIX = "hf://"
+PREFIX = HUB_PREFIX
 DEFAULT_REVISION = "main"
 Kind = Literal["model", "dataset"]
 

@@ -1,5 +1,5 @@
-"""A Hugging Face Hub on 127.0.0.1 for tests: the routes huggingface_hub 2.4's own client calls
-to resolve a revision and download a snapshot, in the Hub's URL layout.
+"""A Hugging Face Hub on 127.0.0.1 (or `host`) for tests: the routes huggingface_hub 2.4's own
+client calls to resolve a revision and download a snapshot, in the Hub's URL layout.
 
 - `GET /api/{models,datasets}/ORG/NAME/revision/REV`: the commit (`sha`) and files (`siblings`).
 - `GET /api/{models,datasets}/ORG/NAME/tree/REV?recursive=…`: the commit's files, with sizes.
@@ -38,6 +38,8 @@ class FakeHub:
     rate_limited: bool = False
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, auth
     server: ThreadingHTTPServer | None = None
+    # Where it listens: a test kubelet's pods reach the address the API server is served on.
+    host: str = "127.0.0.1"
 
     def push(self, kind: str, repo_id: str, files: dict[str, bytes], branch: str = "main") -> str:
         """A new commit of `files` on `branch` (the branch moves to it); its sha."""
@@ -54,7 +56,7 @@ class FakeHub:
     @property
     def url(self) -> str:
         assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"http://{self.host}:{self.server.server_address[1]}"
 
     def start(self) -> FakeHub:
         hub = self
@@ -62,11 +64,15 @@ class FakeHub:
         class Handler(_Handler):
             owner = hub
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((self.host, 0), Handler)
         self.server.daemon_threads = True
         serve = self.server.serve_forever
         threading.Thread(target=serve, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
+
+    def downloads(self) -> int:
+        """File downloads served so far (GETs of `resolve/`; the API's calls are not counted)."""
+        return sum(m == "GET" and "/resolve/" in p for m, p, _ in self.requests)
 
     def stop(self) -> None:
         if self.server is not None:

@@ -225,9 +225,11 @@ def _delete_jobset(kube: Kube, owner: Owner) -> int:
 
 
 def remove_all(kube: Kube, owner: Owner, fit_jobs: int, *, queued: bool = False) -> int:
-    """Every child of the run: gang, fit Jobs, their pods, config, keys, policy, Service, RBAC."""
+    """Every child of the run: gang, fit and initializer Jobs, their pods, config, keys, policy,
+    Service, RBAC."""
     jobs = [names.workload(owner.name, role) for role in names.WORKLOAD_ROLES]
     jobs += [names.fit_job(owner.name, number) for number in range(1, fit_jobs + 1)]
+    jobs.append(names.initializer(owner.name))  # a run with hf:// sources has one
     deleted = _delete_jobset(kube, owner) if queued else 0
     deleted += sum(kube.delete("batch/v1", "Job", owner.namespace, job) for job in jobs)
     deleted += _delete_pods(kube, owner, None)

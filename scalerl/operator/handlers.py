@@ -55,6 +55,10 @@ def images_from_environ() -> Images:
         trainer=os.environ.get("SCALERL_TRAINER_IMAGE", default.trainer),
         generator=os.environ.get("SCALERL_GENERATOR_IMAGE", default.generator),
         fit=os.environ.get("SCALERL_FIT_IMAGE", default.fit),
+        # The initializer runs in the fit's image (the operator's) unless told otherwise.
+        initializer=os.environ.get(
+            "SCALERL_INITIALIZER_IMAGE", os.environ.get("SCALERL_FIT_IMAGE", default.initializer)
+        ),
         pull_secrets=tuple(
             name.strip()
             for name in os.environ.get("SCALERL_IMAGE_PULL_SECRETS", "").split(",")
@@ -250,6 +254,22 @@ def register(
         broken = lifecycle.job_failure(job) is not None or lifecycle.job_suspended(job)
         if type != "DELETED" and broken:
             act(memo, _run_of(job), lambda ctx: lifecycle.on_workload_job(ctx, job))
+
+    @kopf.on.event(
+        "batch",
+        "v1",
+        "jobs",
+        registry=registry,
+        id="initializer-jobs",
+        labels={names.LABEL_ROLE: names.ROLE_INITIALIZER},
+    )
+    def initializer_job_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+        # A pod of it ended (its SourcesReady says how) or the Job did: start the gang, or say
+        # why the download failed.
+        job = _plain(body)
+        ended = job.get("status") or {}
+        if type != "DELETED" and (ended.get("failed") or ended.get("conditions")):
+            act(memo, _run_of(job), lifecycle.reconcile)
 
     # A sweep acts on its runs' predictions: the periodic check reads them (a run's status
     # changes every step; a sweep's decisions need not follow each one).

@@ -1,8 +1,14 @@
 """What the operator does for a run, level-triggered and restart-safe; kopf-free.
 
-Phases: Pending (no gang: a spec the operator cannot run yet) -> [Queued ->] Starting (a gang
-created; until every pod of it runs) -> Running -> Succeeded | Failed, and Suspended while
-`spec.suspend` is true.
+Phases: Pending (no gang: a spec the operator cannot run yet) -> [Initializing ->] [Queued ->]
+Starting (a gang created; until every pod of it runs) -> Running -> Succeeded | Failed, and
+Suspended while `spec.suspend` is true.
+
+Initializing is a run with hf:// sources waiting for its initializer Job (initializer.py) to
+download them into the claim; its gang is created (and a queued one submitted to Kueue) only
+once status.sources records every one, so no pod, GPU or queue quota waits on a download. A
+failed download leaves it there, the message saying why, until the spec changes or the Job is
+deleted (a new one starts).
 
 Queued is a queued run's wait for Kueue (`spec.scheduling.queueName`): its gang is one suspended
 JobSet, one Kueue workload, until Kueue admits every pod of it at once; PodsReady=False says what
@@ -37,15 +43,16 @@ from typing import Any
 
 from scalerl.errors import SpecError
 from scalerl.kube import Kube, KubeError
-from scalerl.operator import children, names, trackrecord
+from scalerl.operator import children, initializer, names, sources, trackrecord
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
 from scalerl.operator.prediction import stop_reason
 from scalerl.spec import ScaleRLRun, parse_run
 from scalerl.status.conditions import now_rfc3339, set_condition
 from scalerl.status.kubernetes import RunStatus
 
-PENDING, QUEUED, STARTING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
+PENDING, INITIALIZING, QUEUED, STARTING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
     "Pending",
+    "Initializing",
     "Queued",
     "Starting",
     "Running",
@@ -172,29 +179,76 @@ def reconcile(ctx: Context, *, new: bool = False) -> None:
     run, problems = parse(run_obj)
     generation = {"observedGeneration": run_obj["metadata"].get("generation", 1)}
     if run is None:
-        message = "\n".join(problems)
-        written = transition(
-            ctx.status,
-            not_terminal,
-            phase=status_of(run_obj).get("phase") or PENDING,
-            conditions=[("Ready", False, "InvalidSpec", message)],
-            fields=generation,
-        )
-        if written and "conditions" in written:
-            ctx.emit(run_obj, WARNING, "InvalidSpec", "; ".join(problems))
+        invalid_spec(ctx, run_obj, problems, generation)
         return
     if status_of(run_obj).get("phase") in TERMINAL:
         children.remove_workloads(ctx.kube, ctx.owner, queued=run.queue_name is not None)
         return
     attempt = int(status_of(run_obj).get("restarts", 0))
-    children.ensure_static(ctx.kube, run, ctx.owner, ctx.network, attempt, new=new)
+    records = status_of(run_obj).get("sources") or []
+    ready = not sources.missing(run, records)
+    try:
+        problems = initializer.problems(run)
+        # The pods read the spec with the initializer's local files for the ids (sources.py).
+        pods_run = sources.localized(run, records) if ready and sources.uses_hub(run) else run
+    except SpecError as err:  # more files than a field holds
+        problems = err.problems
+    if problems:
+        invalid_spec(ctx, run_obj, problems, generation)
+        return
+    children.ensure_static(ctx.kube, pods_run, ctx.owner, ctx.network, attempt, new=new)
     if run.spec.suspend:
         suspend(ctx, run, run_obj, generation)
+        return
+    if not ready:
+        initialize(ctx, run, run_obj, generation)
         return
     try:
         start(ctx, run, run_obj, generation, new=new)
     except children.NoJobSetAPI as err:
         no_queue(ctx, run_obj, str(err))
+
+
+def invalid_spec(
+    ctx: Context, run_obj: dict[str, Any], problems: list[str], generation: dict[str, Any]
+) -> None:
+    """A spec the operator cannot run: Ready=False says why (one line per problem), an Event."""
+    written = transition(
+        ctx.status,
+        not_terminal,
+        phase=status_of(run_obj).get("phase") or PENDING,
+        conditions=[("Ready", False, "InvalidSpec", "\n".join(problems))],
+        fields=generation,
+    )
+    if written and "conditions" in written:
+        ctx.emit(run_obj, WARNING, "InvalidSpec", "; ".join(problems))
+
+
+def initialize(
+    ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], generation: dict[str, Any]
+) -> None:
+    """Initializing until the initializer Job has recorded every hf:// source of the spec (no
+    gang meanwhile: no pod waits on a download, no GPU is held); the message says what it does
+    or why it failed, an Event when that changes."""
+    status = status_of(run_obj)
+    if status.get("phase") not in (None, PENDING, INITIALIZING):
+        children.remove_workloads(ctx.kube, ctx.owner, queued=run.queue_name is not None)
+    progress = initializer.ensure(ctx.kube, run, ctx.owner, ctx.images, status)
+    conditions: list[ConditionArgs] = [("Ready", True, "Reconciled", "children in place")]
+    if progress.created:  # a new Job: what an earlier one said is no longer news
+        conditions.append((sources.CONDITION, False, progress.reason, progress.message))
+    written = transition(
+        ctx.status,
+        not_terminal,
+        phase=INITIALIZING,
+        message=progress.message,
+        conditions=conditions,
+        fields=generation,
+    )
+    if written and progress.created:
+        ctx.emit(run_obj, NORMAL, "Initializing", progress.message)
+    elif written and "message" in written and progress.reason == sources.FAILED:
+        ctx.emit(run_obj, WARNING, sources.FAILED, progress.message)
 
 
 def queued(run_obj: dict[str, Any]) -> bool:
@@ -248,7 +302,7 @@ def start(
     attempt = int(status.get("restarts", 0))
     created = children.ensure_workloads(ctx.kube, run, ctx.owner, attempt, ctx.images, new=new)
     was = status.get("phase")
-    begins = was in (None, PENDING, SUSPENDED)  # the first gang since the run last ran
+    begins = was in (None, PENDING, INITIALIZING, SUSPENDED)  # the first gang since it last ran
     conditions: list[ConditionArgs] = [("Ready", True, "Reconciled", "children in place")]
     if begins:
         conditions.append(gang_created(run, attempt))
@@ -266,6 +320,11 @@ def start(
             **({"startingSince": starting_since(run)} if begins else {}),
         },
     )
+    if written and "phase" in written and was == INITIALIZING:
+        recorded = "; ".join(
+            f"{r['field']}: {r['uri']} = commit {r['commit']}" for r in status.get("sources") or []
+        )
+        ctx.emit(run_obj, NORMAL, "Initialized", recorded)
     if written and "phase" in written:
         reason = "Resumed" if was == SUSPENDED else "Created"
         ctx.emit(run_obj, NORMAL, reason, f"gang attempt {attempt}: {', '.join(created)}")

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from scalerl.environment import ProcessEnv
-from scalerl.operator import names
+from scalerl.operator import names, sources
 from scalerl.rollout.keys import ALL_FILES, GENERATOR_FILES, StreamKeys
 from scalerl.spec import (
     API_VERSION,
@@ -71,6 +71,8 @@ class Images:
     trainer: str = f"scalerl/trainer:{IMAGE_TAG}"
     generator: str = f"scalerl/generator:{IMAGE_TAG}"
     fit: str = f"scalerl/operator:{IMAGE_TAG}"  # the fit needs scipy, not torch
+    # The hf:// downloads (scalerl.operator.initializer says why this image).
+    initializer: str = f"scalerl/operator:{IMAGE_TAG}"
     pull_secrets: tuple[str, ...] = ()  # for a private registry (the chart's imagePullSecrets)
     # The user (and group, and fsGroup) the pods run as; None leaves all three to the platform
     # (OpenShift's restricted-v2 assigns them from the namespace's range and refuses fixed ones).
@@ -432,6 +434,11 @@ def workload(
     }
     if role_name == names.ROLE_TRAINER:
         _tracking_environ(run, owner, container)
+    if sources.uses_hub(run) and run.spec.checkpoint.claim_name is not None:
+        # The spec the pods read names the initializer's files (scalerl.operator.sources).
+        mounts.append(sources.gang_mount())
+        hub_env = [{"name": k, "value": v} for k, v in sources.gang_environ().items()]
+        container["env"] = [*container["env"], *hub_env]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "securityContext": images.for_run(run).pod_security(),

@@ -18,6 +18,7 @@ MANAGED_BY = "scalerl-operator"
 ROLE_TRAINER = "trainer"
 ROLE_GENERATOR = "generator"
 ROLE_FIT = "fit"
+ROLE_INITIALIZER = "initializer"  # downloads the run's hf:// sources before its gang starts
 # The roles that may have a Job (a colocated run has only the trainer's).
 WORKLOAD_ROLES = (ROLE_TRAINER, ROLE_GENERATOR)
 
@@ -66,6 +67,10 @@ def gang_job(run: str, role: str) -> str:
 
 def fit_job(run: str, number: int) -> str:
     return f"{run}-fit-{number}"
+
+
+def initializer(run: str) -> str:
+    return f"{run}-initializer"
 
 
 def account(run: str) -> str:

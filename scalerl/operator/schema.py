@@ -176,7 +176,16 @@ def _cel_list(items: list[str]) -> str:
 
 # --- status --------------------------------------------------------------------------------------
 
-PHASES = ("Pending", "Queued", "Starting", "Running", "Suspended", "Succeeded", "Failed")
+PHASES = (
+    "Pending",
+    "Initializing",
+    "Queued",
+    "Starting",
+    "Running",
+    "Suspended",
+    "Succeeded",
+    "Failed",
+)
 # At most this many evaluations stay in the status (etcd refuses objects over 1.5 MiB; about 100
 # bytes each). The sink thins to EVALUATIONS_KEPT; the schema leaves room above it.
 EVALUATIONS_KEPT = 300
@@ -500,6 +509,34 @@ def _track_record() -> dict[str, Any]:
     }
 
 
+def _sources() -> dict[str, Any]:
+    """status.sources: what the initializer Job resolved (scalerl.fetch; sources.json's
+    records)."""
+    text = {"type": "string"}
+    texts = {"type": "array", "items": text}
+    return {
+        "type": "array",
+        "description": "The hf:// sources as the initializer Job resolved them: each field's "
+        "id, the commit its revision named, and the local files on the claim the pods load.",
+        "items": {
+            "type": "object",
+            "required": ["field", "uri", "commit", "path"],
+            "properties": {
+                "field": {**text, "description": "The spec field (model.path, data.train[0])."},
+                "uri": {**text, "description": "The hf:// id as the spec names it."},
+                "kind": {"type": "string", "enum": ["model", "dataset"]},
+                "repo": text,
+                "revision": {**text, "description": "The revision the id names (main)."},
+                "commit": {**text, "description": "The commit every process loads."},
+                "path": {**text, "description": "The snapshot folder (a model's folder)."},
+                "files": {**texts, "description": "A dataset's files, in order."},
+                "split": {**text, "nullable": True},
+                "dataFiles": texts,
+            },
+        },
+    }
+
+
 def status_schema() -> dict[str, Any]:
     return {
         "type": "object",
@@ -525,6 +562,7 @@ def status_schema() -> dict[str, Any]:
             "evaluations": _evaluations(),
             "prediction": _prediction(),
             "trackRecord": _track_record(),
+            "sources": _sources(),
             "fit": {
                 "type": "object",
                 "description": "Fit Jobs the operator created.",
