@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from scalerl.errors import DataError, InputError, PeerError, ScaleRLError, WeightSyncError
+from scalerl.errors import DataError, InputError, PeerError, WeightSyncError
 from scalerl.generator import adapters
-from scalerl.generator.colocation import Colocation
+from scalerl.generator.colocation import Colocation, Turnstile
 from scalerl.generator.inproc import InprocLLM
 from scalerl.generator.length import LengthControl, Sampler, Segment
 from scalerl.generator.tokens import eos_ids, think_end_id
@@ -81,7 +81,11 @@ class EngineConfig:
     cutoff draws. `kv_cache_gib`: KV cache size on CPU (ignored on GPUs, which size it from
     free memory). `run_dir`: where vLLM's IPC sockets go (a fresh temporary directory if None).
     `lora`: serve the base with one adapter slot; each version is an adapter
-    (`scalerl.generator.adapters`).
+    (`scalerl.generator.adapters`). `separate_process`: vLLM's engine core in a process of its
+    own (`AsyncLLM`) or in this one (`scalerl.generator.inproc`); None: its own on an accelerator,
+    where it schedules while the device computes, and this one on a CPU, where vLLM would have to
+    spawn it (a second interpreter importing vLLM and torch again: ~16 s of every start on 2
+    cores) for no overlap on the cores they share.
     """
 
     model_path: str
@@ -96,6 +100,7 @@ class EngineConfig:
     kv_cache_gib: int = 1
     run_dir: str | None = None
     lora: LoraSpec | None = None
+    separate_process: bool | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -170,11 +175,13 @@ class GenerationEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         started = time.monotonic()
-        if self.colocation is None:
-            self._llm = AsyncLLM.from_engine_args(self._engine_args())
-        else:
+        if self.colocation is not None:
             turnstile = self.colocation.turnstile
             self._llm = InprocLLM.from_engine_args(self._engine_args(), turnstile)
+        elif self._separate_process():
+            self._llm = AsyncLLM.from_engine_args(self._engine_args())
+        else:
+            self._llm = InprocLLM.from_engine_args(self._engine_args(), Turnstile())
         try:
             await self._control(self._llm.update_weight_version(str(self.version)), "labelling")
             self._length = self._length_control(self._llm.get_tokenizer())
@@ -185,12 +192,20 @@ class GenerationEngine:
             self.colocation.ready(self)
         return time.monotonic() - started
 
+    def _separate_process(self) -> bool:
+        if self.config.separate_process is not None:
+            return self.config.separate_process
+        from vllm.platforms import current_platform
+
+        return not current_platform.is_cpu()
+
     def _engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
 
         config = self.config
         colocation = self.colocation
-        return (AsyncEngineArgs if colocation is None else EngineArgs)(
+        separate = colocation is None and self._separate_process()
+        return (AsyncEngineArgs if separate else EngineArgs)(
             model=str(config.model_path),
             dtype=config.dtype,
             seed=config.seed,
@@ -224,12 +239,15 @@ class GenerationEngine:
         llm, self._llm = self._llm, None
         if llm is None:
             return
-        if not isinstance(llm, InprocLLM):  # only a broadcast receiver joined a sync group
+        if self.colocation is None:  # only a broadcast receiver joined a sync group
             try:
-                rpc = llm.collective_rpc("close_weight_sync")
-                await self._control(rpc, "closing the sync group", SHUTDOWN_TIMEOUT_S)
-            except ScaleRLError:
-                pass  # the engine is going away regardless
+                if isinstance(llm, InprocLLM):
+                    llm.engine.collective_rpc("close_weight_sync")
+                else:
+                    rpc = llm.collective_rpc("close_weight_sync")
+                    await self._control(rpc, "closing the sync group", SHUTDOWN_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 — the engine is going away regardless
+                pass
         llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -369,7 +387,11 @@ class GenerationEngine:
         joining_s = timeout_s if join_timeout_s is None else join_timeout_s
         async with self._update_lock:
             args = (host, port, world_size, rank, timeout_s, joining_s, keys_dir)
-            rpc = llm.collective_rpc("init_weight_sync", args=args)
+            if isinstance(llm, InprocLLM):
+                join = functools.partial(llm.engine.collective_rpc, "init_weight_sync", args=args)
+                rpc = llm.while_held(join)
+            else:
+                rpc = llm.collective_rpc("init_weight_sync", args=args)
             try:
                 await asyncio.wait_for(rpc, joining_s + RPC_GRACE_S)
             except TimeoutError:
@@ -388,6 +410,9 @@ class GenerationEngine:
         llm = self._receiver()
         async with self._update_lock:
             started = time.monotonic()
+            if isinstance(llm, InprocLLM):  # paused by the turnstile while the worker receives
+                await llm.while_held(functools.partial(self._swap_held, llm, version, timeout_s))
+                return time.monotonic() - started
             try:
                 await self._control(_pause(llm), "pausing")
                 await self._swap(llm, version, timeout_s)
@@ -426,6 +451,32 @@ class GenerationEngine:
             self._use_adapter(folder)
         # Still paused: every token sampled from here on carries the new label (module doc).
         await self._control(llm.update_weight_version(str(version)), "labelling weights")
+        self.version = version
+
+    def _swap_held(self, llm: InprocLLM, version: int, timeout_s: float) -> None:
+        """`_swap` for an engine in this process, in a thread holding its turnstile: the worker
+        receives the version, and the adapter and the label change before any step runs."""
+        keep = f"generation continues on version {self.version}"
+        lora = self.config.lora
+        folder = None
+        try:
+            if lora is None:
+                applied = llm.engine.collective_rpc("receive_weights", args=(timeout_s, version))
+            else:
+                folder = self.adapter_folder(version)
+                shape = (lora.rank, lora.alpha, lora.dropout, self.config.model_path)
+                args = (timeout_s, version, str(folder), *shape)
+                applied = llm.engine.collective_rpc("receive_adapter", args=args)
+                llm.engine.add_lora(adapters.adapter_request(folder, reload=True))
+        except Exception as err:
+            raise WeightSyncError(
+                f"receiving weights of version {version} failed: {_worker_message(err)}; {keep}"
+            ) from err
+        if list(applied) != [version] * len(applied):
+            raise WeightSyncError(f"workers applied versions {applied}, expected {version}")
+        if folder is not None:
+            self._use_adapter(folder)
+        llm.engine.set_weight_version(str(version))
         self.version = version
 
     def load_in_memory(self, weights: Iterable[tuple[str, Tensor]], version: int) -> float:
@@ -481,10 +532,10 @@ class GenerationEngine:
             raise PeerError("the generation engine is not running: call start() first")
         return self._llm, self._length
 
-    def _receiver(self) -> AsyncLLM:
+    def _receiver(self) -> AsyncLLM | InprocLLM:
         """The engine as a receiver of broadcast weights (a colocated one is not)."""
         llm = self._ready()[0]
-        if isinstance(llm, InprocLLM):
+        if self.colocation is not None:
             raise WeightSyncError("a colocated engine takes weights in memory: load_in_memory")
         return llm
 

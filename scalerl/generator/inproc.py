@@ -1,4 +1,5 @@
-"""vLLM's engine inside this process, driven from an asyncio loop: the colocated mode's engine.
+"""vLLM's engine inside this process, driven from an asyncio loop: the colocated mode's engine,
+and a generator's on a CPU.
 
 `AsyncLLM` always runs its engine core in a second process, so weights handed to it cross a
 process boundary (its RPC turns tensors into lists). The legacy `LLMEngine` with multiprocessing
@@ -19,8 +20,8 @@ while the trainer holds the device.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scalerl.errors import PeerError
 from scalerl.generator.colocation import Turnstile
@@ -28,6 +29,8 @@ from scalerl.generator.colocation import Turnstile
 if TYPE_CHECKING:
     from vllm.outputs import RequestOutput
     from vllm.v1.engine.llm_engine import LLMEngine
+
+T = TypeVar("T")
 
 
 class InprocLLM:
@@ -104,6 +107,17 @@ class InprocLLM:
 
     async def update_weight_version(self, version: str) -> None:
         self.engine.set_weight_version(version)
+
+    async def while_held(self, call: Callable[[], T]) -> T:
+        """`call()` in a thread of its own, with no engine step under way or started until it
+        returns (the turnstile held): for the worker's blocking calls (joining the sync group,
+        receiving a version), which would otherwise stop the event loop."""
+
+        def held() -> T:
+            with self.turnstile.hold():
+                return call()
+
+        return await asyncio.to_thread(held)
 
     def shutdown(self, timeout: float | None = None) -> None:
         if self._stepper is not None:

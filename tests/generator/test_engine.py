@@ -11,6 +11,7 @@ holds the engine's current weights, so tests do not depend on their order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -57,16 +58,40 @@ class Harness:
         self.kit.assert_logprobs_match(self.reference, samples, prompt, TEMPERATURE)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def harness(kit: Any) -> AsyncIterator[Harness]:
+async def _started(kit: Any, separate_process: bool | None) -> Harness:
     path = kit.make_thinking_model(kit.root / "thinking")
-    config = kit.thinking_engine(path, kit.root / "engine-run", TEMPERATURE, PLAN)
+    run = kit.root / f"engine-run-{separate_process}"
+    config = kit.thinking_engine(path, run, TEMPERATURE, PLAN)
+    config = dataclasses.replace(config, separate_process=separate_process)
     engine = GenerationEngine(config, version=FIRST_VERSION)
     seconds = await engine.start()
-    print(f"\nengine start: {seconds:.1f} s")
+    print(f"\nengine start ({separate_process=}): {seconds:.1f} s")
     await engine.generate(PROMPT, 2, max_tokens=4)  # first-request warm-up
-    yield Harness(engine, kit.load_hf(path), kit)
-    await engine.shutdown()
+    return Harness(engine, kit.load_hf(path), kit)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def harness(kit: Any) -> AsyncIterator[Harness]:
+    """The engine as a generator on this CPU runs it: in this process."""
+    started = await _started(kit, None)
+    assert not started.engine._separate_process()
+    yield started
+    await started.engine.shutdown()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def separate_harness(kit: Any) -> AsyncIterator[Harness]:
+    """The engine as a generator on an accelerator runs it: its core in a process of its own."""
+    started = await _started(kit, True)
+    yield started
+    await started.engine.shutdown()
+
+
+@pytest.fixture(params=["harness", "separate_harness"])
+def receiver(request: pytest.FixtureRequest) -> Harness:
+    """Both ways of running the engine, for what differs between them: weight updates."""
+    found: Harness = request.getfixturevalue(request.param)
+    return found
 
 
 async def test_samples_carry_vllm_logprobs_equal_to_hf_and_the_engine_version(
@@ -185,9 +210,9 @@ async def test_a_prompt_longer_than_the_model_length_is_an_input_error(harness: 
         await harness.engine.generate([5] * 600, 1)
 
 
-async def test_in_flight_update_continues_requests_on_new_weights(harness: Harness) -> None:
-    engine, kit = harness.engine, harness.kit
-    old_model, old = harness.reference, engine.version
+async def test_in_flight_update_continues_requests_on_new_weights(receiver: Harness) -> None:
+    engine, kit = receiver.engine, receiver.kit
+    old_model, old = receiver.reference, engine.version
     new_model = kit.load_hf(build_random_model(kit.root / "policy-seed-1", seed=1))
     group = await kit.join_as_trainer(engine)
     try:
@@ -203,7 +228,7 @@ async def test_in_flight_update_continues_requests_on_new_weights(harness: Harne
         group.close()
     print(f"\nupdate_weights (pause to resume): {seconds:.2f} s")
     assert engine.version == old + 1
-    harness.reference = new_model
+    receiver.reference = new_model
     switched = 0
     for prompt, samples in zip(PROMPTS, groups, strict=True):
         for s in samples:
@@ -212,16 +237,16 @@ async def test_in_flight_update_continues_requests_on_new_weights(harness: Harne
     assert switched >= 12, "most requests were still running when the weights changed"
     after = await engine.generate(PROMPT, 4, max_tokens=24)
     assert all(s.versions == [old + 1] * len(s.versions) for s in after)
-    harness.assert_matches_reference(after, PROMPT)
+    receiver.assert_matches_reference(after, PROMPT)
 
 
 async def test_requests_after_an_update_do_not_reuse_kv_cached_by_old_weights(
-    harness: Harness,
+    receiver: Harness,
 ) -> None:
-    engine, kit = harness.engine, harness.kit
+    engine, kit = receiver.engine, receiver.kit
     # Two full KV blocks (128 tokens on CPU) that the prefix cache keeps after the first call.
     long_prompt = [TOKENIZER.bos_token_id, *([*range(4, 99)] * 3)[:299]]
-    harness.assert_matches_reference(
+    receiver.assert_matches_reference(
         await engine.generate(long_prompt, 2, max_tokens=8), long_prompt
     )
     new_model = kit.load_hf(build_random_model(kit.root / "policy-seed-3", seed=3))
@@ -230,8 +255,8 @@ async def test_requests_after_an_update_do_not_reuse_kv_cached_by_old_weights(
         await kit.push_weights(engine, group, new_model, engine.version + 1)
     finally:
         group.close()
-    harness.reference = new_model
-    harness.assert_matches_reference(
+    receiver.reference = new_model
+    receiver.assert_matches_reference(
         await engine.generate(long_prompt, 2, max_tokens=8), long_prompt
     )
 
@@ -246,8 +271,8 @@ class DamagingSender(WeightSender):
         self.group.broadcast(data)
 
 
-async def test_failed_updates_keep_the_old_weights_and_version(harness: Harness) -> None:
-    engine, kit = harness.engine, harness.kit
+async def test_failed_updates_keep_the_old_weights_and_version(receiver: Harness) -> None:
+    engine, kit = receiver.engine, receiver.kit
     before = engine.version
     other = kit.load_hf(build_random_model(kit.root / "policy-seed-2", seed=2))
     group = await kit.join_as_trainer(engine)
@@ -266,13 +291,13 @@ async def test_failed_updates_keep_the_old_weights_and_version(harness: Harness)
     assert engine.version == before
     samples = await engine.generate(PROMPT, 4, max_tokens=24)
     assert all(s.versions == [before] * len(s.versions) for s in samples)
-    harness.assert_matches_reference(samples, PROMPT)
+    receiver.assert_matches_reference(samples, PROMPT)
     # A timed-out group is broken; rejoining it makes updates work again.
     group = await kit.join_as_trainer(engine)
     try:
         await kit.push_weights(engine, group, other, before + 1)
     finally:
         group.close()
-    harness.reference = other
+    receiver.reference = other
     assert engine.version == before + 1
-    harness.assert_matches_reference(await engine.generate(PROMPT, 4, max_tokens=24), PROMPT)
+    receiver.assert_matches_reference(await engine.generate(PROMPT, 4, max_tokens=24), PROMPT)
