@@ -1,7 +1,8 @@
 """The container images: their Dockerfiles, read as Docker reads them, and `make images`.
 
-No Docker engine is needed (none answers on CI): the checks are static, and `make images` runs
-against a stand-in `docker` on PATH.
+No Docker engine is needed (none answers on CI): the checks are static, and `make images`'s choice
+of engine runs against stand-in `docker` and `podman` commands on PATH. The operator's image is
+built for real with Podman by tests/cluster (containers.py), and by `make images` here.
 """
 
 from __future__ import annotations
@@ -77,15 +78,29 @@ def final_stage(path: Path) -> list[Instruction]:
     return found[starts[-1] :]
 
 
+def global_args(path: Path) -> dict[str, str]:
+    """`ARG NAME=DEFAULT` before the first FROM: what a FROM may name as ${NAME}."""
+    out: dict[str, str] = {}
+    for ins in instructions(path):
+        if ins.name == "FROM":
+            break
+        if ins.name == "ARG":
+            name, _, default = ins.args.partition("=")
+            out[name] = default.strip('"')
+    return out
+
+
 def base_images(path: Path) -> list[str]:
-    """The image of each FROM that is not an earlier stage: FROM [--platform=..] IMAGE [AS name]."""
+    """The image of each FROM that is not an earlier stage: FROM [--platform=..] IMAGE [AS name],
+    with the default of a global ARG it names."""
     stages: set[str] = set()
     bases: list[str] = []
+    defaults = global_args(path)
     for ins in instructions(path):
         if ins.name != "FROM":
             continue
         words = [w for w in ins.args.split() if not w.startswith("--")]
-        image = words[0]
+        image = re.sub(r"\$\{?(\w+)\}?", lambda m: defaults[m.group(1)], words[0])
         if image.lower() not in stages:
             bases.append(image)
         if len(words) == 3 and words[1].lower() == "as":
@@ -184,6 +199,17 @@ def test_the_bases_match_the_project_pins() -> None:
     (operator,) = base_images(DOCKERFILES["operator"])
     python = PYPROJECT["project"]["requires-python"].removeprefix(">=")
     assert re.fullmatch(rf"python:{re.escape(python)}\.\d+-slim-bookworm", operator)
+
+
+def test_the_operator_image_takes_a_local_base() -> None:
+    """`--build-arg BASE=...` replaces the operator's base (`make base-image` makes one); the
+    default stays the pinned Python image."""
+    path = DOCKERFILES["operator"]
+    assert global_args(path)["BASE"] == base_images(path)[0]
+    (first,) = [ins for ins in instructions(path) if ins.name == "FROM"]
+    assert first.args == "${BASE}"
+    # The same install works on either base: a venv of its own, first on PATH.
+    assert env(final_stage(path))["PATH"].startswith("/opt/scalerl/bin:")
 
 
 @pytest.mark.parametrize("image", DOCKERFILES)
@@ -290,6 +316,7 @@ ENTRY_MODULES = {
         "scalerl.fit",
         "scalerl.status.kubernetes",
         "scalerl.kube",
+        "scalerl.fetch",  # the initializer Job's `scalerl fetch-sources` (huggingface-hub)
     ],
     # `scalerl generator`, and a colocated pod's `scalerl colocated` (the trainer with its
     # in-process engine; PEFT with LoRA, imported late).
@@ -389,45 +416,85 @@ def test_the_image_holds_everything_its_code_imports(image: str) -> None:
 # --- make images --------------------------------------------------------------------------------
 
 
+def _stand_in(bin_dir: Path, name: str, log: Path, fails: tuple[str, ...]) -> None:
+    """A `name` command that logs its calls and exits 1 on the subcommands in `fails`."""
+    script = bin_dir / name
+    cases = " | ".join(fails) or "__never__"
+    script.write_text(
+        f'#!/bin/sh\necho "{name} $*" >> "{log}"\ncase "$1" in {cases}) exit 1 ;; esac\nexit 0\n'
+    )
+    script.chmod(0o755)
+
+
 def _make_images(
-    tmp_path: Path, docker_info_rc: int
+    tmp_path: Path, docker: tuple[str, ...], podman: tuple[str, ...], *make_args: str
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """`make images` with a stand-in `docker` first on PATH that logs its calls; `docker info`
-    exits with `docker_info_rc`, everything else with 0."""
+    """`make images` with stand-in `docker` and `podman` first on PATH; each fails on the
+    subcommands given (`info`: no engine; `pull`: a base that cannot be pulled)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    log = tmp_path / "docker.log"
-    docker = bin_dir / "docker"
-    docker.write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> "{log}"\n'
-        f'if [ "$1" = info ]; then exit {docker_info_rc}; fi\n'
-        "exit 0\n"
-    )
-    docker.chmod(0o755)
+    log = tmp_path / "calls.log"
+    _stand_in(bin_dir, "docker", log, docker)
+    _stand_in(bin_dir, "podman", log, podman)
     environ = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
     environ["PATH"] = f"{bin_dir}{os.pathsep}{environ.get('PATH', '')}"
     done = subprocess.run(
-        ["make", "images"], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60
+        ["make", "images", *make_args],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     calls = log.read_text().splitlines() if log.exists() else []
     return done, calls
 
 
-def test_make_images_without_a_docker_engine_says_so_and_builds_nothing(tmp_path: Path) -> None:
-    done, calls = _make_images(tmp_path, docker_info_rc=1)
+def _build(image: str) -> str:
+    return f"-f {DOCKERFILES[image].relative_to(ROOT)} -t scalerl/{image}:{VERSION} ."
+
+
+def test_make_images_without_docker_or_podman_says_so_and_builds_nothing(tmp_path: Path) -> None:
+    done, calls = _make_images(tmp_path, docker=("info",), podman=("info",))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 1, done.stdout
-    assert "Docker is not available" in lines[0] and "nothing was built" in lines[0]
+    assert "neither Docker" in lines[0] and "Podman" in lines[0] and "nothing was built" in lines[0]
     assert done.stderr == ""
-    assert calls == ["info"]
+    assert calls == ["docker info", "podman info"]
 
 
-def test_make_images_builds_the_three_images_with_the_project_version(tmp_path: Path) -> None:
-    done, calls = _make_images(tmp_path, docker_info_rc=0)
+def test_make_images_builds_the_three_images_with_docker(tmp_path: Path) -> None:
+    done, calls = _make_images(tmp_path, docker=(), podman=())
     assert done.returncode == 0, done.stderr
-    assert calls == ["info"] + [
-        f"build -f {DOCKERFILES[image].relative_to(ROOT)} -t scalerl/{image}:{VERSION} ."
-        for image in ("operator", "generator", "trainer")
+    generator, trainer = (base_images(DOCKERFILES[i])[0] for i in ("generator", "trainer"))
+    assert calls == [
+        "docker info",
+        f"docker build {_build('operator')}",
+        f"docker image inspect docker.io/{generator}",
+        f"docker build {_build('generator')}",
+        f"docker image inspect docker.io/{trainer}",
+        f"docker build {_build('trainer')}",
     ]
+
+
+def test_make_images_falls_back_to_podman_and_says_which_base_it_cannot_pull(
+    tmp_path: Path,
+) -> None:
+    """Podman builds in a chroot (no daemon), on the local base BASE names; the CUDA bases it
+    cannot pull are one line each, and the operator's image is built all the same."""
+    base = "localhost/scalerl/base:bookworm"
+    fails = ("info", "image", "pull")
+    done, calls = _make_images(tmp_path, ("info",), fails[1:], f"BASE={base}")
+    assert done.returncode == 0, done.stderr
+    builds = [c for c in calls if c.startswith("podman build")]
+    assert len(builds) == 1
+    assert builds[0].startswith("podman build --isolation chroot")
+    assert f"--build-arg BASE={base}" in builds[0] and builds[0].endswith(_build("operator"))
+    generator, trainer = (base_images(DOCKERFILES[i])[0] for i in ("generator", "trainer"))
+    assert done.stdout.splitlines() == [
+        f"images: scalerl/{image}:{VERSION} not built: its base docker.io/{base} cannot be "
+        "pulled here"
+        for image, base in (("generator", generator), ("trainer", trainer))
+    ]
+    assert f"podman pull -q docker.io/{generator}" in calls

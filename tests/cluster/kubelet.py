@@ -7,7 +7,8 @@ What a kubelet (and, here, the scheduler) does, through the API as they do it:
 - its only container runs as a local process (see kubelet_plan.py for how paths, Service names and
   ports are made local) in a process group of its own, with stdout and stderr in a log file, and
   with a token of its ServiceAccount from the TokenRequest API, bound to the pod, in the
-  kubeconfig its Kubernetes client reads;
+  kubeconfig its Kubernetes client reads; or, where its image is one the kubelet was given
+  (`images`), in that image with Podman (containers.py), the same plan made into `podman run`;
 - `pods/status` follows the process: Running and Ready once it started, then Succeeded or Failed
   with the container's exit code (128 + signal when killed, as container runtimes report it);
 - a deleted pod gets SIGTERM, then SIGKILL after its grace period (capped: tests wait on it); once
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import containers
 from controlplane import NODE, ControlPlane
 from kubelet_plan import (
     LOCALHOST,
@@ -89,6 +91,7 @@ class Container:
     started: str  # when the process started, as the pod's status says it
     kill_at: float | None = None  # set once the pod is deleted
     finished: bool = False  # the main process ended and was reaped: never signal its group again
+    image_name: str | None = None  # the Podman container's name, where it runs in an image
 
     def main_ended(self) -> bool:
         """Whether the main process ended, without reaping it: while it is a zombie its pid, the
@@ -102,16 +105,33 @@ class Container:
             return True
 
     def signal_group(self, sig: signal.Signals) -> None:
-        if not self.finished:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, sig)
+        if self.finished:
+            return
+        if self.image_name is not None:
+            # The container's process, not the `podman run` client: a client killed alone
+            # leaves its container running (and it forwards a SIGTERM itself).
+            containers.kill(self.image_name, sig)
+            if sig != signal.SIGKILL:
+                return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
 
     def finish(self) -> int:
         """The container ends with its main process: kill what is left of it, reap, exit code."""
         self.signal_group(signal.SIGKILL)
         self.process.wait()
+        if self.image_name is not None:
+            containers.remove(self.image_name)
         self.finished = True
         return exit_code(self.process.returncode)
+
+    def main_pid(self) -> int:
+        """The process a `kill` of the container's main process reaches."""
+        if self.image_name is None:
+            return self.process.pid
+        pid = containers.main_pid(self.image_name)
+        assert pid is not None, f"pod {self.pod}: its container {self.image_name} is not running"
+        return pid
 
 
 @dataclass
@@ -125,6 +145,9 @@ class Kubelet:
     # Pod name prefix -> seconds the start of the first such pod takes (an image pull on a fresh
     # node): it stays Pending that long after the kubelet first sees it.
     slow_starts: dict[str, float] = field(default_factory=dict)
+    # A pod's image -> the local Podman image its container runs in; pods of other images run
+    # as local processes (this machine stands in for their image).
+    images: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # A short root: vLLM puts Unix sockets (107 bytes at most) under a pod's directories.
@@ -135,6 +158,7 @@ class Kubelet:
         self.network = Network()
         self.containers: dict[str, Container] = {}  # by pod uid
         self.ended: dict[str, int] = {}  # pod name -> exit code, of every container that ended
+        self.ran_in: dict[str, str] = {}  # pod name -> local image, of every pod run in one
         self.waiting: dict[str, str] = {}  # pod uid -> why it is still Pending
         self.slow: dict[str, float] = {}  # pod uid -> when it may start (a slow start)
         self.errors: list[BaseException] = []
@@ -151,11 +175,15 @@ class Kubelet:
         return path
 
     def pid(self, pod: str) -> int:
-        """The main process of a running pod."""
+        """The main process of a running pod (in a container: the container's)."""
         with self.lock:
             found = [c for c in self.containers.values() if c.pod == pod and not c.finished]
         assert found, f"pod {pod} has no running process"
-        return found[0].process.pid
+        return found[0].main_pid()
+
+    def in_image(self, pod: str) -> str | None:
+        """The local image a pod's container ran in, or None for a local process."""
+        return self.ran_in.get(pod)
 
     def running(self) -> list[str]:
         """The pods whose process is still running."""
@@ -291,11 +319,13 @@ class Kubelet:
             return  # still "pulling its image"
         scratch = self.root / "pods" / meta["uid"][:8]
         bound = {**pod, "spec": {**pod["spec"], "nodeName": self.node}}
+        image = self.images.get(pod["spec"]["containers"][0].get("image", ""))
         try:
             with self.lock:
-                cluster, env = self._cluster(), self._base_env()
+                # In an image, the container's environment is the pod's alone.
+                cluster, env = self._cluster(), {} if image else self._base_env()
                 plan = plan_pod(bound, cluster, self.network, scratch, env, self.port_variables)
-            argv = self._argv(plan)
+            argv = self._argv(plan) if image is None else self._podman_argv(pod, plan, image)
         except NotReady as why:
             self._wait(pod, why.reason, str(why))
             return
@@ -308,7 +338,7 @@ class Kubelet:
             return  # a deleted pod's process still holds its ports; next pass
         if not pod["spec"].get("nodeName") and not self._bind(pod):
             return
-        self._launch(pod, plan, argv)
+        self._launch(pod, plan, argv, image)
 
     def _ports_busy(self, plan: ProcessPlan) -> bool:
         """Pods of a deleted gang may still be shutting down on the ports the new gang uses (in a
@@ -335,19 +365,27 @@ class Kubelet:
             raise AssertionError(f"binding pod {name}: {code} {body}")
         return True
 
-    def _launch(self, pod: dict[str, Any], plan: ProcessPlan, argv: list[str]) -> None:
+    def _launch(
+        self, pod: dict[str, Any], plan: ProcessPlan, argv: list[str], image: str | None
+    ) -> None:
         meta = pod["metadata"]
         for path in plan.dirs:
             path.mkdir(parents=True, exist_ok=True)
         for path, text in plan.files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+        env = plan.env
+        if image is not None:  # `podman run` itself runs with this machine's environment
+            env = self._base_env()
+            self.ran_in[meta["name"]] = image
+            for path in plan.dirs:  # emptyDirs are world-writable (0777), as Kubernetes makes them
+                path.chmod(0o777)
         assert self.logs_dir is not None
         log_path = self.logs_dir / f"{meta['name']}.log"
         with log_path.open("ab") as log:
             process = subprocess.Popen(
                 argv,
-                env={**plan.env, MARKER: self.marker},
+                env={**env, MARKER: self.marker},
                 cwd=plan.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -363,6 +401,7 @@ class Kubelet:
             process,
             min(float(grace), self.max_grace_s),
             started=_now(),
+            image_name=_container_name(pod) if image is not None else None,
         )
         with self.lock:
             self.containers[meta["uid"]] = container
@@ -375,6 +414,25 @@ class Kubelet:
             raise Unsupported(f"{plan.argv[0]!r} is not on the pod's PATH")
         argv = [executable, *plan.argv[1:]]
         # SIGKILL when the thread that started it dies: nothing outlives a killed test.
+        return [SETPRIV, "--pdeathsig", "KILL", "--", *argv] if SETPRIV else argv
+
+    def _podman_argv(self, pod: dict[str, Any], plan: ProcessPlan, image: str) -> list[str]:
+        """The plan as `podman run` in `image`: the plan's local files at their own paths (its env
+        and args name them), the pod's volumes at their mountPaths too, the API server's CA."""
+        scratch = self.root / "pods" / pod["metadata"]["uid"][:8]
+        volumes = {}
+        for volume in pod["spec"].get("volumes") or []:  # where kubelet_plan put each volume
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            local = self.claim_dir(claim) if claim else scratch / "volumes" / volume["name"]
+            volumes[volume["name"]] = local
+        outside = [d for d in plan.dirs if not d.is_relative_to(scratch)]  # claims
+        binds = containers.pod_binds(pod, volumes, [scratch, *outside])
+        binds.append((self.plane.ca, f"{self.plane.ca}:ro"))
+        # TMPDIR is the local processes' scratch; a container has only what its pod mounts.
+        env = {k: v for k, v in plan.env.items() if k != "TMPDIR"}
+        env[MARKER] = self.marker
+        name = _container_name(pod)
+        argv = containers.run_argv(pod, image, name, env, plan.argv, binds)
         return [SETPRIV, "--pdeathsig", "KILL", "--", *argv] if SETPRIV else argv
 
     def _base_env(self) -> dict[str, str]:
@@ -464,6 +522,11 @@ class Kubelet:
     def _get_or_none(self, path: str) -> dict[str, Any] | None:
         code, body = self.plane.api("GET", path)
         return dict(body) if code == 200 else None
+
+
+def _container_name(pod: dict[str, Any]) -> str:
+    """The Podman container of a pod: unique per pod (its uid), as a pod's sandbox is."""
+    return f"kl-{pod['metadata']['name'][:40]}-{pod['metadata']['uid'][:8]}"
 
 
 def _deleting(pod: dict[str, Any]) -> bool:

@@ -1,5 +1,7 @@
 """`scalerl fit --run NAME --namespace NS`, the fit Job's command, on a real API server, connected
-as the run's own ServiceAccount as the fit Job's pod is (its Role: get and patch the run's status).
+as the run's own ServiceAccount as the fit Job's pod is (its Role: get and patch the run's status);
+and the fit Job itself, as the operator makes it, run by the test kubelet in the operator's image
+(built with Podman from this checkout: containers.py).
 """
 
 from __future__ import annotations
@@ -9,10 +11,17 @@ import math
 import statistics
 from typing import Any
 
+import containers
 import pytest
+import yaml
 from controlplane import ControlPlane, RunAccount
+from kubelet import Kubelet, printing_logs_on_failure
+from runs import wait_for
 
 from scalerl.cli import main
+from scalerl.operator import manifests
+from scalerl.operator.manifests import Images, Owner
+from scalerl.spec import parse_run
 
 A, B, C_MID, R0 = 0.6, 1.5, 100.0, 0.2
 SE = 0.01  # each evaluation's standard error, as trainer 0 reports it
@@ -158,3 +167,29 @@ def test_fit_prints_json(plane: ControlPlane, ns: str, capsys: pytest.CaptureFix
     assert fit(ns, "--json") == 0
     printed = json.loads(capsys.readouterr().out)
     assert {"A", "B", "C_mid", "R0", "A_interval", "points"} <= set(printed)
+
+
+@pytest.mark.slow
+def test_the_fit_job_runs_in_the_operator_image(plane: ControlPlane, ns: str) -> None:
+    """The Job the operator makes, its pod run with Podman in the image `make images` builds: the
+    prediction it writes is the one the same fit makes in this process."""
+    image = containers.operator_image()
+    evaluations(plane, ns, 20)
+    code, body = plane.api("GET", f"{RUNS}/{ns}/scalerlruns/r1")
+    assert code == 200, body
+    run = parse_run(body)
+    job = manifests.fit_job(run, Owner("r1", ns, body["metadata"]["uid"]), 1, Images())
+    with (
+        Kubelet(plane, ns, images={Images().fit: image}) as kubelet,
+        printing_logs_on_failure(kubelet),
+    ):
+        plane.kubectl("create", "-f", "-", input=yaml.safe_dump(job))
+        wait_for(lambda: kubelet.ended, "the fit pod ended", timeout_s=180)
+        ((pod, code),) = kubelet.ended.items()
+        assert code == 0, kubelet.log(pod)
+        assert kubelet.in_image(pod) == image
+    in_image = status(plane, ns)["prediction"]
+    assert main(job["spec"]["template"]["spec"]["containers"][0]["command"][1:]) == 0  # here
+    here = status(plane, ns)["prediction"]
+    for key in ("A", "B", "C_mid", "points", "predictedAtBudget"):
+        assert in_image[key] == pytest.approx(here[key], rel=1e-6), key
