@@ -32,6 +32,7 @@ from scalerl.errors import InputError, SpecError
 
 API_VERSION = "scalerl.dev/v1alpha1"
 KIND = "ScaleRLRun"
+HUB_PREFIX = "hf://"  # a Hub id (scalerl.hub resolves it; the operator only recognises it)
 THINK_END = "</think>"
 # The paper's interruption sentence; the model's own end-of-thinking marker follows it.
 INTERRUPTION_TEXT = "Okay, time is up. Let me stop thinking and formulate a final answer now."
@@ -106,6 +107,8 @@ class LoraSpec(_Model):
 
 
 class ModelSpec(_Model):
+    """The model trained: its weights, dtype, end-of-thinking marker and an optional adapter."""
+
     path: str = Field(
         min_length=1,
         description="The base model: a local directory of a Hugging Face format model, or a "
@@ -213,7 +216,7 @@ class DataSource(_Model):
 
     @model_validator(mode="after")
     def _hub_selection(self) -> DataSource:
-        if (self.split or self.data_files) and not self.path.startswith("hf://"):
+        if (self.split or self.data_files) and not self.path.startswith(HUB_PREFIX):
             raise ValueError("split and dataFiles select the files of a Hub dataset (hf://)")
         return self
 
@@ -243,6 +246,8 @@ Sources = Annotated[
 
 
 class ValidationSpec(_Model):
+    """The held-out prompts every evaluation scores: the points the law is fitted to."""
+
     path: Sources | None = Field(
         None,
         description="Held-out prompts (JSONL or Parquet, or a Hub dataset hf://datasets/...: "
@@ -294,6 +299,8 @@ class CodeSpec(_Model):
 
 
 class DataSpec(_Model):
+    """The prompts: training and held-out files or Hub datasets, their fields and reward."""
+
     train: Sources = Field(
         description="Training prompts: JSONL (one object per line) or Parquet (.parquet), or a "
         "Hub dataset hf://datasets/org/name[@revision][/path] (its train split); or a list of "
@@ -376,14 +383,14 @@ EPSILON_HIGH = 0.28  # DAPO's upper clip
 class CispoLoss(_Model):
     """Truncated importance sampling with a plain policy gradient (ScaleRL's loss)."""
 
-    type: Literal["cispo"] = "cispo"
+    type: Literal["cispo"] = Field("cispo", description="The loss: cispo is ScaleRL's.")
     epsilon_max: Float = Field(
         EPSILON_MAX, gt=0, le=1000, description="Upper cap on the token ratio; 4, 5, 8 alike."
     )
 
 
 class DapoLoss(_Model):
-    type: Literal["dapo"]
+    type: Literal["dapo"] = Field(description="The loss (required for any but cispo).")
     epsilon_low: Float = Field(EPSILON_LOW, ge=0, lt=1, description="Lower clip; DAPO paper 0.2.")
     epsilon_high: Float = Field(
         EPSILON_HIGH, gt=0, le=10, description="Upper clip; DAPO paper 0.28."
@@ -391,7 +398,7 @@ class DapoLoss(_Model):
 
 
 class GrpoLoss(_Model):
-    type: Literal["grpo"]
+    type: Literal["grpo"] = Field(description="The loss (required for any but cispo).")
     epsilon_low: Float = Field(0.2, ge=0, lt=1, description="Symmetric clip; GRPO 0.2.")
     epsilon_high: Float = Field(0.2, gt=0, le=10, description="Symmetric clip; GRPO 0.2.")
 
@@ -399,7 +406,7 @@ class GrpoLoss(_Model):
 class GspoLoss(_Model):
     """Sequence-level ratio; clips on the 1e-3 scale worked in the paper."""
 
-    type: Literal["gspo"]
+    type: Literal["gspo"] = Field(description="The loss (required for any but cispo).")
     epsilon_low: Float = Field(3e-3, ge=0, lt=1, description="Paper: 3e-3.")
     epsilon_high: Float = Field(4e-3, gt=0, le=10, description="Paper: 4e-3 to 5e-3.")
 
@@ -409,7 +416,9 @@ LOSS_TYPES = ("cispo", "dapo", "gspo", "grpo")
 
 
 class NoPositiveResamplingSpec(_Model):
-    enabled: Bool = True
+    """The curriculum: prompts the policy already solves leave later epochs."""
+
+    enabled: Bool = Field(True, description="On: the curriculum is applied (paper: on).")
     pass_rate_threshold: Float = Field(
         0.9, gt=0, le=1, description="Prompts at or above this pass rate leave later epochs."
     )
@@ -419,7 +428,7 @@ class InterruptionSpec(_Model):
     """Forced length interruption (paper): at a thinking length drawn uniformly from `window`,
     the phrase is appended (not trained on) and the model writes its answer."""
 
-    enabled: Bool = True
+    enabled: Bool = Field(True, description="On (paper); must be off when model.thinkEnd is null.")
     window: tuple[Int, Int] = Field(
         (10240, 12288), description="Thinking tokens where the phrase is injected (uniform)."
     )
@@ -431,6 +440,8 @@ class InterruptionSpec(_Model):
 
 
 class LengthSpec(_Model):
+    """A completion's length budgets, in tokens, and the forced interruption."""
+
     max_prompt_tokens: Int = Field(2048, ge=1, le=MAX_TOKENS, description="Longest prompt.")
     thinking_budget: Int = Field(
         12288,
@@ -463,6 +474,8 @@ class LengthSpec(_Model):
 
 
 class BatchSpec(_Model):
+    """One training step's batch: prompts times generations per prompt."""
+
     prompts: Int = Field(48, ge=1, le=100_000, description="Prompts per step; paper: 48.")
     generations_per_prompt: Int = Field(
         16, ge=2, le=1024, description="Samples per prompt; paper: 16."
@@ -470,8 +483,10 @@ class BatchSpec(_Model):
 
 
 class OptimizerSpec(_Model):
+    """AdamW and its learning-rate schedule."""
+
     lr: Float = Field(5e-7, gt=0, le=1, description="AdamW lr, constant after warm-up; paper 5e-7.")
-    weight_decay: Float = Field(0.01, ge=0, le=10)
+    weight_decay: Float = Field(0.01, ge=0, le=10, description="AdamW weight decay.")
     eps: Float = Field(1e-15, gt=0, le=1, description="AdamW epsilon; paper 1e-15.")
     warmup_steps: Int = Field(
         100, ge=0, le=MAX_STEPS, description="Linear warm-up steps; paper 100."
@@ -488,21 +503,39 @@ class OptimizerSpec(_Model):
 
 
 class SamplingSpec(_Model):
+    """How the generators sample completions."""
+
     temperature: Float = Field(1.0, gt=0, le=10, description="Not stated in the paper; 1.0.")
 
 
 class RecipeSpec(_Model):
-    algorithm: Literal["pipelinerl", "ppo-off-policy"] = "pipelinerl"
+    """The ScaleRL recipe; every field left out takes the paper's value."""
+
+    algorithm: Literal["pipelinerl", "ppo-off-policy"] = Field(
+        "pipelinerl",
+        description="pipelinerl: generators sample while the trainer steps and take new weights "
+        "in flight (PipelineRL-k, the paper's); ppo-off-policy: k steps per generated batch.",
+    )
     max_off_policy_steps: Int = Field(
         8,
         ge=1,
         le=1000,
         description="k: PipelineRL-k staleness bound, or PPO-off-policy-k steps/batch.",
     )
-    loss: LossSpec = CispoLoss()
-    aggregation: Literal["prompt", "sample", "token"] = "prompt"
-    advantage_normalization: Literal["batch", "prompt", "none"] = "batch"
-    zero_variance_filtering: Bool = True
+    loss: LossSpec = Field(
+        CispoLoss(), description="The loss and its clipping, by type (cispo: ScaleRL's)."
+    )
+    aggregation: Literal["prompt", "sample", "token"] = Field(
+        "prompt", description="Loss averaged per prompt (paper), per sample or per token."
+    )
+    advantage_normalization: Literal["batch", "prompt", "none"] = Field(
+        "batch",
+        description="Advantages divided by the standard deviation of the batch (paper) or of "
+        "the prompt's group, or not at all.",
+    )
+    zero_variance_filtering: Bool = Field(
+        True, description="Drop prompt groups whose rewards are all equal (no learning signal)."
+    )
     no_positive_resampling: NoPositiveResamplingSpec = NoPositiveResamplingSpec()
     length: LengthSpec = LengthSpec()
     batch: BatchSpec = BatchSpec()
@@ -532,6 +565,8 @@ class RecipeSpec(_Model):
 
 
 class EvaluationSpec(_Model):
+    """Held-out evaluations: the pass rates the scaling law is fitted to."""
+
     every_steps: Int = Field(
         100, ge=1, le=MAX_STEPS, description="Evaluate held-out prompts every N steps."
     )
@@ -552,6 +587,8 @@ def evaluations_within(max_steps: int, every_steps: int) -> int:
 
 
 class FitSpec(_Model):
+    """The sigmoidal law's fit: how often, and over which evaluations."""
+
     every_evaluations: Int = Field(
         5, ge=1, le=10_000, description="Refit after this many new evaluations."
     )
@@ -596,7 +633,9 @@ class StopWhenSpec(_Model):
 
 
 class BudgetSpec(_Model):
-    max_steps: Int = Field(10000, ge=1, le=MAX_STEPS)
+    """Where the run ends (the first budget it reaches) and what it aims at."""
+
+    max_steps: Int = Field(10000, ge=1, le=MAX_STEPS, description="Optimizer steps at most.")
     max_compute_hours: Float = Field(
         16000, gt=0, le=1e9, description="GPU-hours; process-hours for a CPU run."
     )
@@ -626,6 +665,8 @@ class BudgetSpec(_Model):
 
 
 class FailurePolicySpec(_Model):
+    """When a gang restarts from its checkpoint, and when the run fails."""
+
     max_restarts: Int = Field(
         3, ge=0, le=1000, description="Gang restarts from the last checkpoint before Failed."
     )
@@ -673,8 +714,10 @@ class Toleration(_Model):
     """Lets the pods onto nodes with a matching taint (a GPU pool's `nvidia.com/gpu:NoSchedule`)."""
 
     key: LabelKey | None = Field(None, description="Taint key; absent: every taint (Exists).")
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = Field(None, max_length=63)
+    operator: Literal["Exists", "Equal"] = Field(
+        "Equal", description="Equal: the taint's value must match; Exists: any value."
+    )
+    value: str | None = Field(None, max_length=63, description="Taint value (operator Equal).")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect; absent: every effect."
     )
@@ -696,9 +739,18 @@ class Toleration(_Model):
 
 
 class NodeSelectorRequirement(_Model):
-    key: LabelKey
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: list[str] = Field(default_factory=list, max_length=1000)
+    """A node label (or field) and the values it must or must not hold."""
+
+    key: LabelKey = Field(description="The label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(
+        description="How the label relates to the values."
+    )
+    values: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="The values: some for In and NotIn, none for Exists and DoesNotExist, "
+        "one integer for Gt and Lt.",
+    )
 
     @model_validator(mode="after")
     def _values_fit_the_operator(self) -> NodeSelectorRequirement:
@@ -716,9 +768,17 @@ class NodeSelectorRequirement(_Model):
 
 
 class LabelSelectorRequirement(_Model):
-    key: LabelKey
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list, max_length=1000)
+    """A label and the values it must or must not hold."""
+
+    key: LabelKey = Field(description="The label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="How the label relates to the values."
+    )
+    values: list[str] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="The values: some for In and NotIn, none for Exists and DoesNotExist.",
+    )
 
     @model_validator(mode="after")
     def _values_fit_the_operator(self) -> LabelSelectorRequirement:
@@ -732,25 +792,39 @@ class LabelSelectorRequirement(_Model):
 
 
 class LabelSelector(_Model):
-    match_labels: dict[LabelKey, Annotated[str, Field(max_length=63)]] = Field(default_factory=dict)
-    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    """A label query (Kubernetes' LabelSelector): matchLabels and matchExpressions, ANDed."""
+
+    match_labels: dict[LabelKey, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict, description="Labels the resource must have, key: value."
+    )
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, description="Label requirements, ANDed."
+    )
 
 
 class NodeSelectorTerm(_Model):
+    """Node requirements, ANDed (Kubernetes' NodeSelectorTerm)."""
+
     match_expressions: list[NodeSelectorRequirement] = Field(default_factory=list)
     match_fields: list[NodeSelectorRequirement] = Field(default_factory=list)
 
 
 class NodeSelector(_Model):
+    """Nodes that match any one of the terms (Kubernetes' NodeSelector)."""
+
     node_selector_terms: list[NodeSelectorTerm] = Field(min_length=1, max_length=100)
 
 
 class PreferredSchedulingTerm(_Model):
-    weight: Weight
+    """A node preference and its weight (Kubernetes' PreferredSchedulingTerm)."""
+
+    weight: Weight = Field(description="Added to a matching node's score (1-100).")
     preference: NodeSelectorTerm
 
 
 class NodeAffinity(_Model):
+    """Which nodes the pods may or prefer to run on (Kubernetes' NodeAffinity)."""
+
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
     preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = Field(
         default_factory=list
@@ -758,18 +832,30 @@ class NodeAffinity(_Model):
 
 
 class PodAffinityTerm(_Model):
+    """The pods to run near (or away from), within a topology domain (PodAffinityTerm)."""
+
     label_selector: LabelSelector | None = None
     namespace_selector: LabelSelector | None = None
-    namespaces: list[str] = Field(default_factory=list)
-    topology_key: LabelKey
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces of the pods selected; empty without namespaceSelector: the "
+        "run's own.",
+    )
+    topology_key: LabelKey = Field(
+        description="Node label whose value is the domain (kubernetes.io/hostname: one node)."
+    )
 
 
 class WeightedPodAffinityTerm(_Model):
-    weight: Weight
+    """A pod affinity term and its weight (Kubernetes' WeightedPodAffinityTerm)."""
+
+    weight: Weight = Field(description="Added to a matching node's score (1-100).")
     pod_affinity_term: PodAffinityTerm
 
 
 class PodAffinity(_Model):
+    """Run near (podAffinity) or away from (podAntiAffinity) other pods (PodAffinity)."""
+
     required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = Field(
         default_factory=list
     )
@@ -856,11 +942,17 @@ class ReplicaSpec(_Model):
 
 
 class GeneratorsSpec(ReplicaSpec):
-    replicas: Int = Field(8, ge=1, le=MAX_REPLICAS)
-    tensor_parallel: Int = Field(1, ge=1, le=MAX_GPUS)
+    """The generator processes (pods): vLLM engines that sample the rollouts."""
+
+    replicas: Int = Field(8, ge=1, le=MAX_REPLICAS, description="Generator processes (pods).")
+    tensor_parallel: Int = Field(
+        1, ge=1, le=MAX_GPUS, description="vLLM tensor-parallel size of each generator's engine."
+    )
 
 
 class TrainersSpec(ReplicaSpec):
+    """The trainer processes (pods); several ranks shard the policy with FSDP2."""
+
     replicas: Int = Field(
         2,
         ge=1,
@@ -900,10 +992,14 @@ class PodSecuritySpec(_Model):
 
 
 class CheckpointSpec(_Model):
+    """Where and how often checkpoints are written; a restart resumes from the newest."""
+
     claim_name: str | None = Field(
         None, min_length=1, description="PVC holding checkpoints in the cluster."
     )
-    every_steps: Int = Field(100, ge=1, le=MAX_STEPS)
+    every_steps: Int = Field(
+        100, ge=1, le=MAX_STEPS, description="Write a checkpoint every N steps."
+    )
     keep: Int = Field(2, ge=1, le=1000, description="Newest checkpoints kept.")
     create_run_directory: Bool = Field(
         False,
@@ -956,6 +1052,31 @@ class SecretRef(_Model):
     name: str = Field(min_length=1, max_length=253, description="Secret in the run's namespace.")
 
 
+class HubTokenSecret(_Model):
+    name: str = Field(min_length=1, max_length=253, description="Secret in the run's namespace.")
+    key: str = Field(
+        "HF_TOKEN", min_length=1, max_length=253, description="The Secret's key holding the token."
+    )
+
+
+class HubSpec(_Model):
+    """How a cluster's initializer Job reads the run's hf:// ids (locally: HF_TOKEN and
+    HF_ENDPOINT from the environment)."""
+
+    token_secret: HubTokenSecret | None = Field(
+        None,
+        description="On a cluster: the Secret (and key) whose value is HF_TOKEN of the "
+        "initializer Job alone, which downloads the hf:// sources; the training pods never hold "
+        "it. Null: no token (public repos).",
+    )
+    endpoint: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s]+$",
+        description="On a cluster: the Hub the initializer downloads from (HF_ENDPOINT: a "
+        "self-hosted mirror); null: huggingface.co.",
+    )
+
+
 class TrackingSpec(_Model):
     """Experiment trackers the trainer (steps, evaluations) and the fit (A, B, C_mid) log to:
     one tracker run per ScaleRLRun, the same one after a restart."""
@@ -1000,10 +1121,24 @@ class RunSpec(_Model):
     pod_security: PodSecuritySpec | None = Field(
         None, description="Absent: the pods run as the operator is set up to run them."
     )
-    suspend: Bool = False
-    seed: Int = Field(0, ge=0, le=2**32 - 1)
+    suspend: Bool = Field(
+        False,
+        description="true: the pods go and the checkpoints stay (compute clock stopped); false "
+        "resumes from them.",
+    )
+    seed: Int = Field(
+        0,
+        ge=0,
+        le=2**32 - 1,
+        description="The run's random seed: sampling, held-out evaluations, a fresh adapter.",
+    )
     tracking: TrackingSpec | None = Field(
         None, description="Experiment trackers (MLflow, TensorBoard, W&B, trackio); null: none."
+    )
+    hub: HubSpec = Field(
+        HubSpec(),
+        description="On a cluster: the token Secret and mirror the initializer Job reads hf:// "
+        "ids with.",
     )
 
     @model_validator(mode="after")
@@ -1194,6 +1329,8 @@ VariantName = Annotated[
 
 
 class VariantSpec(_Model):
+    """One variant of the sweep: its name and its patch of spec.base."""
+
     name: VariantName = Field(description="The variant; its run is <sweep>-<name>.")
     patch: dict[str, Any] = Field(
         default_factory=dict,
