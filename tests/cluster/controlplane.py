@@ -4,11 +4,11 @@ kube-scheduler built from Go modules (tests/cluster/bins.py), as a cluster has t
 The API server authorizes with Node and RBAC, admits with the defaults (ServiceAccount,
 NamespaceLifecycle, PodSecurity, ResourceQuota, ...) plus OwnerReferencesPermissionEnforcement, and
 signs ServiceAccount tokens; the controller manager runs the Job, garbage-collector, namespace,
-service-account, token, ttl-after-finished and resource-quota controllers. The scheduler
-schedules only the pods that name it (`schedulerName: TEST_SCHEDULER`), so a test can meet its
-answers (Unschedulable, with its message) while the others bind and run pods themselves (no
-kubelet). One Node object exists, with no labels or capacity, and the not-ready taint the API
-server gives a new node.
+service-account, token, ttl-after-finished, resource-quota, Deployment and ReplicaSet controllers.
+The scheduler schedules only the pods that name it (`schedulerName: TEST_SCHEDULER`), so a test
+can meet its answers (Unschedulable, with its message) while the others bind and run pods
+themselves (no kubelet). One Node object exists, with no labels or capacity, and the not-ready
+taint the API server gives a new node.
 
     plane = ControlPlane.start(bins, work_dir)
     plane.namespace("t1")          # labelled pod-security enforce=restricted; its default SA ready
@@ -48,6 +48,9 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "ttl-after-finished-controller",
     "resourcequota-controller",
+    # The chart's operator Deployment: its pod, which the end-to-end test runs from the image.
+    "deployment-controller",
+    "replicaset-controller",
 )
 
 

@@ -10,7 +10,9 @@ What a kubelet (and, here, the scheduler) does, through the API as they do it:
   kubeconfig its Kubernetes client reads; or, where its image is one the kubelet was given
   (`images`), in that image with Podman (containers.py), the same plan made into `podman run`;
 - `pods/status` follows the process: Running and Ready once it started, then Succeeded or Failed
-  with the container's exit code (128 + signal when killed, as container runtimes report it);
+  with the container's exit code (128 + signal when killed, as container runtimes report it); a
+  pod with restartPolicy Always (a Deployment's) has its container started again instead, in the
+  same pod, its restartCount counting;
 - a deleted pod gets SIGTERM, then SIGKILL after its grace period (capped: tests wait on it); once
   its process is gone its status says how it ended and the kubelet deletes it for good
   (`gracePeriodSeconds: 0`), as the real server waits for a kubelet to do. When a container's main
@@ -92,6 +94,10 @@ class Container:
     kill_at: float | None = None  # set once the pod is deleted
     finished: bool = False  # the main process ended and was reaped: never signal its group again
     image_name: str | None = None  # the Podman container's name, where it runs in an image
+    always: bool = False  # restartPolicy Always: started again when it ends
+    restarts: int = 0
+    argv: list[str] = field(default_factory=list)  # how it was started: a restart does the same
+    env: dict[str, str] = field(default_factory=dict)
 
     def main_ended(self) -> bool:
         """Whether the main process ended, without reaping it: while it is a zombie its pid, the
@@ -303,6 +309,10 @@ class Kubelet:
         if not container.finished and container.main_ended():
             code = container.finish()
             self.ended[container.pod] = code
+            if container.always and pod is not None and not _deleting(pod):
+                if not self.stop.is_set():
+                    self._restart(container, pod)
+                return
             if pod is not None:
                 self._write_status(pod, _terminated(pod, code, container.started))
         if container.finished and (pod is None or _deleting(pod)):
@@ -320,6 +330,9 @@ class Kubelet:
         scratch = self.root / "pods" / meta["uid"][:8]
         bound = {**pod, "spec": {**pod["spec"], "nodeName": self.node}}
         image = self.images.get(pod["spec"]["containers"][0].get("image", ""))
+        always = pod["spec"].get("restartPolicy", "Always") == "Always"
+        if always:  # kubelet_plan plans one run of the container; this kubelet restarts it
+            bound["spec"]["restartPolicy"] = "Never"
         try:
             with self.lock:
                 # In an image, the container's environment is the pod's alone.
@@ -338,7 +351,7 @@ class Kubelet:
             return  # a deleted pod's process still holds its ports; next pass
         if not pod["spec"].get("nodeName") and not self._bind(pod):
             return
-        self._launch(pod, plan, argv, image)
+        self._launch(pod, plan, argv, image, always)
 
     def _ports_busy(self, plan: ProcessPlan) -> bool:
         """Pods of a deleted gang may still be shutting down on the ports the new gang uses (in a
@@ -366,7 +379,12 @@ class Kubelet:
         return True
 
     def _launch(
-        self, pod: dict[str, Any], plan: ProcessPlan, argv: list[str], image: str | None
+        self,
+        pod: dict[str, Any],
+        plan: ProcessPlan,
+        argv: list[str],
+        image: str | None,
+        always: bool,
     ) -> None:
         meta = pod["metadata"]
         for path in plan.dirs:
@@ -380,18 +398,8 @@ class Kubelet:
             self.ran_in[meta["name"]] = image
             for path in plan.dirs:  # emptyDirs are world-writable (0777), as Kubernetes makes them
                 path.chmod(0o777)
-        assert self.logs_dir is not None
-        log_path = self.logs_dir / f"{meta['name']}.log"
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(
-                argv,
-                env={**env, MARKER: self.marker},
-                cwd=plan.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: killed as one, like a container
-            )
+        env = {**env, MARKER: self.marker}
+        process = self._spawn(meta["name"], argv, env, plan.cwd)
         grace = pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
         container = Container(
             meta["name"],
@@ -402,11 +410,38 @@ class Kubelet:
             min(float(grace), self.max_grace_s),
             started=_now(),
             image_name=_container_name(pod) if image is not None else None,
+            always=always,
+            argv=argv,
+            env=env,
         )
         with self.lock:
             self.containers[meta["uid"]] = container
             self.waiting.pop(meta["uid"], None)
         self._write_status(pod, _running(pod, container.started))
+
+    def _spawn(
+        self, pod: str, argv: list[str], env: dict[str, str], cwd: Path
+    ) -> subprocess.Popen[bytes]:
+        assert self.logs_dir is not None
+        with (self.logs_dir / f"{pod}.log").open("ab") as log:
+            return subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: killed as one, like a container
+            )
+
+    def _restart(self, container: Container, pod: dict[str, Any]) -> None:
+        """restartPolicy Always: the same container again, in the same pod."""
+        c = container
+        c.process = self._spawn(c.pod, c.argv, c.env, c.plan.cwd)
+        container.finished = False
+        container.restarts += 1
+        container.started = _now()
+        self._write_status(pod, _running(pod, container.started, container.restarts))
 
     def _argv(self, plan: ProcessPlan) -> list[str]:
         executable = shutil.which(plan.argv[0], path=plan.env.get("PATH"))
@@ -558,7 +593,7 @@ def _conditions(ready: bool) -> list[dict[str, str]]:
     ]
 
 
-def _running(pod: dict[str, Any], started: str) -> dict[str, Any]:
+def _running(pod: dict[str, Any], started: str, restarts: int = 0) -> dict[str, Any]:
     container = pod["spec"]["containers"][0]
     return {
         "phase": "Running",
@@ -574,7 +609,7 @@ def _running(pod: dict[str, Any], started: str) -> dict[str, Any]:
                 "imageID": "",
                 "ready": True,
                 "started": True,
-                "restartCount": 0,
+                "restartCount": restarts,
                 "state": {"running": {"startedAt": started}},
             }
         ],

@@ -138,6 +138,34 @@ def test_a_killed_container_fails_with_137_and_a_deleted_one_gets_sigterm(
     assert not [n for n in names if n.endswith(("-c2", "-c3")) or "-c2-" in n or "-c3-" in n]
 
 
+def test_a_deployments_pod_is_restarted_in_place_with_its_emptydir(
+    plane: ControlPlane, ns: str, image: str
+) -> None:
+    """restartPolicy Always (the chart's operator): the container ends, the kubelet starts it
+    again in the same pod; what it wrote to its emptyDir is still there."""
+    script = (
+        "import os, sys, time\n"
+        "runs = open('/tmp/runs', 'a+'); runs.write('x'); runs.flush(); runs.seek(0)\n"
+        "print('run', len(runs.read()), flush=True)\n"
+        "sys.exit(1) if os.path.getsize('/tmp/runs') == 1 else time.sleep(120)\n"
+    )
+    always = pod("c4", script)
+    always["spec"]["restartPolicy"] = "Always"
+
+    def restarts() -> int:
+        statuses = ((get_pod(plane, ns, "c4") or {}).get("status") or {}).get("containerStatuses")
+        return int(statuses[0]["restartCount"]) if statuses else 0
+
+    with Kubelet(plane, ns, images={IMAGE: image}, max_grace_s=2.0) as kubelet:
+        create(plane, ns, always)
+        wait_for(lambda: "run 2" in kubelet.log("c4"), "c4 started twice", timeout_s=120)
+        assert kubelet.ended["c4"] == 1 and "run 1" in kubelet.log("c4")
+        wait_for(lambda: restarts() == 1, "restartCount 1")
+        assert phase(plane, ns, "c4") == "Running"
+        plane.kubectl("delete", "pod", "c4", "-n", ns, "--wait=false")
+        wait_for(lambda: get_pod(plane, ns, "c4") is None, "c4 removed by the kubelet")
+
+
 @pytest.mark.slow
 def test_make_images_builds_the_operator_image_with_podman(image: str) -> None:
     """`make images` for real on the local base `make base-image` made (the fixture built the

@@ -1,9 +1,11 @@
 """End to end on the real control plane, as a user would watch it: `helm install`, then
 `kubectl apply -f examples/tiny-cluster.yaml` in a namespace that enforces `restricted` Pod
-Security. The operator (as the chart's ServiceAccount) makes the run's children; the real Job
-controller makes the pods; the test kubelet runs the real `scalerl trainer` and `scalerl generator`
-(vLLM on CPU) processes; the trainer reports evaluations into the run's status; fit Jobs run
-`scalerl fit --run` the same way; `kubectl get srl` shows A and C_mid.
+Security. The chart's operator Deployment runs from the operator's image, built with Podman from
+this checkout (containers.py), as the chart says (UID 10001, read-only root, its ServiceAccount's
+token); the operator makes the run's children; the real Job controller makes the pods; the test
+kubelet runs the real `scalerl trainer` and `scalerl generator` (vLLM on CPU) processes; the
+trainer reports evaluations into the run's status; fit Jobs run `scalerl fit --run` in the
+operator's image too; `kubectl get srl` shows A and C_mid.
 
 On the way: a pod's process is killed, and then a pod is deleted with `kubectl delete pod`; each
 time the gang restarts from its checkpoint. The run is suspended and resumed; it ends `Succeeded`
@@ -22,13 +24,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import containers
 import pytest
 import yaml
-from chart import Operator
+from chart import CHART, RELEASE, RELEASE_NAMESPACE, helm
 from controlplane import ControlPlane
 from kubelet import Kubelet, printing_logs_on_failure
 
 from scalerl.demo.assets import default_cache_dir, prepare_demo
+from scalerl.operator.manifests import Images
+from scalerl.ports import free_port
 from scalerl.status.history import read_history
 
 T = TypeVar("T")
@@ -142,18 +147,23 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
     name, spec = run["metadata"]["name"], run["spec"]
     every_eval, max_steps = spec["evaluation"]["everySteps"], spec["budget"]["maxSteps"]
     every_checkpoint = spec["checkpoint"]["everySteps"]
-    operator = Operator(operator_kubeconfig, tmp_path / "operator.log", "--namespace", ns)
-    operator.start()
-    try:
+    image = containers.operator_image()
+    images = {Images().fit: image}  # the chart's operator and the fit Jobs name the same image
+    operator_only_for(plane, ns)
+    with Kubelet(plane, RELEASE_NAMESPACE, logs_dir=tmp_path / "system", images=images) as system:
         with (
             Kubelet(
                 plane,
                 ns,
                 logs_dir=tmp_path / "logs",
                 slow_starts={f"{name}-generator-0-": SLOW_START_S},
+                images=images,
             ) as kubelet,
             printing_logs_on_failure(kubelet),
+            printing_logs_on_failure(system),
         ):
+            operator = wait_until(system.running, 120, "the operator's pod running")[0]
+            assert system.in_image(operator) == image
             stage_demo(kubelet.claim_dir(spec["checkpoint"]["claimName"]))
             plane.kubectl("apply", "-n", ns, "-f", "-", input=PVC)
             watch = Watch(plane, ns, name)
@@ -195,9 +205,12 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
             plane.kubectl("delete", "srl", name, "-n", ns, "--timeout=90s")
             watch.until(lambda: not children(plane, ns, name), 60, "every child collected")
             watch.until(lambda: not kubelet.running(), 60, "no process left")
-    finally:
-        operator.stop()
-    assert not operator.refused()
+            # The operator's Deployment scaled to 0: its pod gets SIGTERM, kopf stops cleanly.
+            plane.kubectl("scale", "deployment", RELEASE, "-n", RELEASE_NAMESPACE, "--replicas=0")
+            watch.until(lambda: not system.running(), 60, "the operator stopped")
+    operator_log = system.log(operator)
+    assert system.ended[operator] == 0, operator_log[-3000:]
+    assert not [line for line in operator_log.splitlines() if "forbidden" in line.lower()]
 
     for what, seconds in watch.marks.items():
         print(f"kubectl apply -> {what}: {seconds:.1f} s")
@@ -240,10 +253,46 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
     assert ended[trainer] in (0, 143), ended[trainer]
     fits = {pod: code for pod, code in ended.items() if f"{name}-fit-" in pod}
     assert fits and set(fits.values()) == {0}, fits
+    assert {kubelet.in_image(pod) for pod in fits} == {image}  # every fit ran in the image
 
 
 SUSPEND = json.dumps({"spec": {"suspend": True}})
 RESUME = json.dumps({"spec": {"suspend": False}})
+
+
+def operator_only_for(plane: ControlPlane, ns: str) -> None:
+    """`helm upgrade` of the release: its operator watches only this test's namespace (other
+    tests' runs are theirs), on free ports of this machine (its pod shares the host's network)."""
+    done = helm(
+        plane,
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        RELEASE_NAMESPACE,
+        "--reuse-values",
+        "--set",
+        f"operator.watchNamespaces={{{ns}}}",
+        "--set",
+        f"operator.metricsPort={free_port()},operator.livenessPort={free_port()}",
+    )
+    assert done.returncode == 0, done.stderr
+
+    def rolled_out() -> bool:  # only the new template's pod is left (Recreate: the old one goes)
+        code, found = plane.api("GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/pods")
+        assert code == 200, found
+        args = [p["spec"]["containers"][0].get("args", []) for p in found["items"]]
+        return len(args) == 1 and f"--namespace={ns}" in args[0]
+
+    wait_until(rolled_out, 60, "the upgraded operator's pod")
+
+
+def wait_until(what: Callable[[], T | None], timeout_s: float, message: str) -> T:
+    deadline = time.monotonic() + timeout_s
+    while not (value := what()):
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {message}"
+        time.sleep(0.5)
+    return value
 
 
 def children(plane: ControlPlane, ns: str, name: str) -> list[str]:
