@@ -1,8 +1,9 @@
 """trackio (`spec.tracking.trackio`): local-first, a SQLite database under TRACKIO_DIR (or a
 Hugging Face Space when TRACKIO_SPACE_ID is set, with HF_TOKEN). Not in the `tracking` extra:
-trackio 0.43 pins pillow below 13, older than this project's; install it yourself
-(`pip install trackio`) where that suits. The run is named after the ScaleRLRun and resumed by
-that name (`resume="allow"`); the fit logs to `<name>-fit` in the same group.
+trackio (0.25 to 0.43) pins pillow below 13, older than this project's; install it yourself
+(`pip install trackio`) where that suits (tests/tracking tests it in a venv of its own). The run
+is named after the ScaleRLRun and resumed by that name (`resume="allow"`); the fit logs to
+`<name>-fit` in the same group, with its curve as an image.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import os
 import sqlite3
 from contextlib import closing
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trackio
 
+from scalerl.tracking.names import FIT_CURVE
 from scalerl.tracking.records import Record, TrackedRun
 
 if TYPE_CHECKING:
@@ -34,8 +37,25 @@ class TrackioTracker:
 
     def open(self, purge_step: int | None) -> None:
         self.handle = trackio.init(
-            project=self.spec.project, name=self.run_name, group=self.run.name, resume="allow"
+            project=self.spec.project,
+            name=self.run_name,
+            group=self.run.name,
+            resume="allow",
+            config=self.stored_config(),
         )
+
+    def stored_config(self) -> dict[str, Any]:
+        """The spec an earlier attempt logged: trackio stores a run's config again with the
+        first record after each init, so a resumed run (which does not log its params again)
+        would lose it."""
+        if os.environ.get("TRACKIO_SPACE_ID"):
+            return {}  # a Space holds the run and keeps its config
+        from trackio.sqlite_storage import SQLiteStorage
+
+        if not SQLiteStorage.get_project_db_path(self.spec.project).exists():
+            return {}
+        stored = SQLiteStorage.get_run_config(self.spec.project, self.run_name) or {}
+        return {k: v for k, v in stored.items() if not k.startswith("_")}  # trackio's own keys
 
     @property
     def run_name(self) -> str:
@@ -65,8 +85,11 @@ class TrackioTracker:
         if record.kind == "params":
             self.handle.config.update(record.params)
             return
-        if record.metrics:
-            self.handle.log(dict(record.metrics), step=record.step)
+        data: dict[str, Any] = dict(record.metrics)
+        if record.image and Path(record.image).exists():
+            data[FIT_CURVE] = trackio.Image(record.image)
+        if data:
+            self.handle.log(data, step=record.step)
 
     def close(self, finished: bool) -> None:
         self.handle.finish()

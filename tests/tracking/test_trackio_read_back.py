@@ -1,0 +1,109 @@
+"""trackio, read back by trackio's own API from its local store: a trainer killed with SIGKILL
+while records were in flight and resumed from its checkpoint, then a fit, each a process that logs
+through scalerl.tracking's trackio adapter. trackio runs in a venv of its own (trackio_venv.py):
+it pins pillow below 13, which this project's venv cannot have."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from trackio_venv import trackio_python
+
+from scalerl.fit.law import sigmoid
+from scalerl.fit.report import FIT_FILE, PLOT_FILE, write_fit
+from scalerl.spec import BudgetSpec
+from scalerl.tracking import names
+
+ROOT = Path(__file__).resolve().parents[2]
+PROCESS = Path(__file__).with_name("trackio_process.py")
+SPEC = {"model": {"path": "/models/base"}, "recipe": {"optimizer": {"lr": 5e-7}}}
+
+
+@pytest.fixture(scope="module")
+def python() -> Path:
+    return trackio_python()  # built once (~30 s cold), then cached under ~/.cache/scalerl
+
+
+def run(python: Path, store: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACKIO_DIR": str(store)}
+    env.pop("SCALERL_RUN_UID", None)
+    return subprocess.run(
+        [str(python), str(PROCESS), *args], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def log(python: Path, store: Path, tmp_path: Path, **request: Any) -> int:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps({"run_dir": str(tmp_path / "run"), **request}))
+    done = run(python, store, "log", str(path))
+    assert done.returncode in (0, -9), done.stderr
+    return done.returncode
+
+
+def reward(step: int, attempt: int) -> float:
+    return step / 16 + attempt  # each attempt's values differ: which one was kept shows
+
+
+def curve(points: int = 10) -> list[dict[str, float]]:
+    compute = np.linspace(0.0, 40.0, points)
+    rate = sigmoid(compute, A=0.7, B=1.5, C_mid=20.0, R0=0.1)
+    noise = 0.005 * np.sin(np.arange(points))
+    return [
+        {"step": 10 * i, "compute": float(c), "pass_rate": float(r + e), "pass_rate_se": 0.01}
+        for i, (c, r, e) in enumerate(zip(compute, rate, noise, strict=True))
+    ]
+
+
+def test_trackio_holds_every_step_once_across_a_kill_and_the_fit(
+    python: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "trackio"
+    first = [[s, {"train/reward": reward(s, 0)}] for s in range(1, 9)]
+    killed = log(
+        python, store, tmp_path, role="trainer", resume_step=0, params=SPEC, steps=first,
+        evaluations=[[0, {"eval/pass_rate": 0.1}]], kill_once_stored=3,
+    )  # fmt: skip
+    assert killed == -9  # SIGKILL, with steps 4..8 perhaps not yet in trackio's store
+    # The restart resumes from the step-2 checkpoint and redoes steps 3..8, then goes on to 12.
+    second = [[s, {"train/reward": reward(s, 1)}] for s in range(3, 13)]
+    evaluations = [[6, {"eval/pass_rate": 0.3}], [12, {"eval/pass_rate": 0.5}]]
+    log(python, store, tmp_path, role="trainer", resume_step=2, steps=second,
+        evaluations=evaluations)  # fmt: skip
+    run_dir = tmp_path / "run"
+    report = write_fit(curve(), run_dir, min_compute=0.0, budget=BudgetSpec(), units=1)
+    fit = [12, names.fit_metrics(report), names.fit_text(report), str(run_dir / PLOT_FILE)]
+    log(python, store, tmp_path, role="fit", resume_step=None, steps=[], fit=fit)
+
+    done = run(python, store, "read", "scalerl-tests")
+    assert done.returncode == 0, done.stderr
+    runs = json.loads(done.stdout)
+    assert sorted(runs) == ["math-8b", "math-8b-fit"]
+
+    trainer = runs["math-8b"]["logs"]
+    rewards = [(row["step"], row["train/reward"]) for row in trainer if "train/reward" in row]
+    assert [s for s, _ in rewards] == list(range(1, 13))  # every step, exactly once
+    for step, value in rewards:
+        # Stored before the kill: the first attempt's value, kept; else the second's.
+        allowed = {reward(step, 0)} if step <= 3 else {reward(step, 0), reward(step, 1)}
+        assert value in (allowed if step <= 8 else {reward(step, 1)}), step
+    stored = [(row["step"], row["eval/pass_rate"]) for row in trainer if "eval/pass_rate" in row]
+    assert stored == [(0, 0.1), (6, 0.3), (12, 0.5)]
+    config = runs["math-8b"]["config"]
+    assert config["model"] == {"path": "/models/base"}
+    assert config["recipe"]["optimizer"]["lr"] == 5e-7
+
+    written = json.loads((run_dir / FIT_FILE).read_text())
+    (row,) = runs["math-8b-fit"]["logs"]
+    assert row["step"] == 12
+    assert row["fit/A"] == written["A"]
+    assert (row["fit/A_low"], row["fit/A_high"]) == tuple(written["A_interval"])
+    assert row["fit/C_mid"] == written["C_mid"]
+    assert row["fit/predicted_at_budget"] == written["predictedAtBudget"]
+    assert row[names.FIT_CURVE]["_type"] == "trackio.image"
+    assert (store / "media").exists()
