@@ -30,11 +30,12 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubelet_plan import ProcessPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "localhost/scalerl/base:bookworm"
@@ -136,6 +137,36 @@ def _run(argv: list[str], what: str) -> None:
 
 
 # --- running a pod's container ------------------------------------------------------------------
+
+
+def container_name(pod: dict[str, Any]) -> str:
+    """The Podman container of a pod: unique per pod (its uid), as a pod's sandbox is."""
+    return f"kl-{pod['metadata']['name'][:40]}-{pod['metadata']['uid'][:8]}"
+
+
+def podman_run(
+    pod: dict[str, Any],
+    plan: ProcessPlan,
+    image: str,
+    scratch: Path,
+    claim_dir: Callable[[str], Path],
+    ca: Path,
+    extra_env: Mapping[str, str],
+) -> list[str]:
+    """The kubelet's plan for the pod (its files under `scratch`, its claims from `claim_dir`)
+    as `podman run` in `image`: the plan's local paths at their own paths (its env and args name
+    them), the pod's volumes at their mountPaths too, and the API server's CA."""
+    volumes = {}
+    for volume in pod["spec"].get("volumes") or []:  # where kubelet_plan put each volume
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        volumes[volume["name"]] = (
+            claim_dir(claim) if claim else scratch / "volumes" / volume["name"]
+        )
+    outside = [d for d in plan.dirs if not d.is_relative_to(scratch)]  # claims
+    binds = [*pod_binds(pod, volumes, [scratch, *outside]), (ca, f"{ca}:ro")]
+    # TMPDIR is the local processes' scratch; a container has only what its pod mounts.
+    env = {k: v for k, v in plan.env.items() if k != "TMPDIR"} | dict(extra_env)
+    return run_argv(pod, image, container_name(pod), env, plan.argv, binds)
 
 
 def run_argv(

@@ -409,7 +409,7 @@ class Kubelet:
             process,
             min(float(grace), self.max_grace_s),
             started=_now(),
-            image_name=_container_name(pod) if image is not None else None,
+            image_name=containers.container_name(pod) if image is not None else None,
             always=always,
             argv=argv,
             env=env,
@@ -452,22 +452,11 @@ class Kubelet:
         return [SETPRIV, "--pdeathsig", "KILL", "--", *argv] if SETPRIV else argv
 
     def _podman_argv(self, pod: dict[str, Any], plan: ProcessPlan, image: str) -> list[str]:
-        """The plan as `podman run` in `image`: the plan's local files at their own paths (its env
-        and args name them), the pod's volumes at their mountPaths too, the API server's CA."""
         scratch = self.root / "pods" / pod["metadata"]["uid"][:8]
-        volumes = {}
-        for volume in pod["spec"].get("volumes") or []:  # where kubelet_plan put each volume
-            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
-            local = self.claim_dir(claim) if claim else scratch / "volumes" / volume["name"]
-            volumes[volume["name"]] = local
-        outside = [d for d in plan.dirs if not d.is_relative_to(scratch)]  # claims
-        binds = containers.pod_binds(pod, volumes, [scratch, *outside])
-        binds.append((self.plane.ca, f"{self.plane.ca}:ro"))
-        # TMPDIR is the local processes' scratch; a container has only what its pod mounts.
-        env = {k: v for k, v in plan.env.items() if k != "TMPDIR"}
-        env[MARKER] = self.marker
-        name = _container_name(pod)
-        argv = containers.run_argv(pod, image, name, env, plan.argv, binds)
+        marker = {MARKER: self.marker}
+        argv = containers.podman_run(
+            pod, plan, image, scratch, self.claim_dir, self.plane.ca, marker
+        )
         return [SETPRIV, "--pdeathsig", "KILL", "--", *argv] if SETPRIV else argv
 
     def _base_env(self) -> dict[str, str]:
@@ -557,11 +546,6 @@ class Kubelet:
     def _get_or_none(self, path: str) -> dict[str, Any] | None:
         code, body = self.plane.api("GET", path)
         return dict(body) if code == 200 else None
-
-
-def _container_name(pod: dict[str, Any]) -> str:
-    """The Podman container of a pod: unique per pod (its uid), as a pod's sandbox is."""
-    return f"kl-{pod['metadata']['name'][:40]}-{pod['metadata']['uid'][:8]}"
 
 
 def _deleting(pod: dict[str, Any]) -> bool:

@@ -14,13 +14,14 @@ at its budget with a complete, non-repeating history; `kubectl delete srl` leave
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -149,8 +150,10 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
     every_checkpoint = spec["checkpoint"]["everySteps"]
     image = containers.operator_image()
     images = {Images().fit: image}  # the chart's operator and the fit Jobs name the same image
-    operator_only_for(plane, ns)
-    with Kubelet(plane, RELEASE_NAMESPACE, logs_dir=tmp_path / "system", images=images) as system:
+    with (
+        operator_only_for(plane, ns),
+        Kubelet(plane, RELEASE_NAMESPACE, logs_dir=tmp_path / "system", images=images) as system,
+    ):
         with (
             Kubelet(
                 plane,
@@ -260,9 +263,11 @@ SUSPEND = json.dumps({"spec": {"suspend": True}})
 RESUME = json.dumps({"spec": {"suspend": False}})
 
 
-def operator_only_for(plane: ControlPlane, ns: str) -> None:
+@contextlib.contextmanager
+def operator_only_for(plane: ControlPlane, ns: str) -> Iterator[None]:
     """`helm upgrade` of the release: its operator watches only this test's namespace (other
-    tests' runs are theirs), on free ports of this machine (its pod shares the host's network)."""
+    tests' runs are theirs), on free ports of this machine (its pod shares the host's network).
+    Rolled back after: the other tests run their operators as the chart's cluster-wide role."""
     done = helm(
         plane,
         "upgrade",
@@ -284,7 +289,12 @@ def operator_only_for(plane: ControlPlane, ns: str) -> None:
         args = [p["spec"]["containers"][0].get("args", []) for p in found["items"]]
         return len(args) == 1 and f"--namespace={ns}" in args[0]
 
-    wait_until(rolled_out, 60, "the upgraded operator's pod")
+    try:
+        wait_until(rolled_out, 60, "the upgraded operator's pod")
+        yield
+    finally:
+        back = helm(plane, "rollback", RELEASE, "-n", RELEASE_NAMESPACE)
+        assert back.returncode == 0, back.stderr
 
 
 def wait_until(what: Callable[[], T | None], timeout_s: float, message: str) -> T:
