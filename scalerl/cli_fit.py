@@ -384,11 +384,13 @@ def cmd_fit_run(args: argparse.Namespace) -> int:
     if args.file is not None or args.plot or args.predict_at or args.budget or args.target:
         raise InputError("--run takes no FILE, --plot, --predict-at, --budget or --target")
     namespace = args.namespace or _current_namespace()
+    reports: list[dict[str, Any]] = []  # the fit as fit.json has it, for the trackers
     options = {"r0": args.r0, "bootstrap": args.bootstrap, "seed": args.seed}
     try:
-        prediction = fit_run(
-            RunStatus(Kube.connect(), namespace, args.run), args.min_compute, **options
-        )
+        status = RunStatus(Kube.connect(), namespace, args.run)
+        prediction = fit_run(status, args.min_compute, on_report=reports.append, **options)
+        if prediction and reports:
+            _track_fit(status.read(), reports[-1])
     except KubeError as err:
         raise InputError(f"ScaleRLRun {namespace}/{args.run}: {err}") from None
     if args.json:
@@ -398,6 +400,23 @@ def cmd_fit_run(args: argparse.Namespace) -> int:
     else:
         print(f"{namespace}/{args.run}: no fit yet (see its Predicted condition)")
     return 0
+
+
+def _track_fit(run_obj: dict[str, Any], report: dict[str, Any]) -> None:
+    """The fit to spec.tracking's trackers, after status.prediction is written: a tracker's
+    failure is a warning, never the fit Job's."""
+    from scalerl.spec import parse_run
+    from scalerl.tracking.fit_job import log_fit
+
+    try:
+        logged = log_fit(parse_run(run_obj), run_obj["metadata"]["uid"], report)
+    except Exception as err:  # noqa: BLE001 — the prediction is written; trackers are extra
+        message = f"the fit was not logged to the trackers: {type(err).__name__}: {err}"
+        print(message[:400], file=sys.stderr)
+        return
+    if logged:  # stderr: stdout is the prediction (--json)
+        step = report.get("lastStep")
+        print(f"fit of step {step} logged to {', '.join(logged)}", file=sys.stderr)
 
 
 def _current_namespace() -> str:

@@ -470,6 +470,14 @@ def workload(
 def fit_job(run: ScaleRLRun, owner: Owner, number: int, images: Images) -> dict[str, Any]:
     """The curve fit: reads status.evaluations, writes status.prediction, exits."""
     command = ["scalerl", "fit", "--run", owner.name, "--namespace", owner.namespace]
+    container = {
+        "name": names.ROLE_FIT,
+        "image": images.fit,
+        "command": command,
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+        "securityContext": CONTAINER_SECURITY,
+    }
+    _tracking_environ(run, owner, container)  # it logs each fit as the trainer logs its steps
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -483,15 +491,7 @@ def fit_job(run: ScaleRLRun, owner: Owner, number: int, images: Images) -> dict[
                 "spec": {
                     "restartPolicy": "Never",
                     "serviceAccountName": names.account(owner.name),
-                    "containers": [
-                        {
-                            "name": names.ROLE_FIT,
-                            "image": images.fit,
-                            "command": command,
-                            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
-                            "securityContext": CONTAINER_SECURITY,
-                        }
-                    ],
+                    "containers": [container],
                     "securityContext": images.for_run(run).pod_security(),
                     **images.pod_fields(),
                 },

@@ -7,6 +7,7 @@ Predicted=False with the reason. `stop_reason` is the prediction-driven stop the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from scalerl.errors import DataError, FitError, InputError, ScaleRLError, SpecError
@@ -24,9 +25,11 @@ def predict(
     min_compute: float | None,
     budget: BudgetSpec,
     units: int,
+    on_report: Callable[[dict[str, Any]], None] | None = None,
     **fit_options: Any,
 ) -> dict[str, Any]:
     """status.prediction from status.evaluations; FitError/DataError when no fit can be made.
+    `on_report` is handed the whole fit as fit.json has it (the fit Job's trackers take it).
 
     The fit and the run's outlook, as fit.json has them (`scalerl.fit.report.fit_report`):
     predictedAtBudget and what an evaluation there will read, computeToTarget, etaSeconds,
@@ -40,6 +43,8 @@ def predict(
         raise FitError("no evaluations yet")
     options = {"min_compute": min_compute, "budget": budget, "units": units, **fit_options}
     fitted = fit_report(points, columns=STATUS, **options)
+    if on_report is not None:
+        on_report(fitted.to_dict())
     result = fitted.result.to_dict()
     prediction = {
         **{key: _rounded(result[key]) for key in _FIT_KEYS if key in result},

@@ -77,8 +77,12 @@ class Delivery:
         attempts: int = ATTEMPTS,
         backoff_s: tuple[float, float] = BACKOFF_S,
         capacity: int = CAPACITY,
+        ask_first: bool = False,
     ) -> None:
         self.tracker, self.on_failed = tracker, on_failed
+        # A process with no journal kept from its earlier runs (the fit Job: a new pod each
+        # time) asks the tracker whether it holds a record before sending it.
+        self.ask_first = ask_first
         self.attempts, self.backoff_s = attempts, backoff_s
         self.delivered = Delivered(run, tracker.name)
         self.purge_step: int | None = None
@@ -137,7 +141,7 @@ class Delivery:
             try:
                 if not self.opened:
                     self._open()
-                if self.delivered.has(record):
+                if self.delivered.has(record) or self._held(record):
                     return
                 self.delivered.begin(record)
                 self.tracker.log(record)
@@ -160,6 +164,16 @@ class Delivery:
             record.step,
             self.attempts,
         )
+
+    def _held(self, record: Record) -> bool:
+        """With ask_first: the tracker says it already has `record` (noted as delivered)."""
+        if not self.ask_first:
+            return False
+        key = next(iter(record.metrics), "")
+        if self.tracker.confirm(record.kind, record.step, key) is not True:
+            return False
+        self.delivered.mark(record)
+        return True
 
     def _open(self) -> None:
         self.tracker.open(self.purge_step)

@@ -16,6 +16,7 @@ from scalerl.operator.manifests import Images, Owner, fit_job, workload
 from scalerl.spec import TrackingSpec, parse_run
 from scalerl.status.history import TrainSummary
 from scalerl.tracking import RUN_UID_ENV, TrackedRun, build_trackers, names, open_trackers
+from scalerl.tracking.fit_job import job_trackers
 
 BLOCKS: dict[str, dict[str, Any]] = {
     "mlflow": {"uri": "http://mlflow.example:5000", "experiment": "rl"},
@@ -100,7 +101,7 @@ def test_the_tracker_run_is_the_same_for_every_process_and_attempt(
     assert TrackedRun.of("math-8b", "team-a", tmp_path, "trainer").id == "0b5c-uid"
 
 
-def test_the_trainer_pod_gets_the_run_uid_and_the_secret_and_no_other_pod_does() -> None:
+def test_the_trainer_pod_gets_the_run_uid_and_the_secret_and_the_generator_does_not() -> None:
     owner, images = Owner("math-8b", "team-a", "0b5c-uid"), Images()
     tracked = parse_run(manifest({"wandb": {}, "secretRef": {"name": "tracker-keys"}}))
     trainer = _container(workload(tracked, owner, "trainer", 0, images))
@@ -109,10 +110,22 @@ def test_the_trainer_pod_gets_the_run_uid_and_the_secret_and_no_other_pod_does()
     generator = _container(workload(tracked, owner, "generator", 0, images))
     assert "envFrom" not in generator
     assert RUN_UID_ENV not in {e["name"] for e in generator["env"]}
-    assert "envFrom" not in _container(fit_job(tracked, owner, 1, images))
+    fit = _container(fit_job(tracked, owner, 1, images))  # the fit Job's: tests/operator
+    assert {"name": RUN_UID_ENV, "value": "0b5c-uid"} in fit["env"]
     untracked = _container(workload(parse_run(manifest(None)), owner, "trainer", 0, images))
     assert "envFrom" not in untracked
     assert RUN_UID_ENV not in {e["name"] for e in untracked["env"]}
+
+
+def test_the_fit_job_logs_to_the_trackers_it_can_reach(caplog: pytest.LogCaptureFixture) -> None:
+    """TensorBoard's files are on the run's volume, which the fit Job does not mount; a tracker
+    whose library is not installed (here trackio: see trackio_venv.py) is left out by name, the
+    others still get the fit."""
+    spec = TrackingSpec.model_validate(BLOCKS)
+    assert job_trackers(spec).trackers == ["mlflow", "wandb"]
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "not logged to tensorboard" in warned
+    assert "not logged to trackio: trackio is not installed in this image" in warned
 
 
 def _container(obj: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,71 @@
+"""The fit Job's fit, to spec.tracking's trackers: what the local runner logs after each fit, on a
+cluster (`scalerl fit --run`, in the operator's image).
+
+The same tracker run as the trainer's (the ScaleRLRun's uid; the fit's W&B run `<uid>-fit`,
+trackio's `<name>-fit`, as locally) at the step of the last evaluation fitted. The Job's pod has
+no volume of the run: its journal is a temporary folder, so each tracker is asked first whether
+it holds the fit's step already (a Job's retried pod, or a fit run again by hand, sends nothing
+twice to MLflow; W&B itself takes no step twice). TensorBoard is left out: its files belong on
+the run's volume, which the trainer writes and the Job does not mount. A tracker whose library
+this image lacks is left out with a warning. The fit is logged after status.prediction is
+written, for a bounded time; a tracker that is down loses the fit, never the prediction.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scalerl.tracking import PACKAGES, build_trackers, names
+from scalerl.tracking.records import TrackedRun
+from scalerl.tracking.sink import TrackerSink
+
+if TYPE_CHECKING:
+    from scalerl.spec import ScaleRLRun, TrackingSpec
+
+log = logging.getLogger("scalerl.tracking")
+
+# tracker -> the module its adapter imports (a tracker whose module is missing is left out)
+MODULES = {
+    "mlflow": "mlflow",
+    "tensorboard": "tensorboardX",
+    "wandb": "wandb",
+    "trackio": "trackio",
+}
+NOT_FROM_THE_JOB = {"tensorboard": "its files are on the run's volume, which the fit Job lacks"}
+TIMEOUT_S = 60.0  # what the Job waits for its trackers at most (its deadline is longer)
+
+
+def job_trackers(spec: TrackingSpec) -> TrackingSpec:
+    """`spec` less the trackers the fit Job does not log to (each named in a warning)."""
+    left_out: dict[str, Any] = {}
+    for name in spec.trackers:
+        if name in NOT_FROM_THE_JOB:
+            reason = NOT_FROM_THE_JOB[name]
+        elif importlib.util.find_spec(MODULES[name]) is None:
+            reason = f"{PACKAGES[name]} is not installed in this image"
+        else:
+            continue
+        log.warning("fit Job: the fit is not logged to %s: %s", name, reason)
+        left_out[name] = None
+    return spec.model_copy(update=left_out)
+
+
+def log_fit(run: ScaleRLRun, uid: str, report: dict[str, Any]) -> list[str]:
+    """Log `report` (fit.json's fields: the fit of the run's status.evaluations) to the run's
+    trackers; the trackers it went to (or would have: one that is down only warns)."""
+    if run.spec.tracking is None:
+        return []
+    spec = job_trackers(run.spec.tracking)
+    if not spec.trackers:
+        return []
+    step = int(report.get("lastStep") or 0)
+    with tempfile.TemporaryDirectory(prefix="scalerl-fit-") as folder:
+        tracked = TrackedRun(uid, run.name, run.namespace, "fit", Path(folder))
+        sink = TrackerSink(build_trackers(spec, tracked), tracked, resume_step=None, ask_first=True)
+        sink.fit(step, names.fit_metrics(report), names.fit_text(report), None)
+        sink.close(finished=True, timeout_s=TIMEOUT_S)
+    return spec.trackers
