@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["RUN_UID_ENV", "TrackedRun", "TrackerSink", "open_trackers"]
 
 # tracker -> the package a user installs for it (`pip install 'scalerl[tracking]'` has the first
-# three; trackio is not in the extra: see README "Experiment trackers").
+# three; trackio is not in the extra: see docs/trackers.md).
 PACKAGES = {
     "mlflow": "mlflow-skinny",
     "tensorboard": "tensorboardX",
