@@ -121,6 +121,8 @@ def _untag_others(tag: str) -> None:
     old = [t for t in listed if t.startswith(f"{OPERATOR_REPOSITORY}:src-") and t != tag]
     if old:
         subprocess.run(["podman", "rmi", *old], capture_output=True, timeout=120)
+        # Their own layers, no longer under any tag (the build cache under this one stays).
+        subprocess.run(["podman", "image", "prune", "--force"], capture_output=True, timeout=300)
 
 
 def ensure_base_image() -> None:
