@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast demo bench lint clean crds images cluster-bins
+.PHONY: setup test test-fast demo bench lint clean crds images base-image cluster-bins
 
 setup: $(STAMP)
 
@@ -66,17 +66,17 @@ crds: setup
 		--out helm/scalerl/crds/scalerlsweeps.scalerl.dev.yaml
 
 # The operator's (it also runs the fit Job), the generator's and the trainer's images, tagged with
-# pyproject.toml's version as the chart and the operator name them. Needs a Docker engine; where
-# none answers this says so in one line and builds nothing.
+# pyproject.toml's version as the chart and the operator name them: with Docker, else Podman, else
+# one line saying neither answers (images/build.sh). BASE=IMAGE builds the operator's on a local
+# base, such as the one `make base-image` makes where python:3.11-slim-bookworm cannot be pulled;
+# IMAGES="operator trainer" builds only those.
 images:
-	@version=$$(sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml); \
-	if docker info >/dev/null 2>&1; then \
-		docker build -f operator/Dockerfile -t scalerl/operator:$$version . && \
-		docker build -f images/generator/Dockerfile -t scalerl/generator:$$version . && \
-		docker build -f images/trainer/Dockerfile -t scalerl/trainer:$$version . ; \
-	else \
-		echo "images: Docker is not available (docker info failed), nothing was built"; \
-	fi
+	@BASE="$(BASE)" IMAGES="$(IMAGES)" images/build.sh
+
+# Debian bookworm with Python 3.11, made with mmdebstrap and imported into Podman's store as
+# localhost/scalerl/base:bookworm; skipped when it is there (tarball cached in ~/.cache/scalerl).
+base-image:
+	@images/base-image.sh
 
 # Style, the layers ([tool.importlinter] in pyproject.toml) and the types ([tool.mypy]).
 lint: setup
