@@ -144,12 +144,16 @@ class Delivered:
         self._save()
 
     def clamp(self, kept: int) -> None:
-        """The tracker holds the redone kinds' steps through `kept` only."""
+        """The tracker holds the redone kinds' steps through `kept` only. One that holds no
+        step (-1) may not hold the params either (trackio stores them with the first step):
+        they go again, which is harmless where they were kept."""
         if self.pending is not None and self.pending["kind"] in REDONE:
             self.settle(int(self.pending["step"]) <= kept)
         for kind in REDONE:
             if kind in self.steps:
                 self.steps[kind] = min(self.steps[kind], kept)
+        if kept < 0:
+            self.steps.pop("params", None)
         self._save()
 
     def rewind(self, step: int) -> int:

@@ -7,9 +7,10 @@ trackio stored with trackio's own API. TRACKIO_DIR names trackio's local store.
 
 A log request: {"run_dir", "role", "resume_step", "params", "steps": [[step, {metrics}], ...],
 "evaluations": [[step, {metrics}], ...],
-"fit": [step, {metrics}, {text}, image] or null, "kill_once_stored": step or null}. With
-kill_once_stored, the process kills itself with SIGKILL once trackio's store holds that step,
-records still in flight (a trainer killed mid-run).
+"fit": [step, {metrics}, {text}, image] or null, "kill_once_taken": step or null}. With
+kill_once_taken, the process kills itself with SIGKILL as soon as trackio has taken that step from
+the sink (trackio writes to its store from a background thread: what it took is not yet all
+stored), as a trainer killed mid-run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from scalerl.spec import TrackingSpec
 from scalerl.tracking import TrackedRun, TrackerSink, build_trackers
+from scalerl.tracking.records import Record
 
 PROJECT = "scalerl-tests"
 RUN = "math-8b"
@@ -41,27 +43,27 @@ def log(request: dict[str, Any]) -> None:
         sink.evaluation(step, metrics)
     if request.get("fit"):
         sink.fit(*request["fit"])
-    if request.get("kill_once_stored") is not None:
-        wait_until_stored(sink, request["kill_once_stored"])
+    if request.get("kill_once_taken") is not None:
+        wait_until_taken(sink, request["kill_once_taken"])
         os.kill(os.getpid(), signal.SIGKILL)
     sink.close(finished=True, timeout_s=60)
 
 
-def wait_until_stored(sink: TrackerSink, step: int) -> None:
+def wait_until_taken(sink: TrackerSink, step: int) -> None:
     (delivery,) = sink.deliveries
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        kept = delivery.tracker.kept_through() if delivery.opened else None
-        if kept is not None and kept >= step:
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"trackio did not store step {step} within 60 s")
+    while not delivery.delivered.has(Record("step", step)):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"trackio did not take step {step} within 60 s")
+        time.sleep(0.001)
 
 
 def read(project: str) -> dict[str, Any]:
     import trackio
     from trackio.sqlite_storage import SQLiteStorage
 
+    if not SQLiteStorage.get_project_db_path(project).exists():
+        return {}  # nothing stored yet: trackio makes the project with its first record
     runs: dict[str, Any] = {}
     for run in trackio.Api().runs(project):
         logs = SQLiteStorage.get_logs(project, run.name, run_id=run.id)
