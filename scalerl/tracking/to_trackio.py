@@ -2,8 +2,9 @@
 Hugging Face Space when TRACKIO_SPACE_ID is set, with HF_TOKEN). Not in the `tracking` extra:
 trackio (0.25 to 0.43) pins pillow below 13, older than this project's; install it yourself
 (`pip install trackio`) where that suits (tests/tracking tests it in a venv of its own). The run
-is named after the ScaleRLRun and resumed by that name (`resume="allow"`); the fit logs to
-`<name>-fit` in the same group, with its curve as an image.
+is `<name>-<first 8 of its id>` (trackio's only identity of a run), resumed by that name
+(`resume="allow"`), in the group `<name>`; the fit logs to `<that>-fit`, with its curve as an
+image.
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ class TrackioTracker:
 
     @property
     def run_name(self) -> str:
-        role = self.run.role
-        return self.run.name if role == "trainer" else f"{self.run.name}-{role}"
+        """trackio knows a run by its name only: the ScaleRLRun's name and the start of its id,
+        so two runs of one name (other namespaces, other run directories) stay apart."""
+        name = f"{self.run.name}-{self.run.id[:8]}"
+        return name if self.run.role == "trainer" else f"{name}-{self.run.role}"
 
     def kept_through(self) -> int | None:
         """trackio writes what it took from a background thread, so a killed process loses

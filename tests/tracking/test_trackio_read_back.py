@@ -18,7 +18,7 @@ from trackio_venv import trackio_python
 from scalerl.fit.law import sigmoid
 from scalerl.fit.report import FIT_FILE, PLOT_FILE, write_fit
 from scalerl.spec import BudgetSpec
-from scalerl.tracking import names
+from scalerl.tracking import TrackedRun, names
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCESS = Path(__file__).with_name("trackio_process.py")
@@ -71,13 +71,15 @@ def test_trackio_holds_every_step_once_across_a_kill_and_the_fit(
     python: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "trackio"
+    # trackio's run: the ScaleRLRun's name and the start of its id (locally, of its directory)
+    trainer_run = f"math-8b-{TrackedRun.of('math-8b', 'local', tmp_path / 'run', 'trainer').id[:8]}"
     first = [[s, {"train/reward": reward(s, 0)}] for s in range(1, 9)]
     killed = log(
         python, store, tmp_path, role="trainer", resume_step=0, params=SPEC, steps=first,
         evaluations=[[0, {"eval/pass_rate": 0.1}]], kill_once_taken=8,
     )  # fmt: skip
     assert killed == -9  # SIGKILL, the last steps perhaps not yet in trackio's store
-    stored = read(python, store).get("math-8b", {"logs": []})["logs"]
+    stored = read(python, store).get(trainer_run, {"logs": []})["logs"]
     kept = {row["step"] for row in stored if "train/reward" in row}
     # The restart resumes from the step-2 checkpoint and redoes steps 3..8, then goes on to 12.
     second = [[s, {"train/reward": reward(s, 1)}] for s in range(3, 13)]
@@ -90,9 +92,9 @@ def test_trackio_holds_every_step_once_across_a_kill_and_the_fit(
     log(python, store, tmp_path, role="fit", resume_step=None, steps=[], fit=fit)
 
     runs = read(python, store)
-    assert sorted(runs) == ["math-8b", "math-8b-fit"]
+    assert sorted(runs) == [trainer_run, f"{trainer_run}-fit"]
 
-    trainer = runs["math-8b"]["logs"]
+    trainer = runs[trainer_run]["logs"]
     rewards = [(row["step"], row["train/reward"]) for row in trainer if "train/reward" in row]
     assert [s for s, _ in rewards] == list(range(1, 13))  # every step, exactly once
     # Up to the checkpoint (step 2) the first attempt's values, from the journal; after it, what
@@ -102,12 +104,12 @@ def test_trackio_holds_every_step_once_across_a_kill_and_the_fit(
     assert rewards == [(s, reward(s, 0 if s in first_kept else 1)) for s in range(1, 13)]
     stored = [(row["step"], row["eval/pass_rate"]) for row in trainer if "eval/pass_rate" in row]
     assert stored == [(0, 0.1), (6, 0.3), (12, 0.5)]
-    config = runs["math-8b"]["config"]
+    config = runs[trainer_run]["config"]
     assert config["model"] == {"path": "/models/base"}
     assert config["recipe"]["optimizer"]["lr"] == 5e-7
 
     written = json.loads((run_dir / FIT_FILE).read_text())
-    (row,) = runs["math-8b-fit"]["logs"]
+    (row,) = runs[f"{trainer_run}-fit"]["logs"]
     assert row["step"] == 12
     assert row["fit/A"] == written["A"]
     assert (row["fit/A_low"], row["fit/A_high"]) == tuple(written["A_interval"])
