@@ -26,6 +26,7 @@ from tracker_readers import (
 from scalerl.metrics import TrainerMetrics
 from scalerl.spec import TrackingSpec
 from scalerl.tracking import TrackedRun, TrackerSink, build_trackers
+from scalerl.tracking.records import Delivered, Record
 
 NAME = "math-8b"
 
@@ -189,6 +190,7 @@ import json, os, signal, sys, time
 from pathlib import Path
 from scalerl.spec import TrackingSpec
 from scalerl.tracking import TrackedRun, TrackerSink, build_trackers
+from scalerl.tracking.records import Delivered, Record
 
 run_dir = Path(sys.argv[1])
 spec = TrackingSpec.model_validate({"wandb": {"mode": "offline"}})
@@ -270,3 +272,19 @@ def test_a_trainer_started_by_a_process_that_used_w_and_b_writes_its_own_files(
     run_id = TrackedRun.of(NAME, "local", tmp_path / "run", "trainer").id
     rows = [r["_step"] for r in wandb_history(tmp_path / "run", run_id)]
     assert rows == list(range(1, 9))
+
+
+def test_a_tracker_that_kept_no_step_is_sent_the_params_again(tmp_path: Path) -> None:
+    """trackio stores the params with its first record: a kill before that record was stored
+    leaves the tracker without them, though it took them (kept_through -1)."""
+    run = TrackedRun.of(NAME, "local", tmp_path, "trainer")
+    run.folder.mkdir()  # the journal's folder, which the sink makes
+    params, step = Record("params", 0, params={"model": {"path": "/m"}}), Record("step", 8)
+    for kept, params_held in ((3, True), (-1, False)):
+        delivered = Delivered(run, f"kept-{kept}")
+        delivered.mark(params)
+        delivered.mark(step)
+        delivered.clamp(kept)
+        assert delivered.has(params) is params_held
+        assert not delivered.has(step) and delivered.has(Record("step", kept))
+        assert Delivered(run, f"kept-{kept}").has(params) is params_held  # as saved
