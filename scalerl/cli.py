@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse reports usage errors (2) and --help (0) by exiting
         return 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 2
+    if os.getpid() == 1 and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # A container's first process: the kernel ignores a signal it has no handler for, so a
+        # pod's deletion would wait out its whole grace period (a fit Job's `scalerl fit`).
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(args.handler(args))
     except ScaleRLError as err:
@@ -44,6 +50,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: one line, no traceback
         print(str(stop) or "interrupted", file=sys.stderr)
         return 128 + int(getattr(stop, "signum", 2))  # as a shell reports it: 130, 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, for a command that has no handler of its own."""
+
+    signum = signal.SIGTERM
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated("terminated")
 
 
 def build_parser() -> argparse.ArgumentParser:
