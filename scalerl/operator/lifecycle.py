@@ -46,20 +46,12 @@ from scalerl.kube import Kube, KubeError
 from scalerl.operator import children, initializer, names, sources, trackrecord
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
 from scalerl.operator.prediction import stop_reason
+from scalerl.operator.schema import PHASES
 from scalerl.spec import ScaleRLRun, parse_run
 from scalerl.status.conditions import now_rfc3339, set_condition
 from scalerl.status.kubernetes import RunStatus
 
-PENDING, INITIALIZING, QUEUED, STARTING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
-    "Pending",
-    "Initializing",
-    "Queued",
-    "Starting",
-    "Running",
-    "Suspended",
-    "Succeeded",
-    "Failed",
-)
+PENDING, INITIALIZING, QUEUED, STARTING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = PHASES
 LIVE = (None, PENDING, QUEUED, STARTING, RUNNING)  # phases a gang failure or a stop applies to
 # A container waiting for one of these is being started; any other reason is what holds it.
 CREATING = (None, "ContainerCreating", "PodInitializing")
