@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from scalerl.cli_args import Subparsers
     from scalerl.fit import Curve, FitResult
     from scalerl.fit.report import FitReport
+    from scalerl.status.kubernetes import RunStatus
 
 
 # --- scalerl fit -----------------------------------------------------------------------------
@@ -390,7 +391,7 @@ def cmd_fit_run(args: argparse.Namespace) -> int:
         status = RunStatus(Kube.connect(), namespace, args.run)
         prediction = fit_run(status, args.min_compute, on_report=reports.append, **options)
         if prediction and reports:
-            _track_fit(status.read(), reports[-1])
+            _track_fit(status, reports[-1])
     except KubeError as err:
         raise InputError(f"ScaleRLRun {namespace}/{args.run}: {err}") from None
     if args.json:
@@ -402,21 +403,25 @@ def cmd_fit_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _track_fit(run_obj: dict[str, Any], report: dict[str, Any]) -> None:
+def _track_fit(status: RunStatus, report: dict[str, Any]) -> None:
     """The fit to spec.tracking's trackers, after status.prediction is written: a tracker's
-    failure is a warning, never the fit Job's."""
+    failure (or the run's, read again for its spec and uid) is a warning, never the fit Job's."""
     from scalerl.spec import parse_run
     from scalerl.tracking.fit_job import log_fit
 
     try:
+        run_obj = status.read()
         logged = log_fit(parse_run(run_obj), run_obj["metadata"]["uid"], report)
     except Exception as err:  # noqa: BLE001 — the prediction is written; trackers are extra
         message = f"the fit was not logged to the trackers: {type(err).__name__}: {err}"
         print(message[:400], file=sys.stderr)
         return
-    if logged:  # stderr: stdout is the prediction (--json)
-        step = report.get("lastStep")
-        print(f"fit of step {step} logged to {', '.join(logged)}", file=sys.stderr)
+    step = report.get("lastStep")  # stderr: stdout is the prediction (--json)
+    for tracker, has in logged.items():
+        line = f"fit of step {step} logged to {tracker}"
+        if not has:
+            line = f"fit of step {step} not logged to {tracker} (see the warnings above)"
+        print(line, file=sys.stderr)
 
 
 def _current_namespace() -> str:

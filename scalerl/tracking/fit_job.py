@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scalerl.tracking import PACKAGES, build_trackers, names
-from scalerl.tracking.records import TrackedRun
+from scalerl.tracking.records import Record, TrackedRun
 from scalerl.tracking.sink import TrackerSink
 
 if TYPE_CHECKING:
@@ -54,18 +54,19 @@ def job_trackers(spec: TrackingSpec) -> TrackingSpec:
     return spec.model_copy(update=left_out)
 
 
-def log_fit(run: ScaleRLRun, uid: str, report: dict[str, Any]) -> list[str]:
+def log_fit(run: ScaleRLRun, uid: str, report: dict[str, Any]) -> dict[str, bool]:
     """Log `report` (fit.json's fields: the fit of the run's status.evaluations) to the run's
-    trackers; the trackers it went to (or would have: one that is down only warns)."""
+    trackers: for each tracker it tried, whether the tracker has the fit (one that is down
+    within TIMEOUT_S does not; its warnings say why)."""
     if run.spec.tracking is None:
-        return []
+        return {}
     spec = job_trackers(run.spec.tracking)
     if not spec.trackers:
-        return []
-    step = int(report.get("lastStep") or 0)
+        return {}
+    fit = Record("fit", int(report.get("lastStep") or 0), names.fit_metrics(report))
     with tempfile.TemporaryDirectory(prefix="scalerl-fit-") as folder:
         tracked = TrackedRun(uid, run.name, run.namespace, "fit", Path(folder))
         sink = TrackerSink(build_trackers(spec, tracked), tracked, resume_step=None, ask_first=True)
-        sink.fit(step, names.fit_metrics(report), names.fit_text(report), None)
+        sink.fit(fit.step, fit.metrics, names.fit_text(report), None)
         sink.close(finished=True, timeout_s=TIMEOUT_S)
-    return spec.trackers
+        return {d.tracker.name: d.delivered.has(fit) for d in sink.deliveries}

@@ -5,6 +5,8 @@ fit made again (a Job's retried pod) adds no second point."""
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from controlplane import ControlPlane, RunAccount
 from mlflow import MlflowClient
 
 from scalerl.cli import main
-from scalerl.tracking import RUN_UID_ENV
+from scalerl.tracking import RUN_UID_ENV, fit_job
 from scalerl.tracking.to_mlflow import RUN_TAG
 
 RUNS = "/apis/scalerl.dev/v1alpha1/namespaces"
@@ -40,6 +42,7 @@ def test_the_fit_job_logs_the_fit_once_to_the_runs_tracker(
     as_run: RunAccount,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)  # MLflow's SQLite store keeps artifacts in ./mlruns
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -54,6 +57,7 @@ def test_the_fit_job_logs_the_fit_once_to_the_runs_tracker(
 
     fit = ["fit", "--run", "r1", "--namespace", ns, "--bootstrap", "50", "--seed", "1"]
     assert main(fit) == 0
+    assert "fit of step 110 logged to mlflow" in capsys.readouterr().err
     code, run = plane.api("GET", f"{RUNS}/{ns}/scalerlruns/r1")
     prediction = run["status"]["prediction"]
 
@@ -85,3 +89,28 @@ def test_the_fit_job_logs_the_fit_once_to_the_runs_tracker(
     assert main(fit) == 0
     assert series(client, run_id, "fit/A") == [(110, a)]
     assert len(client.search_runs([experiment.experiment_id])) == 1
+
+
+def test_a_tracker_that_is_down_costs_the_fit_job_a_warning_only(
+    plane: ControlPlane,
+    ns: str,
+    as_run: RunAccount,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    as_run("r1", {"fit": {"minCompute": 0}, "tracking": {"mlflow": {"uri": dead}}})
+    status = {"evaluations": curve(12), "evaluationCount": 12}
+    code, reply = plane.api_patch(f"{RUNS}/{ns}/scalerlruns/r1/status", {"status": status})
+    assert code == 200, reply
+    monkeypatch.setattr(fit_job, "TIMEOUT_S", 2.0)  # the Job's wait for its trackers (60 s)
+
+    started = time.monotonic()
+    assert main(["fit", "--run", "r1", "--namespace", ns, "--bootstrap", "50"]) == 0
+    assert time.monotonic() - started < 30
+    code, run = plane.api("GET", f"{RUNS}/{ns}/scalerlruns/r1")
+    assert run["status"]["prediction"]["A"] == pytest.approx(A, abs=0.02)
+    said = capsys.readouterr().err
+    assert "fit of step 110 not logged to mlflow (see the warnings above)" in said
