@@ -64,7 +64,8 @@ def log_fit(run: ScaleRLRun, uid: str, report: dict[str, Any]) -> dict[str, bool
     if not spec.trackers:
         return {}
     fit = Record("fit", int(report.get("lastStep") or 0), names.fit_metrics(report))
-    with tempfile.TemporaryDirectory(prefix="scalerl-fit-") as folder:
+    # A tracker still retrying past TIMEOUT_S may write its state there as it goes.
+    with tempfile.TemporaryDirectory(prefix="scalerl-fit-", ignore_cleanup_errors=True) as folder:
         tracked = TrackedRun(uid, run.name, run.namespace, "fit", Path(folder))
         sink = TrackerSink(build_trackers(spec, tracked), tracked, resume_step=None, ask_first=True)
         sink.fit(fit.step, fit.metrics, names.fit_text(report), None)
