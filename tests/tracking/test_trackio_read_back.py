@@ -27,7 +27,7 @@ SPEC = {"model": {"path": "/models/base"}, "recipe": {"optimizer": {"lr": 5e-7}}
 
 @pytest.fixture(scope="module")
 def python() -> Path:
-    return trackio_python()  # built once (~30 s cold), then cached under ~/.cache/scalerl
+    return trackio_python()  # built once (24 s cold), then cached under ~/.cache/scalerl
 
 
 def run(python: Path, store: Path, *args: str) -> subprocess.CompletedProcess[str]:

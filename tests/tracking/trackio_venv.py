@@ -4,8 +4,8 @@ has pillow 13, so trackio cannot be installed there (trackio-requirements.txt sa
 Built once from trackio-requirements.txt's exact pins with the interpreter this venv was made
 from, cached under ~/.cache/scalerl/ by the hash of that file and the Python version; a changed
 pin builds a new one. It is made in a temporary folder and renamed into place, so a build that
-fails (or two at once) never leaves a half-made venv for the next run. The cold build takes about
-half a minute (~30 MB of wheels, 190 MB on disk).
+fails (or two at once) never leaves a half-made venv for the next run. Cold, without pip's cache,
+it took 24 s here (downloads included) and holds 200 MB.
 """
 
 from __future__ import annotations
