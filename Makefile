@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast demo bench lint clean crds images base-image cluster-bins
+.PHONY: setup test test-fast demo bench lint clean crds images base-image cluster-bins trackio-venv test-images
 
 setup: $(STAMP)
 
@@ -29,8 +29,18 @@ cluster-bins:
 # Everything: unit tests, the slow end-to-end runs (real processes, vLLM on CPU) and the tests on
 # the real control plane (tests/cluster). GPU tests skip where there is no GPU. pytest lists the
 # 30 slowest at the end (pyproject's addopts): where the time goes.
-test: setup cluster-bins
+test: setup cluster-bins trackio-venv test-images
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The operator's image from this checkout, which the cluster tests run with Podman (cached by the
+# hash of its inputs; where Podman is missing this says so and the tests fail under CI, skip else).
+test-images: setup
+	$(BIN)/python tests/cluster/containers.py
+
+# trackio, which pins pillow below 13, in a venv of its own for tests/tracking (cached in
+# ~/.cache/scalerl; instant once built).
+trackio-venv: setup
+	$(BIN)/python tests/tracking/trackio_venv.py
 
 # The fast half (no `slow`, `cluster` or `gpu` marker): about two minutes on 2 cores.
 test-fast: setup

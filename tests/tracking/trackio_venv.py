@@ -1,7 +1,8 @@
 """A venv holding trackio, beside the project's: trackio pins pillow below 13, this project's venv
 has pillow 13, so trackio cannot be installed there (trackio-requirements.txt says why).
 
-Built once from trackio-requirements.txt's exact pins with the interpreter this venv was made
+Built by `make trackio-venv` (which `make test` runs first: the tests themselves download nothing)
+from trackio-requirements.txt's exact pins with the interpreter this venv was made
 from, cached under ~/.cache/scalerl/ by the hash of that file and the Python version; a changed
 pin builds a new one. It is made in a temporary folder and renamed into place, so a build that
 fails (or two at once) never leaves a half-made venv for the next run. Cold, without pip's cache,
@@ -23,11 +24,16 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "scaler
 
 
 def trackio_python() -> Path:
-    """The interpreter of the cached trackio venv, built here when missing."""
+    """Where the interpreter of the cached trackio venv is (or goes)."""
     pins = REQUIREMENTS.read_bytes()
     key = hashlib.sha256(pins + sys.version.encode()).hexdigest()[:16]
-    venv = CACHE / f"trackio-{key}"
-    python = venv / "bin" / "python"
+    return CACHE / f"trackio-{key}" / "bin" / "python"
+
+
+def build() -> Path:
+    """The trackio venv's interpreter, the venv built first when missing."""
+    python = trackio_python()
+    venv = python.parent.parent
     if python.exists():
         return python
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -56,3 +62,7 @@ def _run(command: list[str]) -> None:
             f"building the trackio venv: {' '.join(command)} failed "
             f"({done.returncode}):\n{done.stdout}{done.stderr}"
         )
+
+
+if __name__ == "__main__":
+    print(build())
