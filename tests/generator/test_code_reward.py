@@ -217,9 +217,7 @@ def test_the_code_reward_resolves_and_a_broken_sandbox_drops_the_sample(
     assert reward(SUM_MAX, reference) == 1.0 and load_reward("code")(SUM_MAX, reference) == 1.0
     if isolation.probe().mode != "bwrap":
         pytest.skip("breaks bubblewrap on purpose; this machine runs without it")
-    monkeypatch.setattr(
-        isolation, "bwrap_argv", lambda python: ["bwrap", "--no-such-option"]
-    )
+    monkeypatch.setattr(isolation, "bwrap_argv", lambda python: ["bwrap", "--no-such-option"])
     verdict = score_code(SUM_MAX, reference, FAST)
     assert verdict.error.startswith("the sandbox did not start") and verdict.reward == -1.0
     with pytest.raises(SandboxFailure):  # a reward loaded now starts its sandbox broken

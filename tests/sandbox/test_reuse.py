@@ -58,7 +58,7 @@ def test_the_next_program_finds_nothing_the_last_one_left(full_isolation: object
 
 def test_each_program_gets_its_own_cpu_time(full_isolation: object) -> None:
     # 0.6 s of CPU each under a 1 s limit: counted together, the second would be killed.
-    burn = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end:\n  pass\n"
+    burn = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
     with Sandbox() as box:
         runs = [box.run(burn, limits=LIMITS) for _ in range(3)]
     assert [r.returncode for r in runs] == [0, 0, 0]
