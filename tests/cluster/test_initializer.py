@@ -23,7 +23,7 @@ from chart import in_thread
 from controlplane import ControlPlane
 from fake_hub import FakeHub
 from kubelet import Kubelet, printing_logs_on_failure
-from runs import RUNS, ensure_crd, wait_for
+from runs import RUNS, delete_run, ensure_crd, wait_for
 from small_run import run_manifest
 
 from scalerl.operator import names
@@ -182,6 +182,8 @@ def test_the_initializer_downloads_once_and_the_gang_reads_the_files_offline(
         )
         assert hub.downloads() == downloaded
         assert [r["commit"] for r in second["sources"]] == [r["commit"] for r in started["sources"]]
+        for run in ("first", "second"):  # while the operator runs: it removes their finalizers
+            delete_run(plane, ns, run)
 
 
 def test_a_failed_download_leaves_the_run_initializing_with_no_gang(
@@ -207,3 +209,4 @@ def test_a_failed_download_leaves_the_run_initializing_with_no_gang(
         assert roles(pods(plane, ns, "lost")) == ["initializer"] * len(pods(plane, ns, "lost"))
         assert roles(jobs(plane, ns, "lost")) == ["initializer"]
         assert hub.downloads() == 0
+        delete_run(plane, ns, "lost")
