@@ -424,15 +424,8 @@ class GenerationEngine:
 
     async def _swap(self, llm: AsyncLLM, version: int, timeout_s: float) -> None:
         keep = f"generation continues on version {self.version}"
-        lora = self.config.lora
-        if lora is None:
-            rpc = llm.collective_rpc("receive_weights", args=(timeout_s, version))
-        else:
-            folder = self.adapter_folder(version)
-            shape = (lora.rank, lora.alpha, lora.dropout, self.config.model_path)
-            rpc = llm.collective_rpc(
-                "receive_adapter", args=(timeout_s, version, str(folder), *shape)
-            )
+        method, args, folder = self._receive_call(version, timeout_s)
+        rpc = llm.collective_rpc(method, args=args)
         try:
             applied = await asyncio.wait_for(rpc, timeout_s + RPC_GRACE_S)
         except TimeoutError:
@@ -443,9 +436,8 @@ class GenerationEngine:
             raise WeightSyncError(
                 f"receiving weights of version {version} failed: {_worker_message(err)}; {keep}"
             ) from err
-        if list(applied) != [version] * len(applied):
-            raise WeightSyncError(f"workers applied versions {applied}, expected {version}")
-        if lora is not None:
+        _check_applied(applied, version)
+        if folder is not None:
             await self._control(llm.add_lora(adapters.adapter_request(folder, reload=True)),
                                 "loading the adapter")  # fmt: skip
             self._use_adapter(folder)
@@ -453,27 +445,32 @@ class GenerationEngine:
         await self._control(llm.update_weight_version(str(version)), "labelling weights")
         self.version = version
 
+    def _receive_call(
+        self, version: int, timeout_s: float
+    ) -> tuple[str, tuple[Any, ...], Path | None]:
+        """The worker method that receives `version`, its arguments, and (LoRA) the adapter
+        folder it writes."""
+        lora = self.config.lora
+        if lora is None:
+            return "receive_weights", (timeout_s, version), None
+        folder = self.adapter_folder(version)
+        shape = (lora.rank, lora.alpha, lora.dropout, self.config.model_path)
+        return "receive_adapter", (timeout_s, version, str(folder), *shape), folder
+
     def _swap_held(self, llm: InprocLLM, version: int, timeout_s: float) -> None:
         """`_swap` for an engine in this process, in a thread holding its turnstile: the worker
         receives the version, and the adapter and the label change before any step runs."""
         keep = f"generation continues on version {self.version}"
-        lora = self.config.lora
-        folder = None
+        method, args, folder = self._receive_call(version, timeout_s)
         try:
-            if lora is None:
-                applied = llm.engine.collective_rpc("receive_weights", args=(timeout_s, version))
-            else:
-                folder = self.adapter_folder(version)
-                shape = (lora.rank, lora.alpha, lora.dropout, self.config.model_path)
-                args = (timeout_s, version, str(folder), *shape)
-                applied = llm.engine.collective_rpc("receive_adapter", args=args)
+            applied = llm.engine.collective_rpc(method, args=args)
+            if folder is not None:
                 llm.engine.add_lora(adapters.adapter_request(folder, reload=True))
         except Exception as err:
             raise WeightSyncError(
                 f"receiving weights of version {version} failed: {_worker_message(err)}; {keep}"
             ) from err
-        if list(applied) != [version] * len(applied):
-            raise WeightSyncError(f"workers applied versions {applied}, expected {version}")
+        _check_applied(applied, version)
         if folder is not None:
             self._use_adapter(folder)
         llm.engine.set_weight_version(str(version))
@@ -550,6 +547,11 @@ class GenerationEngine:
             ) from None
         except Exception as err:
             raise PeerError(f"vLLM engine failed {what}: {_worker_message(err)}") from err
+
+
+def _check_applied(applied: Sequence[int], version: int) -> None:
+    if list(applied) != [version] * len(applied):
+        raise WeightSyncError(f"workers applied versions {applied}, expected {version}")
 
 
 async def _pause(llm: AsyncLLM) -> None:

@@ -11,6 +11,7 @@ tests/test_hub.py trains on ids locally).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.parse
 from collections.abc import Iterator
@@ -69,6 +70,19 @@ def hub_run(ns: str, name: str, hub: FakeHub, model: str = MODEL) -> dict[str, A
     )
 
 
+@contextlib.contextmanager
+def operating(plane: ControlPlane, ns: str, kubeconfig: Path) -> Iterator[Kubelet]:
+    """The CRD, the run's claim, the operator watching `ns` and a kubelet running its pods."""
+    ensure_crd(plane)
+    plane.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(PVC))
+    with (
+        in_thread(plane, kubeconfig, [ns]),
+        Kubelet(plane, ns) as kubelet,
+        printing_logs_on_failure(kubelet),
+    ):
+        yield kubelet
+
+
 def create(plane: ControlPlane, ns: str, body: dict[str, Any]) -> None:
     code, made = plane.api("POST", f"{RUNS}/{ns}/scalerlruns", body)
     assert code == 201, made
@@ -117,13 +131,7 @@ def events(plane: ControlPlane, ns: str, name: str) -> dict[str, list[str]]:
 def test_the_initializer_downloads_once_and_the_gang_reads_the_files_offline(
     plane: ControlPlane, ns: str, operator_kubeconfig: Path, hub: FakeHub
 ) -> None:
-    ensure_crd(plane)
-    plane.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(PVC))
-    with (
-        in_thread(plane, operator_kubeconfig, [ns]),
-        Kubelet(plane, ns) as kubelet,
-        printing_logs_on_failure(kubelet),
-    ):
+    with operating(plane, ns, operator_kubeconfig) as kubelet:
         store = kubelet.claim_dir(CLAIM)
         create(plane, ns, hub_run(ns, "first", hub))
         initializing = wait_for(
@@ -189,13 +197,7 @@ def test_the_initializer_downloads_once_and_the_gang_reads_the_files_offline(
 def test_a_failed_download_leaves_the_run_initializing_with_no_gang(
     plane: ControlPlane, ns: str, operator_kubeconfig: Path, hub: FakeHub
 ) -> None:
-    ensure_crd(plane)
-    plane.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(PVC))
-    with (
-        in_thread(plane, operator_kubeconfig, [ns]),
-        Kubelet(plane, ns) as kubelet,
-        printing_logs_on_failure(kubelet),
-    ):
+    with operating(plane, ns, operator_kubeconfig):
         create(plane, ns, hub_run(ns, "lost", hub, model=MISSING))
         why = f"{MISSING}: no such repository on {hub.url}, or it is private or gated"
 
