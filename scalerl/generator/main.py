@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scalerl.environment import ProcessEnv
 from scalerl.errors import DataError, PeerError, ScaleRLError, WeightSyncError
@@ -34,7 +34,7 @@ from scalerl.generator.prompts import (
 from scalerl.generator.scoring import Scorer
 from scalerl.generator.tokens import ModelTokens
 from scalerl.metrics import GeneratorMetrics
-from scalerl.preflight import context_problem, model_dir_problem, model_len_needed
+from scalerl.preflight import context_problem, model_dir_problem, model_len_needed, model_limit
 from scalerl.recipe import InterruptionPlan, NoPositiveResampling
 from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.rollout.pipe import GeneratorEnd
@@ -54,6 +54,9 @@ from scalerl.rollout.records import (
 from scalerl.rollout.stream import GeneratorChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 from scalerl.status.history import PromptScore
+
+if TYPE_CHECKING:  # verifiers is imported only by a run with spec.environment
+    from scalerl.agents.rollouts import AgentRollouts
 
 log = logging.getLogger("scalerl.generator")
 T = TypeVar("T")
@@ -168,6 +171,8 @@ class Generator:
     validation: list[Example]
     metrics: GeneratorMetrics
     curriculum: NoPositiveResampling = field(default_factory=NoPositiveResampling)
+    # spec.environment's rollouts (scalerl.agents); None: one completion scored by data.reward.
+    agents: AgentRollouts | None = None
     # The run's data position at Start: prompt id -> the epochs a training step consumed it in.
     consumed: dict[str, list[int]] = field(default_factory=dict)
     tally: Tally = field(init=False)
@@ -191,6 +196,8 @@ class Generator:
     async def sample_group(self, example: Example, n: int, seed: str | None = None) -> list[Sample]:
         """`n` scored completions of the prompt, less any the code sandbox could not score
         (dropped, and counted in sandbox_failures)."""
+        if self.agents is not None:
+            return await self.sample_rollouts(example, n, seed)
         self.tally.generation_begins()
         try:
             samples = await self.engine.generate(self.prompts.encode(example), n, seed=seed)
@@ -206,6 +213,24 @@ class Generator:
                 kept.append(sample)
         self.tally.score_s += time.perf_counter() - started
         return kept
+
+    async def sample_rollouts(self, example: Example, n: int, seed: str | None) -> list[Sample]:
+        """`n` rollouts of the environment, scored by its rubric (the environment's turns count
+        as generation: the engine waits on them as it would on a reward)."""
+        assert self.agents is not None
+        self.tally.generation_begins()
+        try:
+            samples = await self.agents.sample(example, n, seed)
+        finally:
+            self.tally.generation_ends()
+        self.metrics.environment_failures.inc(self.agents.failures.take())
+        return samples
+
+    def group_prompt(self, example: Example) -> list[int]:
+        """What the trainer reads as the group's prompt."""
+        if self.agents is not None:
+            return self.agents.prompt_ids(example)
+        return self.prompts.encode(example)
 
     async def produce(
         self, prompts: Iterator[tuple[Example, int]], outbox: asyncio.Queue[RolloutGroup]
@@ -226,8 +251,7 @@ class Generator:
             if not samples:  # the sandbox failed on every completion: nothing to learn from
                 self._quota_left += 1  # the group never went out: its place is free again
                 continue
-            ids = self.prompts.encode(example)
-            group = RolloutGroup(example.id, ids, samples, self.index, epoch)
+            group = RolloutGroup(example.id, self.group_prompt(example), samples, self.index, epoch)
             self.count(group)
             await outbox.put(group)
 
@@ -237,11 +261,16 @@ class Generator:
         for s in group.samples:
             self.tally.sequences += 1
             self.tally.truncated += int(s.truncated)
-            self.tally.tokens += len(s.completion_ids)
+            self.tally.tokens += s.generated_tokens
             self.metrics.generated_sequences.inc()
-            self.metrics.generated_tokens.inc(len(s.completion_ids))
+            self.metrics.generated_tokens.inc(s.generated_tokens)
             self.metrics.truncated_sequences.inc(int(s.truncated))
             self.metrics.interrupted_sequences.inc(int(s.interrupted))
+            if s.conversation is not None:
+                self.metrics.agent_turns.inc(s.conversation.turns)
+                self.metrics.tool_calls.inc(s.conversation.tool_calls)
+                self.metrics.tool_errors.inc(s.conversation.tool_errors)
+                self.metrics.environment_seconds.inc(s.conversation.env_seconds)
 
     # Groups this generator may still start before the trainer takes another batch. Each batch
     # the trainer takes (a new version, or MoreRollouts when it learnt nothing) grants more.
@@ -313,7 +342,7 @@ class Generator:
             version=command.version,
             generator=self.index,
             scores=[score(e, g) for e, g in zip(self.validation, groups, strict=True)],
-            tokens=sum(len(s.completion_ids) for g in groups for s in g),
+            tokens=sum(s.generated_tokens for g in groups for s in g),
             completions=self.readable(groups),
         )
         for message in (self.stats(), result):  # stats first: the trainer records both
@@ -496,30 +525,68 @@ def build_generator(
         raise DataError(problem)
     from transformers import AutoTokenizer
 
-    train, validation = train_and_validation(spec.data, spec.seed)
-    count = spec.generators.replicas
     tokenizer = AutoTokenizer.from_pretrained(str(model))
+    tokens = ModelTokens.load(model, tokenizer, spec.model.think_end)
     prompts = PromptEncoder.for_data(tokenizer, spec.data, spec.recipe.length.max_prompt_tokens)
-    # Every generator measures all prompts, so all engines get the same max_model_len.
-    longest = prompts.longest(train + validation)
+    environment = None
+    if spec.environment is None:
+        train, validation = train_and_validation(spec.data, spec.seed)
+        # Every generator measures all prompts, so all engines get the same max_model_len.
+        longest = prompts.longest(train + validation)
+    else:
+        environment, train, validation, longest = _environment(spec, tokenizer)
     problem = context_problem(spec, tokenizer, longest)
     if problem is not None:
         raise DataError(problem)
-    config = engine_config(spec, env, model_len_needed(spec, tokenizer, longest))
+    # A conversation grows with every turn: it may use the model's whole context.
+    needed = model_len_needed(spec, tokenizer, longest)
+    limit = model_limit(model) if environment is not None else None
+    config = engine_config(spec, env, limit or needed)
     prepare_vllm_environment(config)
+    engine = GenerationEngine(config, colocation=colocation)
+    count = spec.generators.replicas
     return Generator(
         run=run,
         env=env,
-        engine=GenerationEngine(config, colocation=colocation),
+        engine=engine,
         channel=channel,
         scorer=Scorer(rewards_of(spec.data.reward, train + validation), spec.data.code, metrics),
-        tokens=ModelTokens.load(model, tokenizer, spec.model.think_end),
+        tokens=tokens,
         prompts=prompts,
         train=shard(train, env.generator_index, count),
         validation=shard(validation, env.generator_index, count),
         metrics=metrics,
         curriculum=NoPositiveResampling(spec.recipe.no_positive_resampling.pass_rate_threshold),
+        agents=None if environment is None else _agents(spec, environment, engine, tokens),
     )
+
+
+def _environment(spec: RunSpec, tokenizer: Any) -> tuple[Any, list[Example], list[Example], int]:
+    """spec.environment loaded, its prompts, and the longest first context among them."""
+    from scalerl.agents.load import environment_examples, load_environment
+    from scalerl.agents.rollouts import first_context
+
+    assert spec.environment is not None
+    environment = load_environment(spec.environment)
+    train, validation = environment_examples(environment, spec)
+    longest = max(len(first_context(environment, tokenizer, e)) for e in train + validation)
+    return environment, train, validation, longest
+
+
+def _agents(
+    spec: RunSpec, environment: Any, engine: GenerationEngine, tokens: ModelTokens
+) -> AgentRollouts:
+    """The environment's rollouts on this engine: each model turn one plain sample of at most
+    what is left of the rollout's completion budget."""
+    from scalerl.agents.client import EngineClient
+    from scalerl.agents.rollouts import AgentRollouts
+
+    async def sample_turn(prompt: list[int], max_tokens: int, seed: str | None) -> Sample:
+        return (await engine.generate(prompt, 1, max_tokens=max_tokens, seed=seed))[0]
+
+    assert spec.environment is not None
+    client = EngineClient(sample_turn, tokens, engine.config.max_model_len)
+    return AgentRollouts(environment, client, spec.environment, spec.max_completion_tokens)
 
 
 def rewards_of(default: str, examples: list[Example]) -> list[str]:

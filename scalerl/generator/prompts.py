@@ -30,6 +30,9 @@ class Example:
     # `reward`/`domain` fields, else its source's (spec.data.train as a list), else the run's.
     reward: str = ""
     domain: str = ""
+    # An environment's row (scalerl.agents): what its rollouts start from (prompt messages,
+    # answer, info); None for a row of data.train.
+    inputs: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 def load_examples(

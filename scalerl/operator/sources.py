@@ -54,7 +54,8 @@ def wanted(run: ScaleRLRun) -> list[Wanted]:
     """Every hf:// value of the run's spec, in the order the initializer resolves them."""
     spec = run.spec
     out = [Wanted(MODEL_FIELD, spec.model.path)] if _is_hub(spec.model.path) else []
-    out += _data_wanted(TRAIN_FIELD, spec.data.train)
+    if spec.data.train is not None:
+        out += _data_wanted(TRAIN_FIELD, spec.data.train)
     if spec.data.validation.path is not None:
         out += _data_wanted(VALIDATION_FIELD, spec.data.validation.path)
     return out
@@ -88,7 +89,8 @@ def localized(run: ScaleRLRun, records: Sequence[dict[str, Any]]) -> ScaleRLRun:
     spec = document["spec"]
     if MODEL_FIELD in by_field:
         spec["model"]["path"] = str(by_field[MODEL_FIELD]["path"])
-    spec["data"]["train"] = _local_data(TRAIN_FIELD, spec["data"]["train"], by_field)
+    if spec["data"].get("train") is not None:
+        spec["data"]["train"] = _local_data(TRAIN_FIELD, spec["data"]["train"], by_field)
     if spec["data"]["validation"].get("path") is not None:
         validation = spec["data"]["validation"]
         validation["path"] = _local_data(VALIDATION_FIELD, validation["path"], by_field)

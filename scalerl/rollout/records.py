@@ -96,27 +96,111 @@ def _fields_of(obj: Any) -> tuple[Field[Any], ...]:
 
 
 @dataclass
+class Conversation:
+    """What a multi-turn rollout (scalerl.agents) adds to its sample: how many model turns, tool
+    calls and tool errors it had, the environment's wall time, and where the chat template did
+    not keep the prefix, so the trainer reads the rollout as several sequences."""
+
+    turns: int = 1
+    tool_calls: int = 0
+    tool_errors: int = 0
+    env_seconds: float = 0.0
+    env_tokens: int = 0  # the environment's messages (tool results, feedback) and their framing
+    # (offset into the sample's tokens, the context re-rendered there): from `offset` on, the
+    # tokens continue that context rather than everything before them (scalerl.agents.assemble).
+    breaks: list[tuple[int, list[int]]] = field(default_factory=list)
+
+    def to_msg(self) -> dict[str, Any]:
+        return {
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "tool_errors": self.tool_errors,
+            "env_seconds": float(self.env_seconds),
+            "env_tokens": self.env_tokens,
+            "breaks": [[offset, list(ids)] for offset, ids in self.breaks],
+        }
+
+    @classmethod
+    def from_msg(cls, msg: Any) -> Conversation:
+        if not isinstance(msg, dict):
+            raise InputError("sample.conversation: expected a map")
+        where = "sample.conversation"
+        breaks = _field(msg, "breaks", where)
+        if not isinstance(breaks, list) or not all(_is_break(b) for b in breaks):
+            raise InputError(f"{where}.breaks: expected [[offset, [token ids]], ...]")
+        return cls(
+            turns=_check(_field(msg, "turns", where), int, f"{where}.turns"),
+            tool_calls=_check(_field(msg, "tool_calls", where), int, f"{where}.tool_calls"),
+            tool_errors=_check(_field(msg, "tool_errors", where), int, f"{where}.tool_errors"),
+            env_seconds=_check(_field(msg, "env_seconds", where), float, f"{where}.env_seconds"),
+            env_tokens=_check(_field(msg, "env_tokens", where), int, f"{where}.env_tokens"),
+            breaks=[(offset, ids) for offset, ids in breaks],
+        )
+
+
+def _is_break(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and _is_int(value[0])
+        and value[0] >= 0
+        and isinstance(value[1], list)
+        and len(value[1]) > 0
+        and all(_is_int(i) for i in value[1])
+    )
+
+
+@dataclass
 class Sample:
-    """One completion of a prompt, with what the trainer needs per token."""
+    """One completion of a prompt, with what the trainer needs per token.
+
+    A multi-turn rollout is one sample too: its model turns and the environment's messages
+    between them, in order, the latter with loss mask 0 (`conversation` says more)."""
 
     completion_ids: list[int]
     logprobs: list[float]  # the generator's log-probs of the sampled tokens, after temperature
     versions: list[int]  # the policy version that produced each token
-    loss_mask: list[int]  # 0 for tokens we injected (the length-interruption phrase)
+    loss_mask: list[int]  # 0 for tokens we injected (interruption phrase, environment messages)
     reward: float
     truncated: bool  # hit the length limit without finishing
     interrupted: bool  # the thinking budget ran out and the interruption phrase was forced
     finish_reason: str
+    # An environment's rollouts pass at a reward of at least this (spec.environment.passThreshold);
+    # None: single-answer rewards, which pass above 0.
+    pass_threshold: float | None = None
+    conversation: Conversation | None = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)
 
     @property
     def passed(self) -> bool:
-        """The one definition of a pass (train, held-out, curriculum): a positive reward for a
-        completion that finished within its budgets. A truncated sample fails, whatever its
-        reward: it is left out of training, and counting it would reward running long."""
-        return self.reward > 0 and not self.truncated
+        """The one definition of a pass (train, held-out, curriculum): a reward of at least the
+        environment's threshold (above 0 without one) for a completion that finished within its
+        budgets. A truncated sample fails, whatever its reward: it is left out of training, and
+        counting it would reward running long."""
+        if self.truncated:
+            return False
+        if self.pass_threshold is None:
+            return self.reward > 0
+        return self.reward >= self.pass_threshold
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens the generator wrote (the model's and an injected phrase), not the
+        environment's: what the length budgets and the token counts are about."""
+        env = self.conversation.env_tokens if self.conversation else 0
+        return len(self.completion_ids) - env
+
+    def pieces(self, prompt_ids: list[int]) -> list[tuple[list[int], slice]]:
+        """The sequences the trainer reads this sample as: (context, span of the sample's
+        tokens) pairs. One, `prompt_ids` and everything, unless the chat template broke the
+        prefix of a conversation (`Conversation.breaks`)."""
+        starts = list(self.conversation.breaks) if self.conversation else []
+        if not starts or starts[0][0] > 0:
+            starts.insert(0, (0, prompt_ids))
+        ends = [offset for offset, _ in starts[1:]] + [len(self.completion_ids)]
+        return [(ids, slice(o, end)) for (o, ids), end in zip(starts, ends, strict=True)]
 
     def _check_lengths(self) -> None:
         lengths = {len(self.logprobs), len(self.versions), len(self.loss_mask)}
@@ -125,10 +209,16 @@ class Sample:
                 f"sample has {len(self.completion_ids)} tokens but {len(self.logprobs)} logprobs, "
                 f"{len(self.versions)} versions and {len(self.loss_mask)} loss-mask entries"
             )
+        offsets = [o for o, _ in self.conversation.breaks] if self.conversation else []
+        if offsets != sorted(set(offsets)) or any(o >= len(self.completion_ids) for o in offsets):
+            raise InputError(
+                f"sample.conversation.breaks: offsets {offsets} must increase and lie within "
+                f"the sample's {len(self.completion_ids)} tokens"
+            )
 
     def to_msg(self) -> dict[str, Any]:
         self._check_lengths()
-        return {
+        msg = {
             "completion_ids": list(self.completion_ids),
             "logprobs": np.asarray(self.logprobs, dtype="<f4").tobytes(),
             "versions": _run_lengths(self.versions),
@@ -138,6 +228,12 @@ class Sample:
             "interrupted": bool(self.interrupted),
             "finish_reason": str(self.finish_reason),
         }
+        # Only where set, so single-answer samples cost nothing more on the wire.
+        if self.pass_threshold is not None:
+            msg["pass_threshold"] = float(self.pass_threshold)
+        if self.conversation is not None:
+            msg["conversation"] = self.conversation.to_msg()
+        return msg
 
     @classmethod
     def from_msg(cls, msg: dict[str, Any]) -> Sample:
@@ -147,6 +243,8 @@ class Sample:
             raise InputError("sample.completion_ids: expected a list of ints")
         if not isinstance(packed, bytes) or len(packed) % 4:
             raise InputError("sample.logprobs: expected packed float32 bytes")
+        threshold = msg.get("pass_threshold")
+        conversation = msg.get("conversation")
         sample = cls(
             completion_ids=ids,
             logprobs=np.frombuffer(packed, dtype="<f4").tolist(),
@@ -156,6 +254,8 @@ class Sample:
             truncated=_check(_field(msg, "truncated", "sample"), bool, "sample.truncated"),
             interrupted=_check(_field(msg, "interrupted", "sample"), bool, "sample.interrupted"),
             finish_reason=_check(_field(msg, "finish_reason", "sample"), str, "sample.finish"),
+            pass_threshold=_check(threshold, float | None, "sample.pass_threshold"),
+            conversation=None if conversation is None else Conversation.from_msg(conversation),
         )
         sample._check_lengths()
         return sample
@@ -190,7 +290,7 @@ class RolloutGroup:
 
     @property
     def completion_tokens(self) -> int:
-        return sum(len(s) for s in self.samples)
+        return sum(s.generated_tokens for s in self.samples)
 
     def _with_tokens(self) -> list[Sample]:
         found = [s for s in self.samples if s.versions]

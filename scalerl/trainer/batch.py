@@ -66,7 +66,8 @@ class BatchStats:
 
 @dataclass(frozen=True)
 class Batch:
-    """Right-padded tensors of the effective batch; samples of a group are contiguous.
+    """Right-padded tensors of the effective batch; samples of a group are contiguous. A row is
+    a sample, or a piece of one (a conversation the chat template re-rendered: `Sample.pieces`).
 
     ``completion_positions[s, t]`` is the index in ``input_ids[s]`` of completion token t (pads
     point at a valid position and are masked out). ``loss_mask`` = generator loss mask × valid.
@@ -210,20 +211,29 @@ def _pad(
     pad_id: int,
     normalization: Normalization,
 ) -> Batch:
+    """The batch's rows: one per sample, or one per piece of a conversation whose chat template
+    broke the prefix (`Sample.pieces`), each piece with its rollout's advantage."""
     for sample, prompt in zip(samples, prompts, strict=True):
         _check(sample, prompt)
+    advantages = compute_advantages(rewards, group_index, normalization).float()
+    rows = [
+        (context, sample, span, i)
+        for i, (sample, prompt) in enumerate(zip(samples, prompts, strict=True))
+        for context, span in sample.pieces(prompt)
+    ]
+    owner = torch.tensor([i for *_, i in rows], dtype=torch.long)
     sequences = [
-        torch.tensor(p + s.completion_ids, dtype=torch.long)
-        for s, p in zip(samples, prompts, strict=True)
+        torch.tensor(context + sample.completion_ids[span], dtype=torch.long)
+        for context, sample, span, _ in rows
     ]
     input_ids = pad_sequence(sequences, batch_first=True, padding_value=pad_id)
     lengths = torch.tensor([len(q) for q in sequences])
     attention_mask = (torch.arange(input_ids.shape[1])[None, :] < lengths[:, None]).long()
-    old = [torch.tensor(s.logprobs, dtype=torch.float32) for s in samples]
-    masks = [torch.tensor(s.loss_mask, dtype=torch.bool) for s in samples]
+    old = [torch.tensor(sample.logprobs[span], dtype=torch.float32) for _, sample, span, _ in rows]
+    masks = [torch.tensor(sample.loss_mask[span], dtype=torch.bool) for _, sample, span, _ in rows]
     old_logprobs = _pad_rows(old, 0.0, torch.float32)
     loss_mask = _pad_rows(masks, False, torch.bool)  # pads are False: mask × valid
-    prompt_lengths = torch.tensor([len(p) for p in prompts])
+    prompt_lengths = torch.tensor([len(context) for context, *_ in rows])
     offsets = torch.arange(loss_mask.shape[1])[None, :]
     positions = (prompt_lengths[:, None] + offsets).clamp(max=input_ids.shape[1] - 1)
     return Batch(
@@ -232,9 +242,9 @@ def _pad(
         completion_positions=positions,
         old_logprobs=old_logprobs,
         loss_mask=loss_mask,
-        advantages=compute_advantages(rewards, group_index, normalization).float(),
-        group_index=group_index,
-        rewards=rewards,
+        advantages=advantages[owner],
+        group_index=group_index[owner],
+        rewards=rewards[owner],
     )
 
 

@@ -314,7 +314,7 @@ class Trainer:
         metrics = tracked.step_metrics(
             self.train or TrainSummary(),
             reward=sum(s.reward for s in samples) / len(samples) if samples else None,
-            lengths=[len(s) for s in samples],
+            lengths=[s.generated_tokens for s in samples],
             received_groups=stats.received_groups,
             kept_groups=stats.groups,
             stale_groups=stats.stale_groups,
