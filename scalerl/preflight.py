@@ -34,6 +34,9 @@ def problems_of(run: ScaleRLRun) -> list[str]:
     spec = run.spec
     problems: list[str] = []
     tokenizer = _tokenizer(spec, problems)
+    if spec.environment is not None:
+        _environment(spec, tokenizer, problems)
+        return problems
     examples = _examples(spec, problems)
     _rewards(spec, examples, problems)
     if examples is not None:
@@ -156,6 +159,37 @@ def _rewards(spec: RunSpec, examples: list[Any] | None, problems: list[str]) -> 
             load_reward(name)
         except InputError as err:
             problems.append(f"{where}: {err}")
+
+
+def _environment(spec: RunSpec, tokenizer: Any, problems: list[str]) -> None:
+    """spec.environment loads, has training and held-out prompts, and its first contexts (the
+    prompt's messages and the tools, in the model's chat template) fit the model."""
+    from scalerl.agents.load import environment_examples, load_environment
+    from scalerl.agents.rollouts import first_context
+
+    try:
+        env = load_environment(spec.environment)  # type: ignore[arg-type]
+        examples = environment_examples(env, spec)
+    except InputError as err:
+        problems.append(str(err))
+        return
+    if tokenizer is None:
+        return
+    _tokens(spec, tokenizer, problems)
+    if not getattr(tokenizer, "chat_template", None):
+        problems.append(
+            f"spec.model.path: the tokenizer at {spec.model.path} has no chat template; an "
+            "environment's conversation is rendered with it"
+        )
+        return
+    try:
+        longest = max(len(first_context(env, tokenizer, e)) for e in examples[0] + examples[1])
+    except (ValueError, TypeError, KeyError) as err:  # a template that fails on these messages
+        problems.append(f"spec.model.path: the chat template fails on a prompt: {_first_line(err)}")
+        return
+    problem = context_problem(spec, tokenizer, longest)
+    if problem is not None:
+        problems.append(problem)
 
 
 def _code_tests(examples: list[Any], problems: list[str], shown: int = 5) -> None:

@@ -10,6 +10,7 @@ weight updates), and the command loop (updates, evaluations, stop).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import os
@@ -40,6 +41,7 @@ from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.rollout.pipe import GeneratorEnd
 from scalerl.rollout.position import DataPosition
 from scalerl.rollout.records import (
+    Conversation,
     EvalResult,
     Evaluate,
     Failure,
@@ -121,6 +123,12 @@ class Tally:
     idle_since: float | None = field(default_factory=time.monotonic)
     generating: int = 0  # groups in the engine (the rest of `active` are being scored)
     scoring_since: float | None = None  # since when every active group is being scored
+    # spec.environment's rollouts: GeneratorStats' fields of the same names.
+    agent_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    environment_seconds: float = 0.0
+    environment_failures: int = 0
 
     def begin(self) -> None:
         if self.active == 0 and self.idle_since is not None:
@@ -223,7 +231,9 @@ class Generator:
             samples = await self.agents.sample(example, n, seed)
         finally:
             self.tally.generation_ends()
-        self.metrics.environment_failures.inc(self.agents.failures.take())
+        failures = self.agents.failures.take()
+        self.tally.environment_failures += failures
+        self.metrics.environment_failures.inc(failures)
         return samples
 
     def group_prompt(self, example: Example) -> list[int]:
@@ -267,10 +277,18 @@ class Generator:
             self.metrics.truncated_sequences.inc(int(s.truncated))
             self.metrics.interrupted_sequences.inc(int(s.interrupted))
             if s.conversation is not None:
-                self.metrics.agent_turns.inc(s.conversation.turns)
-                self.metrics.tool_calls.inc(s.conversation.tool_calls)
-                self.metrics.tool_errors.inc(s.conversation.tool_errors)
-                self.metrics.environment_seconds.inc(s.conversation.env_seconds)
+                self.count_conversation(s.conversation)
+
+    def count_conversation(self, conversation: Conversation) -> None:
+        t, m = self.tally, self.metrics
+        t.agent_turns += conversation.turns
+        t.tool_calls += conversation.tool_calls
+        t.tool_errors += conversation.tool_errors
+        t.environment_seconds += conversation.env_seconds
+        m.agent_turns.inc(conversation.turns)
+        m.tool_calls.inc(conversation.tool_calls)
+        m.tool_errors.inc(conversation.tool_errors)
+        m.environment_seconds.inc(conversation.env_seconds)
 
     # Groups this generator may still start before the trainer takes another batch. Each batch
     # the trainer takes (a new version, or MoreRollouts when it learnt nothing) grants more.
@@ -364,7 +382,7 @@ class Generator:
             {
                 "prompt_id": example.id,
                 "prompt": example.prompt,
-                "completion": self.tokens.tokenizer.decode(sample.completion_ids),
+                "completion": self.readable_completion(sample),
                 "answer": example.answer,
                 "reward": sample.reward,
                 "passed": sample.passed,
@@ -372,6 +390,20 @@ class Generator:
             }
             for example, sample in pairs
         ]
+
+    def readable_completion(self, sample: Sample) -> str:
+        """The completion's text; a conversation's whole, the environment's spans (tool results,
+        its messages and their framing: not trained on) marked ⟦like this⟧."""
+        decode = self.tokens.tokenizer.decode
+        if sample.conversation is None:
+            text: str = decode(sample.completion_ids)
+            return text
+        pairs = zip(sample.completion_ids, sample.loss_mask, strict=True)
+        spans = [
+            (trained, decode([t for t, _ in span], skip_special_tokens=False))
+            for trained, span in itertools.groupby(pairs, key=lambda pair: pair[1] > 0)
+        ]
+        return "".join(text if trained else f"⟦{text}⟧" for trained, text in spans)
 
     def stats(self) -> GeneratorStats:
         t = self.tally
@@ -387,6 +419,11 @@ class Generator:
             score_seconds=t.score_s,
             send_wait_seconds=t.send_wait_s,
             reward_wait_seconds=t.reward_wait_s,
+            agent_turns=t.agent_turns,
+            tool_calls=t.tool_calls,
+            tool_errors=t.tool_errors,
+            environment_seconds=t.environment_seconds,
+            environment_failures=t.environment_failures,
         )
 
     async def next_command(self, timeout_s: float) -> object | None:

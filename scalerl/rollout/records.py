@@ -400,6 +400,13 @@ class GeneratorStats(_Plain):
     send_wait_seconds: float  # rollouts ready but the trainer not reading (backpressure)
     # groups in flight, none in the engine: all waiting for their rewards (code tests)
     reward_wait_seconds: float = 0.0
+    # spec.environment's rollouts (scalerl.agents): model turns, tool calls and errors, the
+    # environment's seconds, rollouts dropped because the environment failed.
+    agent_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    environment_seconds: float = 0.0
+    environment_failures: int = 0
 
 
 @dataclass

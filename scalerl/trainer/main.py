@@ -410,6 +410,8 @@ class Trainer:
                 for name in ("idle", "weight_sync", "score", "send_wait", "reward_wait")
             },
         }
+        if any(s.agent_turns for s in stats) or AGENT_TOTALS[0] in totals:
+            now |= {name: sum(getattr(s, name) for s in stats) for name in AGENT_TOTALS}
         return {k: totals.get(k, 0.0) + v for k, v in now.items()}
 
     def checkpoint(self) -> None:
@@ -474,6 +476,17 @@ class Trainer:
         self.checkpoint()
         self.ranks.announce("stop")
         self.channel.broadcast(Stop(reason="run finished"))
+
+
+# spec.environment's rollouts, summed over the generators (GeneratorStats): in the history only
+# for a run that has an environment. Per rollout: over generated_samples.
+AGENT_TOTALS = (
+    "agent_turns",
+    "tool_calls",
+    "tool_errors",
+    "environment_seconds",
+    "environment_failures",
+)
 
 
 def summarize(stats: BatchStats, result: StepResult | None) -> TrainSummary:
