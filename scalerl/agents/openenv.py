@@ -160,7 +160,7 @@ class OpenEnvTools(vf.MultiTurnEnv):  # type: ignore[misc]
         state["openenv_done"] = state["openenv_done"] or bool(result.done)
         return observation_text(result.observation)
 
-    @vf.stop  # type: ignore[misc]
+    @vf.stop  # type: ignore[untyped-decorator]
     async def answered(self, state: State) -> bool:
         """The model's last turn called no tool: its answer ends the episode."""
         if not state["trajectory"]:
@@ -168,7 +168,7 @@ class OpenEnvTools(vf.MultiTurnEnv):  # type: ignore[misc]
         last = state["trajectory"][-1]["completion"][-1]
         return last.role == "assistant" and not getattr(last, "tool_calls", None)
 
-    @vf.cleanup  # type: ignore[misc]
+    @vf.cleanup  # type: ignore[untyped-decorator]
     async def close_session(self, state: State) -> None:
         session = state.pop("openenv_session", None)
         if session is None:

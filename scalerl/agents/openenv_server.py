@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +48,11 @@ class LocalServer:
         *,
         ready_timeout_s: float = READY_TIMEOUT_S,
         preexec_fn: Callable[[], None] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> LocalServer:
-        """Start `app` and wait until it answers /health; ServerFailed (the server's log tail
-        in it) if it exits first or stays silent for `ready_timeout_s`."""
+        """Start `app` (with `environ` added to this process's environment) and wait until it
+        answers /health; ServerFailed (the server's log tail in it) if it exits first or stays
+        silent for `ready_timeout_s`."""
         port = free_port()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1"]
@@ -59,6 +61,7 @@ class LocalServer:
                 [*command, "--port", str(port)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, **(environ or {})},
                 start_new_session=True,
                 preexec_fn=preexec_fn,
             )
