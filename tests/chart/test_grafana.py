@@ -57,6 +57,8 @@ REQUIRED_PANELS = [
     "Sweep variants stopped early",
     "How good were the predictions",
     "Held-out pass rate by domain",
+    "Agents: turns and tool calls per rollout",
+    "Agents: environment seconds and failed rollouts",
 ]
 
 # Non-default values for every knob the Grafana objects read.
@@ -451,6 +453,18 @@ def test_units_name_what_each_panel_measures() -> None:
     (lag,) = [o for o in stale["fieldConfig"]["overrides"] if o["matcher"]["options"] == "B"]
     assert "scalerl_policy_lag_steps" in exprs(stale)[1]
     assert {p["id"]: p["value"] for p in lag["properties"]}["unit"] == "suffix:versions"
+
+
+def test_the_agent_panels_read_per_rollout_what_the_generators_count() -> None:
+    panels_ = by_title(the_dashboard())
+    turns = exprs(panels_["Agents: turns and tool calls per rollout"])
+    environment = exprs(panels_["Agents: environment seconds and failed rollouts"])
+    per_rollout = "scalerl_generated_sequences_total"
+    assert "scalerl_agent_turns_total" in turns[0] and per_rollout in turns[0]
+    assert "scalerl_tool_calls_total" in turns[1] and per_rollout in turns[1]
+    assert turns[2].index("scalerl_tool_errors_total") < turns[2].index("scalerl_tool_calls_total")
+    assert "scalerl_environment_seconds_total" in environment[0]
+    assert "scalerl_environment_failures_total" in environment[1]
 
 
 # --- the Grafana alert rule ------------------------------------------------------------------
