@@ -161,6 +161,11 @@ class HeldOut:
     ) -> HeldOut:
         """The validation examples of `run` (the first `prompts` of them, if given)."""
         spec = run.spec
+        if spec.environment is not None:
+            raise InputError(
+                "spec.environment: this evaluation samples one completion per prompt; a run "
+                "with an environment is evaluated by its generators (its history.jsonl)"
+            )
         _, validation = train_and_validation(spec.data, spec.seed)
         if prompts is not None:
             if prompts < 1:
