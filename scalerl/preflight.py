@@ -168,7 +168,7 @@ def _environment(spec: RunSpec, tokenizer: Any, problems: list[str]) -> None:
     from scalerl.agents.rollouts import first_context
 
     try:
-        env = load_environment(spec.environment)  # type: ignore[arg-type]
+        env = load_environment(spec)
         examples = environment_examples(env, spec)
     except InputError as err:
         problems.append(str(err))

@@ -15,24 +15,26 @@ from typing import Any
 
 from scalerl.errors import DataError
 from scalerl.generator.prompts import Example, load_sources
-from scalerl.spec import EnvironmentSpec, RunSpec
+from scalerl.spec import RunSpec
 
 FIELD = "spec.environment.verifiers"
 
 
-def load_environment(spec: EnvironmentSpec) -> Any:
-    """The run's environment (a `verifiers.Environment`), its tools and messages contained
+def load_environment(spec: RunSpec) -> Any:
+    """The run's spec.environment (a `verifiers.Environment`), its tools and messages contained
     (`scalerl.agents.containment`)."""
     from scalerl.agents.containment import contain
 
-    if spec.verifiers is not None:
-        env = _verifiers(spec.verifiers.id, spec.verifiers.args)
+    environment = spec.environment
+    if environment is None:
+        raise DataError("spec.environment: not set")
+    if environment.verifiers is not None:
+        env = _verifiers(environment.verifiers.id, environment.verifiers.args)
     else:
         from scalerl.agents.openenv import load_openenv
 
-        assert spec.openenv is not None  # EnvironmentSpec: exactly one of the two
-        env = load_openenv(spec.openenv)
-    contain(env, spec)
+        env = load_openenv(spec)
+    contain(env, environment)
     return env
 
 

@@ -604,7 +604,7 @@ def _environment(spec: RunSpec, tokenizer: Any) -> tuple[Any, list[Example], lis
     from scalerl.agents.rollouts import first_context
 
     assert spec.environment is not None
-    environment = load_environment(spec.environment)
+    environment = load_environment(spec)
     train, validation = environment_examples(environment, spec)
     longest = max(len(first_context(environment, tokenizer, e)) for e in train + validation)
     return environment, train, validation, longest
