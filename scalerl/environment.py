@@ -18,6 +18,9 @@ _PREFIX = "SCALERL_"
 _JOB_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every pod of an Indexed Job
 # Set by torchrun in each of the ranks it starts in a trainer pod with several GPUs.
 _LOCAL_RANK, _LOCAL_RANKS = "LOCAL_RANK", "LOCAL_WORLD_SIZE"
+# spec.environment.openenv's server (http://host:port), for the processes that run rollouts: set
+# by the local runner (the server it started) and the operator (the run's `<run>-env` Service).
+OPENENV_URL_VAR = _PREFIX + "OPENENV_URL"
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "Job": "jobs",
+    "Deployment": "deployments",
     "JobSet": "jobsets",
     "Workload": "workloads",
     "ScaleRLRun": "scalerlruns",

@@ -20,10 +20,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from scalerl.environment import OPENENV_URL_VAR
 from scalerl.errors import PeerError
 from scalerl.ports import free_port
 
-URL_VARIABLE = "SCALERL_OPENENV_URL"  # the server's base URL, in the generators' environment
+URL_VARIABLE = OPENENV_URL_VAR  # the server's base URL, in the generators' environment
 FIELD = "spec.environment.openenv.app"
 READY_TIMEOUT_S = 120.0  # an environment package may import a lot before it listens
 STOP_GRACE_S = 10.0

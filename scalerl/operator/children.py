@@ -29,6 +29,7 @@ def ensure_static(
     network: NetworkSettings,
     attempt: int,
     *,
+    images: Images,
     new: bool = False,
 ) -> list[str]:
     """Create the config, keys, policy, Service and RBAC where missing; keep the config current
@@ -38,7 +39,7 @@ def ensure_static(
     created = []
     # Fresh keys on every call, but only a missing Secret is created: the run keeps its first.
     keys = StreamKeys.generate()
-    for obj in manifests.static_children(run, owner, attempt, keys, network):
+    for obj in manifests.static_children(run, owner, attempt, keys, network, images):
         meta = obj["metadata"]
         # The Secret is never read back: created, a conflict meaning it is there, so the
         # operator needs no permission to read Secrets.
@@ -226,7 +227,7 @@ def _delete_jobset(kube: Kube, owner: Owner) -> int:
 
 def remove_all(kube: Kube, owner: Owner, fit_jobs: int, *, queued: bool = False) -> int:
     """Every child of the run: gang, fit and initializer Jobs, their pods, config, keys, policy,
-    Service, RBAC."""
+    Service, RBAC, and its OpenEnv server's Deployment and Service."""
     jobs = [names.workload(owner.name, role) for role in names.WORKLOAD_ROLES]
     jobs += [names.fit_job(owner.name, number) for number in range(1, fit_jobs + 1)]
     jobs.append(names.initializer(owner.name))  # a run with hf:// sources has one
@@ -239,6 +240,8 @@ def remove_all(kube: Kube, owner: Owner, fit_jobs: int, *, queued: bool = False)
         ("rbac.authorization.k8s.io/v1", "Role", account),
         ("v1", "ServiceAccount", account),
         ("v1", "Service", names.service(owner.name)),
+        ("apps/v1", "Deployment", names.env_server(owner.name)),  # spec.environment.openenv
+        ("v1", "Service", names.env_server(owner.name)),
         ("v1", "ConfigMap", names.config(owner.name)),
         ("v1", "Secret", names.stream_keys(owner.name)),
         ("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(owner.name)),

@@ -188,7 +188,9 @@ def reconcile(ctx: Context, *, new: bool = False) -> None:
     if problems:
         invalid_spec(ctx, run_obj, problems, generation)
         return
-    children.ensure_static(ctx.kube, pods_run, ctx.owner, ctx.network, attempt, new=new)
+    children.ensure_static(
+        ctx.kube, pods_run, ctx.owner, ctx.network, attempt, new=new, images=ctx.images
+    )
     if run.spec.suspend:
         suspend(ctx, run, run_obj, generation)
         return

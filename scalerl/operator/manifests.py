@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from scalerl.environment import ProcessEnv
+from scalerl.environment import OPENENV_URL_VAR, ProcessEnv
 from scalerl.operator import names, sources
 from scalerl.rollout.keys import ALL_FILES, GENERATOR_FILES, StreamKeys
 from scalerl.spec import (
@@ -37,6 +37,7 @@ from scalerl.spec import (
     QUEUE_LABEL,
     SHM_CPU_POD_GIB,
     SHM_PER_GPU_GIB,
+    OpenEnvEnvironment,
     ReplicaSpec,
     ScaleRLRun,
 )
@@ -58,6 +59,8 @@ JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 _INDEX_VAR = "SCALERL_GENERATOR_INDEX"
 _RANK_VAR = "SCALERL_TRAINER_RANK"
 _LOCAL_RANK_VAR = "LOCAL_RANK"
+# spec.environment.packages, installed at pod start into this emptyDir, on the process's PYTHONPATH.
+ENV_PACKAGES_DIR = "/opt/scalerl/environment-packages"
 
 
 # Our images run as this user (see the Dockerfiles); the pods say so, so that Kubernetes can
@@ -146,7 +149,7 @@ def children(
 ) -> list[dict[str, Any]]:
     """Everything a running run has, in creation order (the workloads last)."""
     return [
-        *static_children(run, owner, attempt, keys, network),
+        *static_children(run, owner, attempt, keys, network, images),
         *workloads(run, owner, attempt, images),
     ]
 
@@ -157,10 +160,12 @@ def static_children(
     attempt: int,
     keys: StreamKeys,
     network: NetworkSettings = NetworkSettings(),
+    images: Images = Images(),
 ) -> list[dict[str, Any]]:
     """Children that live as long as the run: config, stream keys, network policy, Service and
-    the status RBAC (the Service selects gang `attempt`). The policy comes before any pod, so no
-    pod is ever unprotected."""
+    the status RBAC (the Service selects gang `attempt`), and an OpenEnv server's Deployment and
+    Service (spec.environment.openenv.image). The policy comes before any pod, so no pod is ever
+    unprotected."""
     policy = [network_policy(owner, network)] if network.enabled else []
     return [
         config_map(run, owner),
@@ -170,6 +175,7 @@ def static_children(
         role(owner),
         role_binding(owner),
         service(owner, attempt),
+        *env_server(run, owner, images),
     ]
 
 
@@ -375,6 +381,9 @@ def process_environ(run: ScaleRLRun, owner: Owner, role_name: str) -> dict[str, 
         startup_timeout_s=float(spec.failure_policy.startup_timeout_seconds),
     )
     environ = env.to_environ()
+    url = env_server_url(run, owner)
+    if url is not None and runs_rollouts(run, role_name):
+        environ[OPENENV_URL_VAR] = url
     # One template serves every pod of a role: each takes its index (a generator's index, a
     # trainer's rank) from its Indexed Job pod (JOB_COMPLETION_INDEX, see ProcessEnv), and a
     # rank's place in its pod from torchrun.
@@ -445,7 +454,7 @@ def workload(
         **images.pod_fields(),
         **replicas.scheduling.over(run.spec.scheduling).pod_fields(),
         "subdomain": names.service(owner.name),
-        **_run_directory_init(run, image),
+        **_init_containers(run, role_name, image, container, volumes),
         "containers": [container],
         "volumes": volumes,
     }
@@ -560,6 +569,116 @@ def _mounts(run: ScaleRLRun) -> list[dict[str, Any]]:
         {"name": "store", "mountPath": "/data", "subPath": "data", "readOnly": True},
         {"name": "store", "mountPath": RUN_DIR, "subPath": f"runs/{run.name}"},
     ]
+
+
+def _init_containers(
+    run: ScaleRLRun,
+    role_name: str,
+    image: str,
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The pod's init containers: the run directory's, and spec.environment.packages' (which
+    also puts their folder on `container`'s PYTHONPATH and adds its volume)."""
+    inits = _run_directory_init(run, image).get("initContainers", [])
+    environment = run.spec.environment
+    if environment is not None and environment.packages and runs_rollouts(run, role_name):
+        inits.append(_packages_init(environment.packages, environment.index_url, image))
+        volumes.append({"name": "environment-packages", "emptyDir": {}})
+        mount = {"name": "environment-packages", "mountPath": ENV_PACKAGES_DIR, "readOnly": True}
+        container["volumeMounts"] = [*container["volumeMounts"], mount]
+        container["env"] = [*container["env"], {"name": "PYTHONPATH", "value": ENV_PACKAGES_DIR}]
+    return {"initContainers": inits} if inits else {}
+
+
+def _packages_init(packages: list[str], index_url: str | None, image: str) -> dict[str, Any]:
+    """pip of the process's own image installs the environment's packages into the pod's
+    folder. Without their dependencies: whatever the image holds (torch, vLLM, verifiers) is
+    never shadowed by another version; a package's requirements the image lacks are listed too."""
+    command = ["python3", "-m", "pip", "install", "--no-cache-dir", "--no-deps"]
+    command += ["--disable-pip-version-check", "--target", ENV_PACKAGES_DIR]
+    if index_url is not None:
+        command += ["--index-url", index_url]
+    return {
+        "name": "environment-packages",
+        "image": image,
+        "command": [*command, *packages],
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        "volumeMounts": [{"name": "environment-packages", "mountPath": ENV_PACKAGES_DIR}],
+        "securityContext": CONTAINER_SECURITY,
+    }
+
+
+def runs_rollouts(run: ScaleRLRun, role_name: str) -> bool:
+    """Whether `role_name`'s pods run the environment: the generators, or a colocated run's one
+    process."""
+    return role_name == names.ROLE_GENERATOR or (
+        run.spec.colocated and role_name == names.ROLE_TRAINER
+    )
+
+
+def _server_image(run: ScaleRLRun) -> OpenEnvEnvironment | None:
+    """spec.environment.openenv where the operator runs its server (an image, no url)."""
+    environment = run.spec.environment
+    openenv = None if environment is None else environment.openenv
+    if openenv is None or openenv.image is None or openenv.url is not None:
+        return None
+    return openenv
+
+
+def env_server_url(run: ScaleRLRun, owner: Owner) -> str | None:
+    """The run's OpenEnv server as its rollouts reach it: the `<run>-env` Service."""
+    openenv = _server_image(run)
+    if openenv is None:
+        return None
+    return f"http://{names.env_server(owner.name)}.{owner.namespace}.svc:{openenv.port}"
+
+
+def env_server(run: ScaleRLRun, owner: Owner, images: Images) -> list[dict[str, Any]]:
+    """spec.environment.openenv.image's server: a Deployment of `replicas` pods, ready when its
+    /health answers (openenv-core's), and a Service before them (each WebSocket session stays
+    on the pod it reached). Its pods carry the run's label, so the run's NetworkPolicy lets the
+    run's pods, and only them, reach it."""
+    openenv = _server_image(run)
+    if openenv is None:
+        return []
+    name = names.env_server(owner.name)
+    selector = {names.LABEL_RUN: owner.name, names.LABEL_ROLE: names.ROLE_ENV}
+    probe = {"httpGet": {"path": "/health", "port": openenv.port}, "periodSeconds": 5}
+    container = {
+        "name": "server",
+        "image": openenv.image,
+        "ports": [{"name": "http", "containerPort": openenv.port, "protocol": "TCP"}],
+        "readinessProbe": probe,
+        "securityContext": CONTAINER_SECURITY,
+    }
+    pod_spec = {
+        "securityContext": images.for_run(run).pod_security(),
+        **images.pod_fields(),
+        "automountServiceAccountToken": False,  # the server never calls the API
+        "containers": [container],
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": owner.metadata(name, names.ROLE_ENV),
+        "spec": {
+            "replicas": openenv.replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": names.labels(owner.name, names.ROLE_ENV)},
+                "spec": pod_spec,
+            },
+        },
+    }
+    port = {"name": "http", "port": openenv.port, "targetPort": openenv.port, "protocol": "TCP"}
+    server = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": owner.metadata(name, names.ROLE_ENV),
+        "spec": {"selector": selector, "ports": [port]},
+    }
+    return [server, deployment]
 
 
 def _run_directory_init(run: ScaleRLRun, image: str) -> dict[str, Any]:

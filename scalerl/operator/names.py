@@ -19,6 +19,7 @@ ROLE_TRAINER = "trainer"
 ROLE_GENERATOR = "generator"
 ROLE_FIT = "fit"
 ROLE_INITIALIZER = "initializer"  # downloads the run's hf:// sources before its gang starts
+ROLE_ENV = "env"  # spec.environment.openenv.image's server: a Deployment and its Service
 # The roles that may have a Job (a colocated run has only the trainer's).
 WORKLOAD_ROLES = (ROLE_TRAINER, ROLE_GENERATOR)
 
@@ -71,6 +72,11 @@ def fit_job(run: str, number: int) -> str:
 
 def initializer(run: str) -> str:
     return f"{run}-initializer"
+
+
+def env_server(run: str) -> str:
+    """The OpenEnv server's Deployment and Service (spec.environment.openenv.image)."""
+    return f"{run}-env"
 
 
 def account(run: str) -> str:

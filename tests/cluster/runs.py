@@ -42,6 +42,7 @@ CHILDREN = {
     "roles": "/apis/rbac.authorization.k8s.io/v1",
     "rolebindings": "/apis/rbac.authorization.k8s.io/v1",
     "jobs": "/apis/batch/v1",
+    "deployments": "/apis/apps/v1",
     "pods": "/api/v1",
 }
 
@@ -189,13 +190,13 @@ def attempt_of(pod: dict[str, Any]) -> str | None:
 
 def gang_up(plane: ControlPlane, ns: str, attempt: int = 0, size: int = GANG_PODS) -> list[Any]:
     """Wait for the gang of `attempt` to have all its `size` pods (and no other trainer or
-    generator pod: a fit Job's may stay); return them."""
+    generator pod: a fit Job's, or the run's OpenEnv server's, may stay); return them."""
 
     def ready() -> list[dict[str, Any]] | None:
         found = [
             p
             for p in pods(plane, ns)
-            if p["metadata"]["labels"][names.LABEL_ROLE] != names.ROLE_FIT
+            if p["metadata"]["labels"][names.LABEL_ROLE] not in (names.ROLE_FIT, names.ROLE_ENV)
         ]
         gang = [p for p in found if attempt_of(p) == str(attempt)]
         return gang if len(gang) == size == len(found) else None
