@@ -53,17 +53,32 @@ def _math_code() -> DemoAssets:
     return prepare_math_code(default_cache_dir())
 
 
+def _tool_arith() -> DemoAssets:
+    from scalerl.demo.assets import default_cache_dir
+    from scalerl.demo.tool_arith import tool_arith_assets
+
+    return tool_arith_assets(default_cache_dir())
+
+
 BUILDERS: dict[str, Callable[[], DemoAssets]] = {
     "demo": _demo,
     "chat-arith": _chat_arith,
     "chat-arith-25m": _chat_arith_25m,
     "code": _code,
     "math-code": _math_code,
+    "tool-arith": _tool_arith,
 }
+# Built-ins that are a model only: their data comes from an environment package (spec.environment).
+MODEL_ONLY = {"tool-arith": "environments/tool_arith"}
 
 
 def known_names() -> list[str]:
-    return [f"{PREFIX}{name}{part}" for name in BUILDERS for part in PARTS]
+    return [
+        f"{PREFIX}{name}{part}"
+        for name in BUILDERS
+        for part in PARTS
+        if not (part and name in MODEL_ONLY)
+    ]
 
 
 def is_builtin(value: object) -> bool:
@@ -76,5 +91,10 @@ def resolve_builtin(value: str) -> Path:
     suffix = slash + part
     if not is_builtin(value) or name not in BUILDERS or suffix not in PARTS:
         raise DataError(f"{value!r}: unknown built-in; use one of {', '.join(known_names())}")
+    if suffix and name in MODEL_ONLY:
+        raise DataError(
+            f"{value!r}: builtin:{name} is a model only; its prompts come from the verifiers "
+            f"environment in {MODEL_ONLY[name]} (spec.environment), not from a data file"
+        )
     path: Path = getattr(BUILDERS[name](), PARTS[suffix])
     return path

@@ -261,6 +261,7 @@ def test_known_names_cover_every_builtin() -> None:
         "builtin:math-code",
         "builtin:math-code/train",
         "builtin:math-code/validation",
+        "builtin:tool-arith",  # a model only: its data comes from an environment
     ]
 
 
