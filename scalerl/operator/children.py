@@ -215,6 +215,14 @@ def remove_workloads(kube: Kube, owner: Owner, *, queued: bool = False) -> int:
     return deleted + _delete_pods(kube, owner, names.WORKLOAD_ROLES)
 
 
+def remove_env_server(kube: Kube, run: ScaleRLRun, owner: Owner) -> int:
+    """The OpenEnv server's Deployment, where the run has one (its pods go with it): a suspended
+    or ended run runs no rollouts. Its Service stays until the run is deleted."""
+    if manifests.env_server_url(run, owner) is None:
+        return 0
+    return int(kube.delete("apps/v1", "Deployment", owner.namespace, names.env_server(owner.name)))
+
+
 def _delete_jobset(kube: Kube, owner: Owner) -> int:
     """A queued gang's JobSet, and its Jobs: the next gang's JobSet makes Jobs of the same
     names, which it cannot while garbage collection has yet to remove these."""

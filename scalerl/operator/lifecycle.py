@@ -175,6 +175,7 @@ def reconcile(ctx: Context, *, new: bool = False) -> None:
         return
     if status_of(run_obj).get("phase") in TERMINAL:
         children.remove_workloads(ctx.kube, ctx.owner, queued=run.queue_name is not None)
+        children.remove_env_server(ctx.kube, run, ctx.owner)
         return
     attempt = int(status_of(run_obj).get("restarts", 0))
     records = status_of(run_obj).get("sources") or []
@@ -280,6 +281,7 @@ def suspend(
         fields=generation,
     )
     children.remove_workloads(ctx.kube, ctx.owner, queued=run.queue_name is not None)
+    children.remove_env_server(ctx.kube, run, ctx.owner)
     if written and "phase" in written:
         ctx.emit(run_obj, NORMAL, "Suspended", "pods removed; checkpoints kept")
 

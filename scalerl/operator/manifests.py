@@ -638,7 +638,7 @@ def env_server(run: ScaleRLRun, owner: Owner, images: Images) -> list[dict[str, 
     """spec.environment.openenv.image's server: a Deployment of `replicas` pods, ready when its
     /health answers (openenv-core's), and a Service before them (each WebSocket session stays
     on the pod it reached). Its pods carry the run's label, so the run's NetworkPolicy lets the
-    run's pods, and only them, reach it."""
+    run's pods, and only them, reach it. A suspended run keeps the Service, not the pods."""
     openenv = _server_image(run)
     if openenv is None:
         return []
@@ -678,7 +678,7 @@ def env_server(run: ScaleRLRun, owner: Owner, images: Images) -> list[dict[str, 
         "metadata": owner.metadata(name, names.ROLE_ENV),
         "spec": {"selector": selector, "ports": [port]},
     }
-    return [server, deployment]
+    return [server] if run.spec.suspend else [server, deployment]
 
 
 def _run_directory_init(run: ScaleRLRun, image: str) -> dict[str, Any]:

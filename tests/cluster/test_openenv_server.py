@@ -1,8 +1,9 @@
 """A run with an OpenEnv server's image (spec.environment.openenv.image) on the real control
 plane: the operator, as the chart's ServiceAccount, makes the server's Deployment and Service,
 owned by the run; the Deployment controller makes its pods, which the namespace's restricted Pod
-Security admits; the generators are told the Service's URL; deleting the run removes it all. No
-kubelet runs the image: creation and removal are what is checked."""
+Security admits; the generators are told the Service's URL; suspending the run takes the server's
+pods away and resuming brings them back; deleting the run removes it all. No kubelet runs the
+image: creation and removal are what is checked."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from runs import (
     get_run,
     listed,
     owned,
+    patch_run,
+    phase_is,
     pods,
     requests,
     wait_for,
@@ -58,6 +61,17 @@ def test_the_operator_runs_the_server_with_the_run_and_removes_it_with_the_run(
             "the server's Deployment and Service",
         )
         gang_up(plane, ns, 0)
+        # Suspended, the run keeps no server pod (the Service stays); resumed, it has them again.
+        patch_run(plane, ns, {"suspend": True})
+        wait_for(lambda: phase_is(plane, ns, "Suspended"), "Suspended")
+        wait_for(
+            lambda: "deployments" not in owned(plane, ns) and not pods(plane, ns, role="env"),
+            "no server while suspended",
+        )
+        assert "r1-env" in owned(plane, ns)["services"]
+        patch_run(plane, ns, {"suspend": False})
+        gang_up(plane, ns, 0)
+        wait_for(lambda: owned(plane, ns).get("deployments") == ["r1-env"], "the server again")
     uid = run["metadata"]["uid"]
     for resource in ("deployments", "services"):
         (server,) = [o for o in listed(plane, ns, resource) if o["metadata"]["name"] == "r1-env"]

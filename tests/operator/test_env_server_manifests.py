@@ -113,6 +113,13 @@ def test_the_network_policy_lets_the_runs_pods_and_only_them_reach_the_server() 
     assert not selects(peer["podSelector"]["matchLabels"], stranger)
 
 
+def test_a_suspended_run_keeps_the_servers_service_and_no_pods() -> None:
+    objs = children(agent_run(suspend=True))
+    assert [o["kind"] for o in objs if o["metadata"]["labels"][names.LABEL_ROLE] == "env"] == [
+        "Service"
+    ]
+
+
 @pytest.mark.parametrize(
     "openenv",
     [
