@@ -33,7 +33,8 @@ def ensure_static(
     new: bool = False,
 ) -> list[str]:
     """Create the config, keys, policy, Service and RBAC where missing; keep the config current
-    (the budget and replicas may change) and the Service on gang `attempt`. For a `new` run,
+    (the budget and replicas may change), the Service on gang `attempt` and an OpenEnv server's
+    Deployment on its spec. For a `new` run,
     create straight away (a conflict means it is there already): half the round trips on the
     path a user waits on. Returns what was created."""
     created = []
@@ -55,6 +56,11 @@ def ensure_static(
             kube.patch("v1", "ConfigMap", owner.namespace, meta["name"], {"data": obj["data"]})
         elif obj["kind"] == "Service" and _selector(current) != _selector(obj):
             select_attempt(kube, owner, attempt)
+        elif obj["kind"] == "Deployment" and _served(current) != _served(obj):
+            # spec.environment.openenv's replicas, image or port changed: the server follows.
+            kube.patch(
+                "apps/v1", "Deployment", owner.namespace, meta["name"], {"spec": obj["spec"]}
+            )
     return created
 
 
@@ -285,6 +291,13 @@ def fit_job_active(kube: Kube, owner: Owner, number: int) -> bool:
 
 def create_fit_job(kube: Kube, run: ScaleRLRun, owner: Owner, number: int, images: Images) -> bool:
     return kube.create(manifests.fit_job(run, owner, number, images)) is not None
+
+
+def _served(deployment: dict[str, Any]) -> tuple[Any, ...]:
+    """What of the OpenEnv server's Deployment follows the spec: replicas, image, port."""
+    spec = deployment.get("spec") or {}
+    container = spec["template"]["spec"]["containers"][0]
+    return spec.get("replicas"), container.get("image"), container["ports"][0]["containerPort"]
 
 
 def _selector(service: dict[str, Any]) -> dict[str, str] | None:

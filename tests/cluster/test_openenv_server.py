@@ -61,6 +61,7 @@ def test_the_operator_runs_the_server_with_the_run_and_removes_it_with_the_run(
             "the server's Deployment and Service",
         )
         gang_up(plane, ns, 0)
+        wait_for(lambda: len(pods(plane, ns, role="env")) == 2, "the server's two pods")
         # Suspended, the run keeps no server pod (the Service stays); resumed, it has them again.
         patch_run(plane, ns, {"suspend": True})
         wait_for(lambda: phase_is(plane, ns, "Suspended"), "Suspended")
@@ -72,6 +73,9 @@ def test_the_operator_runs_the_server_with_the_run_and_removes_it_with_the_run(
         patch_run(plane, ns, {"suspend": False})
         gang_up(plane, ns, 0)
         wait_for(lambda: owned(plane, ns).get("deployments") == ["r1-env"], "the server again")
+        # The server follows its spec: three replicas now.
+        patch_run(plane, ns, {"environment": {"openenv": {**SERVER, "replicas": 3}}})
+        wait_for(lambda: len(pods(plane, ns, role="env")) == 3, "the server's third pod")
     uid = run["metadata"]["uid"]
     for resource in ("deployments", "services"):
         (server,) = [o for o in listed(plane, ns, resource) if o["metadata"]["name"] == "r1-env"]
@@ -80,8 +84,8 @@ def test_the_operator_runs_the_server_with_the_run_and_removes_it_with_the_run(
     assert service["spec"]["ports"][0]["port"] == 8123
     # The Deployment controller made its pods, admitted by restricted Pod Security.
     servers = wait_for(
-        lambda: len(pods(plane, ns, role="env")) == 2 and pods(plane, ns, role="env"),
-        "the server's two pods",
+        lambda: len(pods(plane, ns, role="env")) == 3 and pods(plane, ns, role="env"),
+        "the server's three pods",
     )
     assert {p["spec"]["containers"][0]["image"] for p in servers} == {SERVER["image"]}
     assert generator_environ(plane, ns)[OPENENV_URL_VAR] == f"http://r1-env.{ns}.svc:8123"

@@ -67,7 +67,7 @@ ON_QUEUE = {
 }
 # Used only by a run with an OpenEnv server's image (test_openenv_server.py checks them against
 # the audit log).
-ON_OPENENV = {("apps", "deployments", verb) for verb in ("get", "create", "delete")}
+ON_OPENENV = {("apps", "deployments", verb) for verb in ("get", "create", "patch", "delete")}
 ON_FEATURE = ON_REFUSAL | ON_QUEUE | ON_SWEEP | ON_OPENENV
 
 
