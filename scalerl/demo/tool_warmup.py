@@ -29,8 +29,26 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from scalerl.demo import bpe, tool_arith, tool_chat
-from scalerl.demo.tool_arith import DIGITS, Pair, ToolWarmup
+from scalerl.demo import bpe, tool_chat, tool_task
+from scalerl.demo.tool_task import DIGITS, Pair
+
+
+@dataclass(frozen=True)
+class ToolWarmup:
+    """The warm-up's hyper-parameters."""
+
+    steps: int = 400
+    batch: int = 40
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    # The probability of calling the tool first that the warm-up trains towards: the sampled
+    # base policy calls it somewhat less often (~0.25-0.3), being not fully trained.
+    tool_rate: float = 0.35
+    tool_rows: float = 0.6  # share of tool-arith rows that follow the tool path (learn it fast)
+    guess_rows: float = 0.15  # share of rows that play guess-number
+    noise: float = 0.5  # blur of a direct answer's digits
+    seed: int = 0
+
 
 Target = dict[int, float] | None  # the next-token distribution a position is trained towards
 
@@ -89,8 +107,8 @@ class Encoder:
     def arith(self, pair: Pair, use_tool: bool, rng: random.Random) -> Row:
         """A tool-arith conversation; its first answer token carries the tool-or-not decision."""
         row = Row([], [])
-        system = f"{tool_arith.SYSTEM_PROMPT}\nTools: {tool_arith.TOOL_NAME}"
-        self.prompt(row, system, tool_arith.question(pair))
+        system = f"{tool_task.SYSTEM_PROMPT}\nTools: {tool_task.TOOL_NAME}"
+        self.prompt(row, system, tool_task.question(pair))
         product = str(pair[0] * pair[1])
         direct = [self.blur(product[0]), *(self.blur(d) for d in product[1:])]
         decision = {k: (1 - self.config.tool_rate) * v for k, v in direct[0].items()}
@@ -103,7 +121,7 @@ class Encoder:
             return row
         call = self.ids(
             tool_chat.tool_call_text(
-                tool_arith.TOOL_NAME, tool_arith.call_arguments(f"{pair[0]}*{pair[1]}")
+                tool_task.TOOL_NAME, tool_task.call_arguments(f"{pair[0]}*{pair[1]}")
             )
         )
         self.turn(row, "assistant", call, [decision, *({t: 1.0} for t in call[1:])])
@@ -115,7 +133,7 @@ class Encoder:
     def guess(self, rng: random.Random, high: int, max_turns: int) -> Row:
         """A guess-number game with uniformly random guesses, ending at the secret."""
         row = Row([], [])
-        self.prompt(row, tool_arith.GUESS_SYSTEM_PROMPT, tool_arith.guess_prompt(high))
+        self.prompt(row, tool_task.GUESS_SYSTEM_PROMPT, tool_task.guess_prompt(high))
         uniform = {self.ids(str(g))[0]: 1.0 / high for g in range(1, high + 1)}
         secret = rng.randint(1, high)
         for turn in range(max_turns):
@@ -166,7 +184,7 @@ def sample_rows(
     rows = []
     for _ in range(count):
         if rng.random() < config.guess_rows:
-            rows.append(encoder.guess(rng, tool_arith.GUESS_HIGH, max_turns=4))
+            rows.append(encoder.guess(rng, tool_task.GUESS_HIGH, max_turns=4))
         else:
             pair = pairs[rng.randrange(len(pairs))]
             rows.append(encoder.arith(pair, rng.random() < config.tool_rows, rng))
@@ -218,7 +236,7 @@ def _sample_turn(
     chats: list[list[dict[str, Any]]],
 ) -> list[str]:
     """One sampled model turn (temperature 1) per chat, decoded up to its turn end."""
-    tools: list[Any] = list(tool_arith.tool_defs())
+    tools: list[Any] = list(tool_task.tool_defs())
     contexts = [
         list(
             tokenizer.apply_chat_template(
@@ -258,7 +276,7 @@ def measure(
     """Play each pair's conversation as the ToolEnv would (tool calls answered, up to
     `max_turns` model turns) with plain HF sampling; count tool calls and right answers."""
     torch.manual_seed(seed)
-    chats = [tool_arith.prompt_messages(p) for p in pairs]
+    chats = [tool_task.prompt_messages(p) for p in pairs]
     final: dict[int, str] = {}
     called: set[int] = set()
     active = list(range(len(chats)))
@@ -307,4 +325,4 @@ def _run(arguments: str) -> str:
         expression = json.loads(arguments)["expression"]
     except (ValueError, KeyError, TypeError):
         return "invalid arguments"
-    return tool_arith.product_tool(str(expression))
+    return tool_task.product_tool(str(expression))

@@ -7,10 +7,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -18,24 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scalerl.demo import tool_arith as builtin
+from scalerl.demo import tool_task as builtin
 
-ENVIRONMENTS = Path(__file__).resolve().parents[2] / "environments"
 QUESTION = re.compile(r"^What is (\d+)\*(\d+)\?$")
 
 
 @pytest.fixture(scope="session")
-def vf() -> Iterator[ModuleType]:
-    """verifiers, with both packages pip-installed into this venv (editable, offline)."""
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
-    command += ["--no-build-isolation"]
-    for name in ("tool_arith", "guess_number"):
-        command += ["-e", str(ENVIRONMENTS / name)]
-    subprocess.run(command, check=True, capture_output=True, timeout=300)
-    importlib.invalidate_caches()
+def vf(environment_packages: list[str]) -> ModuleType:
+    """verifiers, with both packages pip-installed into this venv (tests/agents/conftest.py)."""
     import verifiers
 
-    yield verifiers
+    return verifiers
 
 
 @pytest.fixture(scope="session")

@@ -20,11 +20,12 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from scalerl.demo import bpe, tool_arith, tool_chat, tool_warmup
+from scalerl.demo import bpe, tool_chat, tool_task, tool_warmup
 from scalerl.demo.assets import default_cache_dir
 from scalerl.demo.builtins import known_names, resolve_builtin
 from scalerl.demo.model import TinyModelShape
-from scalerl.demo.tool_arith import ToolArithParams, ToolWarmup, prepare_tool_arith
+from scalerl.demo.tool_arith import ToolArithParams, prepare_tool_arith
+from scalerl.demo.tool_warmup import ToolWarmup
 from scalerl.errors import DataError
 
 QUICK = ToolArithParams(
@@ -32,8 +33,8 @@ QUICK = ToolArithParams(
     warmup=ToolWarmup(steps=2, batch=8, warmup_steps=1),
     measure_prompts=4,
 )
-TOOLS = tool_arith.tool_defs()
-SYSTEM = {"role": "system", "content": tool_arith.SYSTEM_PROMPT}
+TOOLS = tool_task.tool_defs()
+SYSTEM = {"role": "system", "content": tool_task.SYSTEM_PROMPT}
 USER = {"role": "user", "content": "What is 37*48?"}
 CALL = tool_chat.tool_call_message("calculate", {"expression": "37*48"}, "call_0")
 RESULT = {"role": "tool", "tool_call_id": "call_0", "content": "1776"}
@@ -42,7 +43,7 @@ ANSWER = {"role": "assistant", "content": "1776"}
 
 @pytest.fixture(scope="module")
 def tokenizer() -> PreTrainedTokenizerFast:
-    return tool_chat.build_tokenizer(tool_arith.tokenizer_texts(), merges=120)
+    return tool_chat.build_tokenizer(tool_task.tokenizer_texts(), merges=120)
 
 
 def render(
@@ -81,7 +82,7 @@ def test_the_tools_line_needs_tools_and_stands_alone_without_a_system_turn(
         [SYSTEM, USER], tokenize=False, add_generation_prompt=True
     )
     assert (
-        plain == f"<|system|>\n{tool_arith.SYSTEM_PROMPT}<|end|>\n"
+        plain == f"<|system|>\n{tool_task.SYSTEM_PROMPT}<|end|>\n"
         "<|user|>\nWhat is 37*48?<|end|>\n<|assistant|>\n"
     )
     two = [*TOOLS, {"type": "function", "function": {"name": "lookup", "parameters": {}}}]
@@ -225,7 +226,7 @@ def test_warmup_rows_are_the_templates_tokens_trained_on_the_models_turns(
     text = tokenizer.decode(row.ids)
     messages = re.findall(r"<\|(\w+)\|>\n(.*?)<\|end\|>\n", text, flags=re.S)
     chat: list[dict[str, Any]] = [{"role": r, "content": c} for r, c in messages]
-    chat[0]["content"] = tool_arith.SYSTEM_PROMPT  # the template adds the tools line itself
+    chat[0]["content"] = tool_task.SYSTEM_PROMPT  # the template adds the tools line itself
     assert row.ids == ids(tokenizer, render(tokenizer, chat))
     trained = [t for t, target in zip(row.ids, row.targets, strict=True) if target is not None]
     spans = "".join(f"{c}<|end|>" for r, c in messages if r == "assistant")
@@ -364,7 +365,7 @@ def test_the_base_policy_calls_the_tool_sometimes_and_passes_about_as_often(
 ) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(tool_arith_model))
     model = AutoModelForCausalLM.from_pretrained(str(tool_arith_model)).eval()
-    _, held_out = tool_arith.split_pairs(256, seed=0)
+    _, held_out = tool_task.split_pairs(256, seed=0)
     torch.manual_seed(0)  # the seed the build measured with
     with torch.no_grad():
         results = play(model, tokenizer, held_out[:200])
