@@ -301,12 +301,18 @@ EXPRESSION = re.compile(
 
 
 def sample_turns(
-    model: Any, tokenizer: Any, chats: list[list[dict[str, Any]]], tools: Any = TOOLS
+    model: Any,
+    tokenizer: Any,
+    chats: list[list[dict[str, Any]]],
+    tools: Any = TOOLS,
+    prefix: str = "",
 ) -> list[str]:
     """One model turn per chat at temperature 1 (plain HF generate, left-padded batch), each
-    decoded up to the first end token that generation_config.json names."""
+    decoded up to the first end token that generation_config.json names; `prefix` is imposed as
+    the turn's first text."""
     contexts = [
-        ids(tokenizer, render(tokenizer, chat, tools, add_generation_prompt=True)) for chat in chats
+        ids(tokenizer, render(tokenizer, chat, tools, add_generation_prompt=True) + prefix)
+        for chat in chats
     ]
     width, pad = max(len(c) for c in contexts), tokenizer.pad_token_id
     input_ids = torch.tensor([[pad] * (width - len(c)) + c for c in contexts])
@@ -324,13 +330,16 @@ def sample_turns(
     replies = []
     for completion in out[:, width:].tolist():
         stop = next((k for k, t in enumerate(completion) if t in ends), len(completion))
-        replies.append(str(tokenizer.decode(completion[:stop], skip_special_tokens=True)))
+        replies.append(prefix + tokenizer.decode(completion[:stop], skip_special_tokens=True))
     return replies
 
 
-def play(model: Any, tokenizer: Any, pairs: list[tuple[int, int]]) -> list[tuple[bool, bool]]:
+def play(
+    model: Any, tokenizer: Any, pairs: list[tuple[int, int]], force_tool: bool = False
+) -> list[tuple[bool, bool]]:
     """(called the tool first, answered a*b) per pair, in conversations of at most four model
-    turns as the ToolEnv plays them; the tool's results are computed here with Python ints."""
+    turns as the ToolEnv plays them; the tool's results are computed here with Python ints.
+    `force_tool`: every first turn starts with `<tool_call>`, as a policy that always calls."""
     chats = [[SYSTEM, {"role": "user", "content": f"What is {a}*{b}?"}] for a, b in pairs]
     called: set[int] = set()
     passed: dict[int, bool] = {}
@@ -338,7 +347,8 @@ def play(model: Any, tokenizer: Any, pairs: list[tuple[int, int]]) -> list[tuple
         active = [i for i in range(len(pairs)) if i not in passed]
         if not active:
             break
-        replies = sample_turns(model, tokenizer, [chats[i] for i in active])
+        prefix = "<tool_call>" if force_tool and turn == 0 else ""
+        replies = sample_turns(model, tokenizer, [chats[i] for i in active], prefix=prefix)
         for i, reply in zip(active, replies, strict=True):
             if "<tool_call>" not in reply:
                 passed[i] = reply.strip() == str(pairs[i][0] * pairs[i][1])
@@ -380,6 +390,22 @@ def test_the_base_policy_calls_the_tool_sometimes_and_passes_about_as_often(
     assert manifest["measured_prompts"] == 200
     assert manifest["base_tool_call_rate"] == pytest.approx(tool_rate, abs=1e-4)
     assert manifest["base_pass_rate"] == pytest.approx(pass_rate, abs=1e-4)
+
+
+def test_calling_the_tool_every_time_would_pass_far_more_often(tool_arith_model: Path) -> None:
+    """The room RL has: the same model made to call the tool first on every prompt passes at
+    least 0.3 more often than the base policy does (it then rarely miscopies)."""
+    tokenizer = AutoTokenizer.from_pretrained(str(tool_arith_model))
+    model = AutoModelForCausalLM.from_pretrained(str(tool_arith_model)).eval()
+    _, held_out = tool_task.split_pairs(256, seed=0)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        base = play(model, tokenizer, held_out[:200])
+        forced = play(model, tokenizer, held_out[:200], force_tool=True)
+    base_rate = sum(p for _, p in base) / len(base)
+    forced_rate = sum(p for _, p in forced) / len(forced)
+    assert all(c for c, _ in forced)
+    assert forced_rate >= base_rate + 0.3, (base_rate, forced_rate)
 
 
 def test_the_base_policy_plays_guess_number_with_numbers(tool_arith_model: Path) -> None:
