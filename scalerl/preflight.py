@@ -11,11 +11,15 @@ functions (`model_dir_problem`, `context_problem`) and compute their engine's `m
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from scalerl.errors import InputError, SpecError
+from scalerl.errors import InputError, PeerError, SpecError
 from scalerl.generator.prompts import NO_CHAT_TEMPLATE
 from scalerl.spec import RunSpec, ScaleRLRun
 
@@ -168,9 +172,10 @@ def _environment(spec: RunSpec, tokenizer: Any, problems: list[str]) -> None:
     from scalerl.agents.rollouts import first_context
 
     try:
-        env = load_environment(spec)
+        with _openenv_server(spec):
+            env = load_environment(spec)
         examples = environment_examples(env, spec)
-    except InputError as err:
+    except (InputError, PeerError) as err:  # PeerError: an openenv.app that did not come up
         problems.append(str(err))
         return
     if tokenizer is None:
@@ -190,6 +195,26 @@ def _environment(spec: RunSpec, tokenizer: Any, problems: list[str]) -> None:
     problem = context_problem(spec, tokenizer, longest)
     if problem is not None:
         problems.append(problem)
+
+
+@contextlib.contextmanager
+def _openenv_server(spec: RunSpec) -> Iterator[None]:
+    """spec.environment.openenv.app started on 127.0.0.1 for the check (as `scalerl run` will
+    start it for the run) where no server is named; nothing otherwise."""
+    from scalerl.agents.openenv_server import URL_VARIABLE, LocalServer
+
+    openenv = spec.environment.openenv if spec.environment else None
+    if openenv is None or openenv.app is None or openenv.url or os.environ.get(URL_VARIABLE):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="scalerl-check-") as scratch:
+        server = LocalServer.start(openenv.app, Path(scratch) / "openenv.log")
+        os.environ[URL_VARIABLE] = server.url
+        try:
+            yield
+        finally:
+            del os.environ[URL_VARIABLE]
+            server.stop()
 
 
 def _code_tests(examples: list[Any], problems: list[str], shown: int = 5) -> None:

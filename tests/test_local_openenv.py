@@ -136,3 +136,12 @@ def test_a_killed_runner_leaves_no_server_behind(tmp_path: Path) -> None:
         assert gone(pid), f"the server {pid} outlived its runner"
     finally:
         runner.kill()
+
+
+def test_validate_deep_starts_the_app_for_its_check_and_stops_it(tmp_path: Path) -> None:
+    from scalerl.preflight import problems_of
+
+    problems = problems_of(calculator_run(tmp_path))
+    # Only the model is missing: the environment loaded, from a server started for the check.
+    assert [p.split(":")[0] for p in problems] == ["spec.model.path"], problems
+    assert OPENENV_URL_VAR not in os.environ
