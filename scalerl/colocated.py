@@ -151,11 +151,14 @@ def _engine_thread(
     from scalerl.generator.main import build_generator, run_generator
 
     env = dataclasses.replace(env, generator_index=GENERATOR, metrics_port=0)
+    built = False
     try:
         generator = build_generator(run, env, channel, metrics, colocation)
+        built = True
         asyncio.run(run_generator(generator))
-    except ScaleRLError:
-        pass  # run_generator told the trainer already
+    except ScaleRLError as err:
+        if not built:  # bad data or environment: run_generator never ran to tell the trainer
+            channel.try_send(Failure(GENERATOR, str(err)))
     except BaseException as err:  # a bug: the trainer must hear of it
         log.error("engine thread failed:\n%s", traceback.format_exc())
         channel.try_send(Failure(GENERATOR, f"engine thread failed: {type(err).__name__}: {err}"))

@@ -47,3 +47,30 @@ def test_a_step_holds_the_device_only_when_it_is_exclusive() -> None:
     shared = InMemoryPublisher(Colocation(exclusive=False), timeout_s=1.0)
     with shared.device():
         assert not shared.colocation.turnstile._wanted.is_set()
+
+
+def test_a_generator_that_cannot_be_built_fails_the_run_at_once(tmp_path: Any) -> None:
+    """The engine thread's build raises (here: no model folder) before the generator runs: the
+    trainer hears a Failure naming why, rather than waiting out its peer timeout."""
+    from scalerl.colocated import _engine_thread
+    from scalerl.environment import ProcessEnv
+    from scalerl.metrics import GeneratorMetrics
+    from scalerl.rollout.pipe import pipe
+    from scalerl.rollout.records import Failure
+    from scalerl.spec import parse_run
+
+    run = parse_run(
+        {
+            "apiVersion": "scalerl.dev/v1alpha1",
+            "kind": "ScaleRLRun",
+            "metadata": {"name": "broken"},
+            "spec": {"model": {"path": str(tmp_path / "nowhere")}, "data": {"train": "t.jsonl"}},
+        }
+    )
+    env = ProcessEnv(tmp_path / "run.yaml", tmp_path, "127.0.0.1", 0, 0, 0, 1)
+    trainer, generator = pipe()
+    _engine_thread(run, env, generator, GeneratorMetrics("ns", "broken"), Colocation())  # type: ignore[arg-type]
+    received = trainer.recv(timeout_s=1)
+    assert received is not None
+    _, message = received
+    assert isinstance(message, Failure) and "nowhere" in message.message

@@ -9,8 +9,10 @@ dataset it cannot build, no eval split.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Mapping
+import signal
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from scalerl.errors import DataError
@@ -28,14 +30,29 @@ def load_environment(spec: RunSpec) -> Any:
     environment = spec.environment
     if environment is None:
         raise DataError("spec.environment: not set")
-    if environment.verifiers is not None:
-        env = _verifiers(environment.verifiers.id, environment.verifiers.args)
-    else:
-        from scalerl.agents.openenv import load_openenv
+    with _signals_kept():
+        if environment.verifiers is not None:
+            env = _verifiers(environment.verifiers.id, environment.verifiers.args)
+        else:
+            from scalerl.agents.openenv import load_openenv
 
-        env = load_openenv(spec)
+            env = load_openenv(spec)
     contain(env, environment)
     return env
+
+
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    """verifiers' Environment installs SIGINT and SIGTERM handlers of its own when it is built
+    (exiting the process from inside the handler), which would take over the generator's orderly
+    shutdown, and fails outright off the main thread (a colocated process builds its generator
+    on a thread). While the environment is built, installing a handler does nothing."""
+    install = signal.signal
+    signal.signal = lambda number, handler: signal.getsignal(number)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        signal.signal = install
 
 
 def _verifiers(env_id: str, args: Mapping[str, Any]) -> Any:

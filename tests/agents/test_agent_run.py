@@ -1,0 +1,85 @@
+"""Whole runs with an environment, as `scalerl run examples/tool-env.yaml` makes them.
+
+The tool task is learnt (the model calls the calculator more and passes more), and a generator
+killed mid-conversation restarts the gang without a conversation half-trained and with the data
+position exact; a MultiTurnEnv trains in one process with PPO-off-policy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from consumed import assert_once_per_epoch
+from test_local import EXAMPLES, finish, kill, running, wait_for_step
+
+from scalerl.runfile import write_variant
+from scalerl.status.history import read_jsonl
+
+pytestmark = pytest.mark.slow
+
+TOOL_RUN = {
+    "environment": {"verifiers": {"args": {"num_train": 400, "num_eval": 48, "max_turns": 3}}},
+    "data": {"validation": {"prompts": 48}, "logConsumed": True},
+    "evaluation": {"everySteps": 4, "generationsPerPrompt": 4, "logCompletions": 4},
+    "budget": {"maxSteps": 16},
+    "checkpoint": {"everySteps": 4},
+}
+
+
+def test_tool_use_is_learnt_and_survives_a_generator_killed_mid_conversation(
+    tmp_path: Path, environment_packages: list[str]
+) -> None:
+    spec = write_variant(EXAMPLES / "tool-env.yaml", tmp_path / "tool.yaml", TOOL_RUN)
+    out = tmp_path / "run"
+    with running(spec, out) as proc:
+        wait_for_step(out, 6, proc, timeout_s=400)
+        kill(out, "generator-1")  # its conversations in flight are lost, not half-trained
+        output = finish(proc, timeout_s=600)
+    assert "generator-1 exited with code -9" in output
+    rows = read_jsonl(out / "history.jsonl")
+    first, best = rows[0]["pass_rate"], max(r["pass_rate"] for r in rows[1:])
+    print(f"\nheld-out pass rate: {[round(r['pass_rate'], 3) for r in rows]}")
+    assert best >= first + 0.2
+    assert_once_per_epoch(out)
+    generation = rows[-1]["generation"]
+    # Each rollout: one model turn at least; a tool call is a second one.
+    assert generation["agent_turns"] > generation["generated_samples"] > 0
+    assert (
+        0 < generation["tool_calls"] <= generation["agent_turns"] - generation["generated_samples"]
+    )
+    last = sorted((out / "evaluations").glob("*.completions.jsonl"))[-1]
+    conversations = [json.loads(line)["completion"] for line in last.read_text().splitlines()]
+    # A tool call, the tool's turn marked as the environment's, the answer after it.
+    assert any("<tool_call>" in c and "⟦" in c and "<|tool|>" in c for c in conversations)
+
+
+def test_a_multi_turn_game_trains_colocated_with_ppo(
+    tmp_path: Path, environment_packages: list[str]
+) -> None:
+    game = {
+        "placement": "colocated",
+        "environment": {
+            "verifiers": {"id": "guess-number", "args": {"num_train": 64, "num_eval": 16}}
+        },
+        "data": {"validation": {"prompts": 16}},
+        "recipe": {
+            "algorithm": "ppo-off-policy",
+            "maxOffPolicySteps": 2,
+            "batch": {"prompts": 4, "generationsPerPrompt": 4},
+        },
+        "evaluation": {"everySteps": 2, "generationsPerPrompt": 2},
+        "budget": {"maxSteps": 6},
+        "generators": {"replicas": 1},
+    }
+    spec = write_variant(EXAMPLES / "tool-env.yaml", tmp_path / "game.yaml", game)
+    out = tmp_path / "run"
+    with running(spec, out) as proc:
+        finish(proc, timeout_s=600)
+    rows = read_jsonl(out / "history.jsonl")
+    assert [r["step"] for r in rows] == [0, 2, 4, 6]
+    generation = rows[-1]["generation"]
+    assert generation["agent_turns"] > generation["generated_samples"] > 0  # games of turns
+    assert generation["tool_calls"] == 0 and generation["environment_failures"] == 0
+    assert rows[-1]["version"] >= 3  # the policy was updated
