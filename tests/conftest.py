@@ -107,7 +107,13 @@ def user_model(tmp_path: Path) -> UserModel:
     return make
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
+def build_model() -> Callable[..., Path]:
+    """`build_user_model` itself, for fixtures that build a model once for many tests."""
+    return build_user_model
+
+
+@pytest.fixture(scope="session")
 def chat_template() -> str:
     """The Jinja chat template `user_model(chat_template=...)` tests use."""
     return CHAT_TEMPLATE

@@ -8,6 +8,8 @@ position exact; a MultiTurnEnv trains in one process with PPO-off-policy.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from scalerl.runfile import write_variant
 from scalerl.status.history import read_jsonl
 
 pytestmark = pytest.mark.slow
+ENVIRONMENTS = Path(__file__).resolve().parents[2] / "environments"
 
 TOOL_RUN = {
     "environment": {"verifiers": {"args": {"num_train": 400, "num_eval": 48, "max_turns": 3}}},
@@ -83,3 +86,50 @@ def test_a_multi_turn_game_trains_colocated_with_ppo(
     assert generation["agent_turns"] > generation["generated_samples"] > 0  # games of turns
     assert generation["tool_calls"] == 0 and generation["environment_failures"] == 0
     assert rows[-1]["version"] >= 3  # the policy was updated
+
+
+def test_an_openenv_server_on_this_machine_drives_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spec.environment.openenv.app: `scalerl run` starts the calculator server on 127.0.0.1, the
+    generators' rollouts are its episodes (a WebSocket session each), the model's tool calls its
+    steps. This model was never taught the server's `submit`: the server scores a `calculate` of
+    the right value instead (a reward inline with the step)."""
+    monkeypatch.setenv("OPENENV_CALCULATOR_SCORE_CALCULATE", "1")  # the server inherits it
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
+    command += ["--no-build-isolation", "-e", str(ENVIRONMENTS / "openenv_calculator")]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    rows = [
+        {"prompt": f"What is {a}*{a + 13}?", "answer": str(a * (a + 13))} for a in range(20, 60)
+    ]
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    served = {
+        "environment": {
+            "verifiers": None,
+            "openenv": {"app": "openenv_calculator.server:app"},
+            "maxTurns": 3,
+        },
+        "data": {
+            "train": str(train),
+            "systemPrompt": "Reply with the number only.",
+            "validation": {"prompts": 8},
+        },
+        "evaluation": {"everySteps": 1, "generationsPerPrompt": 2},
+        "budget": {"maxSteps": 4},
+        "recipe": {
+            "batch": {"prompts": 4, "generationsPerPrompt": 2},
+            "optimizer": {"warmupSteps": 1},
+        },
+        "generators": {"replicas": 1},
+    }
+    spec = write_variant(EXAMPLES / "tool-env.yaml", tmp_path / "served.yaml", served)
+    out = tmp_path / "run"
+    with running(spec, out) as proc:
+        finish(proc, timeout_s=600)
+    history = read_jsonl(out / "history.jsonl")
+    generation = history[-1]["generation"]
+    assert generation["tool_calls"] > 0 and generation["environment_failures"] == 0
+    assert history[-1]["version"] >= 1  # rewards that differed: something was learnt from
+    log = (out / "logs" / "openenv.log").read_text()
+    assert log.count("WebSocket /ws") >= generation["generated_samples"] / 2, log[-2000:]

@@ -41,15 +41,15 @@ def installed(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def models(
+    tmp_path_factory: pytest.TempPathFactory, build_model: Any, chat_template: str
+) -> dict[str, Path]:
     """A model with the chat template, one without, one with a tiny context (built once)."""
-    from conftest import CHAT_TEMPLATE, build_user_model
-
     base = tmp_path_factory.mktemp("models")
     return {
-        "chat": build_user_model(base / "chat", chat_template=CHAT_TEMPLATE, max_positions=256),
-        "plain": build_user_model(base / "plain"),
-        "small": build_user_model(
+        "chat": build_model(base / "chat", chat_template=chat_template, max_positions=256),
+        "plain": build_model(base / "plain"),
+        "small": build_model(
             base / "small", chat_template="{{ messages[0]['content'] }}", max_positions=64
         ),
     }

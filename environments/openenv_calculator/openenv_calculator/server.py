@@ -4,6 +4,9 @@ Settings, from the server's environment:
 - OPENENV_CALCULATOR_SESSIONS: concurrent episodes (WebSocket sessions) at most, 64 by default.
 - OPENENV_CALCULATOR_DELAY_S: seconds each `calculate` waits before it answers, 0 by default (a
   slow tool, for clients' timeouts).
+- OPENENV_CALCULATOR_SCORE_CALCULATE: "1" offers `calculate` alone and scores one whose value is
+  the episode's answer 1.0 with the step (a reward inline with a tool call), for a model that
+  answers by calculating (builtin:tool-arith); unset, `submit` ends the episode and scores.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from openenv_calculator.arithmetic import evaluate, same_number
 
 SESSIONS = int(os.environ.get("OPENENV_CALCULATOR_SESSIONS", "64"))
 DELAY_S = float(os.environ.get("OPENENV_CALCULATOR_DELAY_S", "0"))
+SCORE_CALCULATE = os.environ.get("OPENENV_CALCULATOR_SCORE_CALCULATE") == "1"
 
 
 class CalculatorEnvironment(MCPEnvironment):
@@ -33,6 +37,7 @@ class CalculatorEnvironment(MCPEnvironment):
         mcp = FastMCP("calculator")
         self._expected: str | None = None
         self._reward: float | None = None  # set by submit, read by step_async
+        self._calculated: str | None = None  # the last calculate's value, read by step_async
         self._state = State(episode_id=None, step_count=0)
 
         @mcp.tool()
@@ -44,9 +49,9 @@ class CalculatorEnvironment(MCPEnvironment):
             """
             if DELAY_S > 0:
                 await asyncio.sleep(DELAY_S)
-            return str(evaluate(expression))
+            self._calculated = str(evaluate(expression))
+            return self._calculated
 
-        @mcp.tool()
         def submit(answer: str) -> str:
             """Submit the final answer; this ends the episode.
 
@@ -60,6 +65,9 @@ class CalculatorEnvironment(MCPEnvironment):
             correct = same_number(answer, self._expected)
             self._reward = 1.0 if correct else 0.0
             return "correct" if correct else "incorrect"
+
+        if not SCORE_CALCULATE:
+            mcp.tool()(submit)
 
         super().__init__(mcp)
 
@@ -97,8 +105,12 @@ class CalculatorEnvironment(MCPEnvironment):
         ):
             observation.reward = self._reward
             observation.done = True
+        elif action.tool_name == "calculate" and SCORE_CALCULATE:
+            hit = self._expected is not None and self._calculated is not None
+            observation.reward = float(hit and same_number(self._calculated, self._expected))
         else:
             observation.reward = 0.0
+        self._calculated = None
         return observation
 
     def _step_impl(
