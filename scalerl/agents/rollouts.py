@@ -40,7 +40,7 @@ class Failures:
 
     count: int = 0
 
-    def add(self, why: str) -> None:
+    def add(self) -> None:
         self.count += 1
 
     def take(self) -> int:
@@ -71,7 +71,7 @@ class AgentRollouts:
             await self.env.rubric.score_group([s for s, _ in done])
         except Exception as err:  # the environment's rubric
             log.warning("the rubric failed on prompt %s: %s", example.id, err)
-            self.failures.add("rubric")
+            self.failures.add()
             return []
         prompt_ids = self.prompt_ids(example)
         return [self._sample(state, lg, prompt_ids) for state, lg in done]
@@ -101,7 +101,7 @@ class AgentRollouts:
 
     def _drop(self, example: Example, why: str, detail: str) -> None:
         log.warning("dropped a rollout of prompt %s (%s): %s", example.id, why, detail)
-        self.failures.add(why)
+        self.failures.add()
 
     def _sample(self, state: Any, rollout: RolloutLog, prompt_ids: list[int]) -> Sample:
         turns = rollout.turns
