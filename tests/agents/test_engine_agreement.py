@@ -2,7 +2,7 @@
 vLLM recorded across turns equal those the trainer's policy computes over the same sequences,
 and the environment's messages in between are kept but never trained.
 
-slow: a real vLLM engine (CPU, in this process) on a random Llama whose turn-ending token is
+slow: a real vLLM engine (CPU, its core in a process of its own) on a random Llama whose turn-ending token is
 likely (~1 in 6 per token), so every rollout takes several turns within its budget.
 """
 
@@ -93,6 +93,9 @@ async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gene
         think_end=None,
         plan=InterruptionPlan(thinking_budget=8, answer_budget=48, window=(4, 8), enabled=False),
         run_dir=str(root / "run"),
+        # Its core in a process of its own: an engine in this process would change it for the
+        # tests after this one (vLLM sets torch's threads to 1 and extends its worker class).
+        separate_process=True,
     )
     started = GenerationEngine(config, version=VERSION)
     await started.start()
