@@ -55,3 +55,21 @@ def calculator_policy(context: str) -> str:
 def tool_call(name: str, arguments: dict[str, Any]) -> str:
     """A call as a Hermes-format model writes it."""
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def scripted_response(reply: dict[str, Any], model: str, call_prefix: str) -> Any:
+    """A scripted model turn as verifiers' client returns it: `reply` is {"content": text,
+    "calls": [(name, arguments JSON), ...]}."""
+    from verifiers.types import Response, ResponseMessage, ToolCall
+
+    calls = [
+        ToolCall(id=f"{call_prefix}{k}", name=name, arguments=arguments)
+        for k, (name, arguments) in enumerate(reply.get("calls", []))
+    ]
+    message = ResponseMessage(
+        content=reply.get("content"),
+        tool_calls=calls or None,
+        finish_reason="tool_calls" if calls else "stop",
+        is_truncated=False,
+    )
+    return Response(id="scripted", created=0, model=model, message=message)

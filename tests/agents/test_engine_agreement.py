@@ -2,8 +2,9 @@
 vLLM recorded across turns equal those the trainer's policy computes over the same sequences,
 and the environment's messages in between are kept but never trained.
 
-slow: a real vLLM engine (CPU, its core in a process of its own) on a random Llama whose turn-ending token is
-likely (~1 in 6 per token), so every rollout takes several turns within its budget.
+slow: a real vLLM engine (CPU, its core in a process of its own) on a random Llama whose
+turn-ending token is likely (~1 in 6 per token), so every rollout takes several turns within its
+budget.
 """
 
 from __future__ import annotations

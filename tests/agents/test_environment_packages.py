@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scripted import scripted_response
 
 from scalerl.demo import tool_task as builtin
 
@@ -38,7 +39,6 @@ def calculate(vf: ModuleType) -> Any:
 def scripted_client(vf: ModuleType, replies: list[dict[str, Any]]) -> Any:
     """A vf client that answers each model turn with the next of `replies` and records the
     prompts it was sent."""
-    from verifiers.types import Response, ResponseMessage, ToolCall
 
     class Scripted(vf.Client):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
@@ -60,18 +60,7 @@ def scripted_client(vf: ModuleType, replies: list[dict[str, Any]]) -> Any:
         ) -> Any:
             self.prompts.append(prompt)
             self.tools.append(tools)
-            reply = replies[len(self.prompts) - 1]
-            calls = [
-                ToolCall(id=f"call_{k}", name=n, arguments=a)
-                for k, (n, a) in enumerate(reply.get("calls", []))
-            ]
-            message = ResponseMessage(
-                content=reply.get("content"),
-                tool_calls=calls or None,
-                finish_reason="tool_calls" if calls else "stop",
-                is_truncated=False,
-            )
-            return Response(id="scripted", created=0, model=model, message=message)
+            return scripted_response(replies[len(self.prompts) - 1], model, "call_")
 
         async def raise_from_native_response(self, response: Any) -> None:
             return None

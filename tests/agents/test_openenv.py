@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import verifiers as vf
-from verifiers.types import Response, ResponseMessage, ToolCall
+from scripted import scripted_response
 
 from scalerl.agents.client import RolloutLog, current
 from scalerl.agents.containment import contain
@@ -105,17 +105,7 @@ class Scripted(vf.Client):  # type: ignore[misc]
         self.tools.append(tools)
         turn = sum(1 for m in prompt if m.role == "assistant")
         reply = await _maybe_await(self.policy(prompt, turn))
-        calls = [
-            ToolCall(id=f"call-{turn}-{k}", name=name, arguments=arguments)
-            for k, (name, arguments) in enumerate(reply.get("calls", []))
-        ]
-        message = ResponseMessage(
-            content=reply.get("content"),
-            tool_calls=calls or None,
-            finish_reason="tool_calls" if calls else "stop",
-            is_truncated=False,
-        )
-        return Response(id="scripted", created=0, model=model, message=message)
+        return scripted_response(reply, model, f"call-{turn}-")
 
     async def raise_from_native_response(self, response: Any) -> None:
         return None
