@@ -27,6 +27,8 @@ criterion ends it at its own cutoff while thinking is open, or `answerBudget` to
 `</think>`. Only interrupted rows need a second `generate`, from prompt + thinking + phrase.
 
 A sample passes when its reward is > 0 and it is not truncated (the project's one definition).
+A run with spec.environment is evaluated by `scalerl.hfeval_env` (`held_out` picks it): its
+held-out prompts played as multi-turn rollouts, each model turn sampled by HF `generate`.
 The result counts samples, correct and truncated ones per prompt; the pass rate is correct /
 samples (mean@k), its standard error the standard deviation of the per-prompt means (ddof 1)
 over the square root of the number of prompts.
@@ -43,7 +45,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
@@ -55,6 +57,9 @@ from scalerl.generator.tokens import ModelTokens
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.status.history import PromptScore
 from scalerl.trainer.adapter import ADAPTER_CONFIG, is_adapter, merged_model
+
+if TYPE_CHECKING:
+    from scalerl.hfeval_env import AgentHeldOut
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BATCH_ROWS = 1024  # rows (prompt x sample) per `generate` call
@@ -163,8 +168,8 @@ class HeldOut:
         spec = run.spec
         if spec.environment is not None:
             raise InputError(
-                "spec.environment: this evaluation samples one completion per prompt; a run "
-                "with an environment is evaluated by its generators (its history.jsonl)"
+                "spec.environment: HeldOut samples one completion per prompt; an agent run is "
+                "evaluated by scalerl.hfeval_env.AgentHeldOut (`held_out` picks the right one)"
             )
         _, validation = train_and_validation(spec.data, spec.seed)
         if prompts is not None:
@@ -305,7 +310,7 @@ class HeldOut:
             eos_token_id=list(self.budgets.eos_ids),
             pad_token_id=self.pad_id,
         )
-        with _plain_generation_config(model):
+        with plain_generation_config(model):
             out = model.generate(
                 input_ids=ids.to(model.device),
                 attention_mask=mask.to(model.device),
@@ -340,12 +345,6 @@ class HeldOut:
         )
         means = [p.correct / p.samples for p in per_prompt]
         stderr = statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else 0.0
-        domains = sorted({p.domain for p in per_prompt})
-        by_domain = (
-            {d: _domain_rate([p for p in per_prompt if p.domain == d]) for d in domains}
-            if len(domains) > 1
-            else {}
-        )
         return Evaluation(
             checkpoint=label,
             k=k,
@@ -359,7 +358,7 @@ class HeldOut:
             pass_rate=sum(passed) / len(completions),
             stderr=stderr,
             seconds=time.monotonic() - started,
-            by_domain=by_domain,
+            by_domain=domain_rates(per_prompt),
         )
 
     def _reward_of(self, example: Example) -> RewardFn:
@@ -367,9 +366,17 @@ class HeldOut:
         return self.rewards[example.reward] if example.reward else next(iter(self.rewards.values()))
 
 
+def domain_rates(per_prompt: Sequence[PromptScore]) -> dict[str, dict[str, Any]]:
+    """Each domain's rates when the prompts span several ({} for one domain)."""
+    domains = sorted({p.domain for p in per_prompt})
+    if len(domains) < 2:
+        return {}
+    return {d: _domain_rate([p for p in per_prompt if p.domain == d]) for d in domains}
+
+
 def _domain_rate(scores: list[PromptScore]) -> dict[str, Any]:
     """One domain's mean@k over its prompts, its standard error and counts."""
-    means = [p.correct / p.samples for p in scores]
+    means = [p.correct / p.samples for p in scores if p.samples]  # an agent run drops rollouts
     samples, correct = sum(p.samples for p in scores), sum(p.correct for p in scores)
     return {
         "pass_rate": correct / samples,
@@ -402,7 +409,7 @@ class ThinkingStop(StoppingCriteria):
 
 
 @contextmanager
-def _plain_generation_config(model: Any) -> Iterator[None]:
+def plain_generation_config(model: Any) -> Iterator[None]:
     """The model's own generation_config.json could add sampling settings (top_k 50, a
     repetition penalty) to ours; `generate` sees the library's defaults instead meanwhile."""
     saved = model.generation_config
@@ -515,9 +522,22 @@ def evaluate_checkpoint(
     base = spec.model.path
     model = load_model(folder, dtype or "float32", spec.model.fp32_lm_head, device, base)
     # An adapter has no config of its own: the base's says which tokens end a turn.
-    held = HeldOut.for_run(run, tokenizer, base if is_adapter(folder) else folder, prompts)
+    held = held_out(run, tokenizer, base if is_adapter(folder) else folder, prompts)
     k = spec.evaluation.generations_per_prompt if k is None else k
     return held.evaluate(model, k, seed, label=str(checkpoint), batch_rows=batch_rows)
+
+
+def held_out(
+    run: ScaleRLRun, tokenizer: Any, model_path: str | Path, prompts: int | None = None
+) -> HeldOut | AgentHeldOut:
+    """The run's held-out evaluation: `HeldOut` (one completion per prompt, scored by
+    data.reward), or for a run with spec.environment its multi-turn rollouts
+    (`scalerl.hfeval_env.AgentHeldOut`); both `evaluate(model, k, seed, label=...)`."""
+    if run.spec.environment is None:
+        return HeldOut.for_run(run, tokenizer, model_path, prompts)
+    from scalerl.hfeval_env import AgentHeldOut
+
+    return AgentHeldOut.for_run(run, tokenizer, model_path, prompts)
 
 
 def iter_checkpoints(run_dir: str | Path) -> Iterator[tuple[int, Path]]:

@@ -1,0 +1,243 @@
+"""Held-out pass rate of a run with `spec.environment`, measured with Hugging Face `generate`.
+
+The same question `scalerl.hfeval` answers for one-completion runs, asked of an agent run: each
+held-out prompt of the environment (its eval split, or `data.validation.path`) is played `k`
+times through verifiers' own rollout loop, the generators' (`scalerl.agents.rollouts.AgentRollouts`
+with `scalerl.agents.client.EngineClient`: the environment's turns, tools, turn limit, tool
+timeouts and rubric, the rollout's token budget over all model turns), and only the sampler of a
+model turn is replaced: HF `generate` in torch instead of vLLM. A turn is sampled as the
+generators sample a turn of a model that does not think (one request of at most what is left of
+the rollout's answer budget and of the model's context; a thinking model is refused), at
+`recipe.sampling.temperature` with top_k 0 and top_p 1, stopping on every EOS id of the model.
+
+Each turn samples from torch's RNG seeded by a string of the evaluation's seed, the prompt, the
+rollout and the turn, so the evaluation is a function of the seed and the weights alone (the
+order in which the rollouts of a group take their turns does not matter); the caller's RNG state
+and the model's train/eval mode are left as they were.
+
+A rollout passes by `Sample.passed` (reward >= `environment.passThreshold`, not truncated), as
+the generators decide. A rollout the environment fails (it raised, timed out) is dropped and
+counted, as the generators do: the pass rate is passes over the rollouts that finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+
+from scalerl.agents.client import EngineClient, SampleTurn
+from scalerl.agents.load import environment_examples, load_environment
+from scalerl.agents.rollouts import AgentRollouts
+from scalerl.errors import DataError, InputError
+from scalerl.generator.length import Allowance
+from scalerl.generator.prompts import Example
+from scalerl.generator.tokens import ModelTokens
+from scalerl.hfeval import Evaluation, domain_rates, plain_generation_config
+from scalerl.preflight import model_limit
+from scalerl.recipe.interruption import InterruptionPlan
+from scalerl.rollout.records import Sample
+from scalerl.spec import EnvironmentSpec, ScaleRLRun
+from scalerl.status.history import PromptScore
+
+
+def turn_seed(seed: str) -> int:
+    """torch's seed for a turn seeded by the string `seed` (64 bits of its SHA-256)."""
+    return int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big")
+
+
+def hf_sample_turn(model: Any, tokens: ModelTokens, temperature: float, pad_id: int) -> SampleTurn:
+    """A model turn sampled by HF `generate` (module doc), as `EngineClient` takes one."""
+
+    async def sample_turn(prompt: list[int], left: Allowance, seed: str | None) -> Sample:
+        return generate_turn(model, tokens, prompt, left.answer, seed, temperature, pad_id)
+
+    return sample_turn
+
+
+def generate_turn(
+    model: Any,
+    tokens: ModelTokens,
+    prompt: list[int],
+    max_tokens: int,
+    seed: str | None,
+    temperature: float,
+    pad_id: int,
+) -> Sample:
+    """One turn of at most `max_tokens` tokens after `prompt`: the tokens up to and with the
+    first EOS (truncated when none came), with their log-probs after temperature."""
+    eos = sorted(tokens.eos_ids)
+    config = GenerationConfig(
+        do_sample=True,
+        num_beams=1,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_tokens,
+        eos_token_id=eos,
+        pad_token_id=pad_id,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    ids = torch.tensor([prompt], dtype=torch.long, device=model.device)
+    devices = [model.device.index or 0] if model.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.inference_mode():
+        if seed is not None:
+            torch.manual_seed(turn_seed(seed))
+        with plain_generation_config(model):
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                generation_config=config,
+            )
+    new: list[int] = out.sequences[0, len(prompt) :].tolist()
+    ended = next((at for at, t in enumerate(new) if t in tokens.eos_ids), None)
+    kept = new if ended is None else new[: ended + 1]
+    logprobs = [
+        float(torch.log_softmax(score[0].float(), dim=-1)[token])
+        for score, token in zip(out.scores, kept, strict=False)
+    ]
+    return Sample(
+        completion_ids=kept,
+        logprobs=logprobs,
+        versions=[0] * len(kept),
+        loss_mask=[1] * len(kept),
+        reward=0.0,
+        truncated=ended is None,
+        interrupted=False,
+        finish_reason="length" if ended is None else "stop",
+    )
+
+
+@dataclass(frozen=True)
+class AgentHeldOut:
+    """An agent run's held-out prompts, its environment and how a turn is sampled."""
+
+    examples: tuple[Example, ...]
+    env: Any  # the verifiers Environment, contained as the generators contain it
+    environment: EnvironmentSpec
+    tokens: ModelTokens
+    plan: InterruptionPlan  # the rollout's budgets, all turns together
+    max_model_len: int
+    temperature: float
+    pad_id: int
+
+    @classmethod
+    def for_run(
+        cls, run: ScaleRLRun, tokenizer: Any, model_path: str | Path, prompts: int | None = None
+    ) -> AgentHeldOut:
+        """The environment's held-out prompts (the first `prompts` of them, if given)."""
+        spec = run.spec
+        if spec.environment is None:
+            raise InputError("spec.environment: not set; scalerl.hfeval.HeldOut evaluates this run")
+        if prompts is not None and prompts < 1:
+            raise InputError(f"prompts must be >= 1; got {prompts}")
+        if spec.thinks:
+            raise InputError(
+                "spec.model.thinkEnd: the HF evaluator samples the turns of an agent run's model "
+                "only when it does not think (thinkEnd null); a thinking model's agent run is "
+                "evaluated by its generators (history.jsonl)"
+            )
+        length = spec.recipe.length
+        env = load_environment(spec)
+        _, validation = environment_examples(env, spec)
+        limit = model_limit(model_path)
+        if limit is None:
+            raise DataError(f"{model_path}: its config.json does not give the model's context")
+        tokens = ModelTokens.load(model_path, tokenizer, spec.model.think_end)
+        pad = tokenizer.pad_token_id
+        return cls(
+            examples=tuple(validation[:prompts] if prompts is not None else validation),
+            env=env,
+            environment=spec.environment,
+            tokens=tokens,
+            plan=InterruptionPlan(
+                thinking_budget=length.thinking_budget,
+                answer_budget=length.answer_budget,
+                window=length.interruption.window,
+                enabled=length.interruption.enabled,
+            ),
+            max_model_len=limit,
+            temperature=spec.recipe.sampling.temperature,
+            pad_id=int(pad) if pad is not None else min(tokens.eos_ids),
+        )
+
+    def rollouts(self, model: Any, k: int, seed: int = 0) -> list[list[Sample]]:
+        """`k` scored rollouts of each held-out prompt (less those the environment failed), in
+        the order of the prompts."""
+        if k < 1:
+            raise InputError(f"k must be >= 1; got {k}")
+        sample_turn = hf_sample_turn(model, self.tokens, self.temperature, self.pad_id)
+        client = EngineClient(sample_turn, self.tokens, self.max_model_len, self.plan)
+        agents = AgentRollouts(self.env, client, self.environment)
+
+        async def play() -> list[list[Sample]]:
+            return [await agents.sample(e, k, f"{seed}/{e.id}") for e in self.examples]
+
+        was_training = model.training
+        model.eval()
+        try:
+            return asyncio.run(play())
+        finally:
+            model.train(was_training)
+
+    def evaluate(
+        self, model: Any, k: int, seed: int = 0, *, label: str = "", batch_rows: int = 0
+    ) -> Evaluation:
+        """Mean@k of `model` over the held-out prompts (`batch_rows` is unused: a turn is one
+        `generate` call of one row)."""
+        started = time.monotonic()
+        groups = self.rollouts(model, k, seed)
+        return count(self.examples, groups, k, seed, self.temperature, label, started)
+
+
+def count(
+    examples: Sequence[Example],
+    groups: Sequence[Sequence[Sample]],
+    k: int,
+    seed: int,
+    temperature: float,
+    label: str,
+    started: float,
+) -> Evaluation:
+    """The evaluation of `groups` (each prompt's finished rollouts): passes by `Sample.passed`;
+    the standard error over the prompts that have any rollout."""
+    per_prompt = tuple(
+        PromptScore(
+            prompt_id=e.id,
+            samples=len(g),
+            correct=sum(s.passed for s in g),
+            truncated=sum(s.truncated for s in g),
+            domain=e.domain,
+        )
+        for e, g in zip(examples, groups, strict=True)
+    )
+    samples = sum(p.samples for p in per_prompt)
+    if samples == 0:
+        raise DataError("the environment failed every held-out rollout: nothing to evaluate")
+    means = [p.correct / p.samples for p in per_prompt if p.samples]
+    correct = sum(p.correct for p in per_prompt)
+    return Evaluation(
+        checkpoint=label,
+        k=k,
+        seed=seed,
+        temperature=temperature,
+        per_prompt=per_prompt,
+        prompts=len(per_prompt),
+        samples=samples,
+        correct=correct,
+        truncated=sum(p.truncated for p in per_prompt),
+        pass_rate=correct / samples,
+        stderr=statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else 0.0,
+        seconds=time.monotonic() - started,
+        by_domain=domain_rates(per_prompt),
+    )
