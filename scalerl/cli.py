@@ -267,7 +267,9 @@ def add_evaluate_parser(subparsers: Subparsers) -> None:
         "transformers' generate (not the run's vLLM engines), under the run's length budgets, "
         "interruption and temperature, and score them with its reward. A sample passes when "
         "its reward is > 0 and it is not truncated; the pass rate is mean@k, with the standard "
-        "error of the per-prompt means.",
+        "error of the per-prompt means. A run with spec.environment plays each held-out prompt "
+        "through its environment (turns, tools, rubric); a rollout passes at a reward of at "
+        "least environment.passThreshold, not truncated.",
     )
     p.add_argument(
         "checkpoint",
