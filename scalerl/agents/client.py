@@ -2,11 +2,12 @@
 
 A verifiers environment asks its client for each model turn (`Client.get_response`). This one
 renders the conversation with the model's chat template (the environment's tools included),
-samples the turn from the generator's engine token in and token out, within what is left of the
-rollout's token budget and the model's context, and records the turn (context, tokens, log-probs,
-policy versions) in the rollout's `RolloutLog`. The environment gets back an assistant message
-whose tool calls are parsed from the model's text (`scalerl.agents.toolcalls`); nothing of it is
-re-tokenized for training.
+samples the turn from the generator's engine token in and token out, under the recipe's length
+rules with what is left of the rollout's budgets (its turns share one thinking cutoff and one
+answer budget: scalerl.generator.length) and of the model's context, and records the turn
+(context, tokens, log-probs, policy versions) in the rollout's `RolloutLog`. The environment
+gets back an assistant message whose tool calls are parsed from the model's text
+(`scalerl.agents.toolcalls`); nothing of it is re-tokenized for training.
 
 The environment's sampling arguments are not used: the run's recipe decides how to sample.
 """
@@ -14,6 +15,7 @@ The environment's sampling arguments are not used: the run's recipe decides how 
 from __future__ import annotations
 
 import contextvars
+import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -24,18 +26,20 @@ import verifiers as vf
 
 from scalerl.agents.conversation import Turn
 from scalerl.agents.toolcalls import parse_tool_calls
+from scalerl.generator.length import Allowance
 from scalerl.generator.tokens import ModelTokens
+from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
 
-# (prompt ids, max new tokens, seed) -> the engine's sample of one model turn.
-SampleTurn = Callable[[list[int], int, "str | None"], Awaitable[Sample]]
+# (context ids, what the rollout has left, seed) -> the engine's sample of one model turn.
+SampleTurn = Callable[[list[int], Allowance, "str | None"], Awaitable[Sample]]
 
 
 @dataclass
 class RolloutLog:
     """What one rollout's model turns and tools did, as the client and the tools record it."""
 
-    tokens_left: int  # model tokens the rollout may still sample (the recipe's budget)
+    left: Allowance  # what the rollout's model turns may still sample (the recipe's budgets)
     seed: str | None = None  # an evaluation's: turn k samples with seed/k
     turns: list[Turn] = field(default_factory=list)
     tool_errors: int = 0
@@ -50,11 +54,27 @@ current: contextvars.ContextVar[RolloutLog] = contextvars.ContextVar("scalerl_ro
 class EngineClient(vf.Client):  # type: ignore[misc]
     """verifiers' `Client` over the generator's engine (module doc)."""
 
-    def __init__(self, sample_turn: SampleTurn, tokens: ModelTokens, max_model_len: int) -> None:
+    def __init__(
+        self,
+        sample_turn: SampleTurn,
+        tokens: ModelTokens,
+        max_model_len: int,
+        plan: InterruptionPlan,
+        seed: int = 0,
+    ) -> None:
         super().__init__(sample_turn)
         self.sample_turn = sample_turn
         self.tokens = tokens
         self.max_model_len = max_model_len
+        self.plan = plan
+        self._rng = random.Random(seed)
+
+    def start(self, seed: str | None = None) -> RolloutLog:
+        """A new rollout's log, with the recipe's budgets: a thinking cutoff drawn from the
+        interruption window (from `seed` alone when given, as the engine draws a sample's) and
+        the answer budget; a model that does not think has only the answer budget."""
+        rng = self._rng if seed is None else random.Random(f"{seed}/cutoffs")
+        return RolloutLog(Allowance(self.plan.cutoff(rng), self.plan.answer_budget), seed)
 
     def setup_client(self, config: Any) -> Any:
         raise TypeError("EngineClient wraps the generator's engine; it is not configured")
@@ -75,19 +95,29 @@ class EngineClient(vf.Client):  # type: ignore[misc]
     ) -> Turn:
         log = current.get()
         ids = render(self.tokens.tokenizer, prompt, tools)
-        room = min(log.tokens_left, self.max_model_len - len(ids))
-        if room <= 0:
+        problem = self._no_room(log.left, len(ids))
+        if problem is not None:
             log.overlong = True
-            raise vf.OverlongPromptError(
-                f"the conversation ({len(ids)} tokens) leaves no room for a model turn "
-                f"(max_model_len {self.max_model_len}, {log.tokens_left} budget tokens left)"
-            )
+            raise vf.OverlongPromptError(problem)
         seed = None if log.seed is None else f"{log.seed}/turn-{len(log.turns)}"
-        sample = await self.sample_turn(ids, room, seed)
-        log.tokens_left -= sample.generated_tokens
+        sample = await self.sample_turn(ids, log.left, seed)
+        log.left = log.left.after(sample, self.tokens.think_end_id)
         turn = Turn(ids, sample)
         log.turns.append(turn)
         return turn
+
+    def _no_room(self, left: Allowance, context: int) -> str | None:
+        """Why a turn cannot be sampled (the rollout then ends truncated), or None."""
+        if context >= self.max_model_len:
+            return (
+                f"the conversation ({context} tokens) leaves no room for a model turn within "
+                f"max_model_len {self.max_model_len}"
+            )
+        if left.answer <= 0:
+            return "the rollout's answer budget is spent"
+        if self.tokens.think_end_id is not None and left.thinking <= 0 and not self.plan.enabled:
+            return "the rollout's thinking budget is spent (interruption is disabled)"
+        return None
 
     async def raise_from_native_response(self, response: Turn) -> None:
         return None

@@ -53,7 +53,6 @@ class AgentRollouts:
     env: Any  # a verifiers Environment, contained (scalerl.agents.containment)
     client: EngineClient
     spec: EnvironmentSpec
-    budget: int  # model tokens per rollout, all turns together (the recipe's completion budget)
     failures: Failures = field(default_factory=Failures)
 
     def prompt_ids(self, example: Example) -> list[int]:
@@ -62,7 +61,7 @@ class AgentRollouts:
 
     async def sample(self, example: Example, n: int, seed: str | None = None) -> list[Sample]:
         """`n` scored rollouts of `example`, less those that failed (counted)."""
-        logs = [RolloutLog(self.budget, None if seed is None else f"{seed}/{j}") for j in range(n)]
+        logs = [self.client.start(None if seed is None else f"{seed}/{j}") for j in range(n)]
         states = await asyncio.gather(*(self._rollout(example, lg) for lg in logs))
         done = [(s, lg) for s, lg in zip(states, logs, strict=True) if s is not None]
         if not done:

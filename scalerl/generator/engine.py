@@ -46,7 +46,7 @@ from scalerl.errors import DataError, InputError, PeerError, WeightSyncError
 from scalerl.generator import adapters
 from scalerl.generator.colocation import Colocation, Turnstile
 from scalerl.generator.inproc import InprocLLM
-from scalerl.generator.length import LengthControl, Sampler, Segment
+from scalerl.generator.length import Allowance, LengthControl, Sampler, Segment
 from scalerl.generator.tokens import eos_ids, think_end_id
 from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
@@ -290,6 +290,20 @@ class GenerationEngine:
         else:
             jobs = [length.sample_plain(sampler, prompt, max_tokens) for sampler in samplers]
         return await _all(jobs)
+
+    async def turn(
+        self, prompt_ids: list[int], allowance: Allowance, seed: str | None = None
+    ) -> Sample:
+        """One model turn of a conversation under the length rules, within what its rollout
+        has left (`Allowance`: scalerl.generator.length); `seed` as in `generate`."""
+        length = self._ready()[1]
+        return await length.sample(
+            self._sampler(seed),
+            list(prompt_ids),
+            allowance.thinking,
+            self._current,
+            answer_budget=allowance.answer,
+        )
 
     async def evaluate(
         self, prompts: list[list[int]], n: int, seeds: Sequence[str] | None = None

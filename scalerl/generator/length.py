@@ -29,6 +29,11 @@ A model that does not think (`think_end_id` None) has one phase: one request of 
 and generation config), so a completion ends where the model says it ends.
 
 `max_model_len` caps every request: a sample that runs into it is truncated.
+
+A conversation (scalerl.agents) samples each model turn under these rules with what its rollout
+has left (`Allowance`): its turns share one cutoff and one answer budget, so a turn may think for
+what earlier turns left of the cutoff. A turn that starts with none left is interrupted at once:
+the phrase, then its answer.
 """
 
 from __future__ import annotations
@@ -70,6 +75,30 @@ class Segment:
 
 # (prompt ids, max new tokens, stop token ids) -> the request's output.
 Sampler = Callable[[list[int], int, Sequence[int]], Awaitable[Segment]]
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What a sample may still spend: thinking tokens before its cutoff, and answer tokens."""
+
+    thinking: int
+    answer: int
+
+    def after(self, sample: Sample, think_end_id: int | None) -> Allowance:
+        """What is left once `sample` is spent: the tokens the policy sampled up to and
+        including the first `</think>` (its own or the phrase's) are thinking, the rest answer;
+        a model that does not think only answers."""
+        sampled = sum(sample.loss_mask)
+        ids = sample.completion_ids
+        if think_end_id is None:
+            thinking = 0
+        elif think_end_id in ids:
+            thinking = sum(sample.loss_mask[: ids.index(think_end_id) + 1])
+        else:
+            thinking = sampled  # still thinking when it ended
+        return Allowance(self.thinking - thinking, self.answer - (sampled - thinking))
+
+
 _NOTHING = Segment([], [], [], "length")  # an answer not begun yet
 
 
@@ -120,18 +149,34 @@ class LengthControl:
     eos_ids: tuple[int, ...] = ()
 
     async def sample(
-        self, sampler: Sampler, prompt_ids: list[int], cutoff: int, version: Callable[[], int]
+        self,
+        sampler: Sampler,
+        prompt_ids: list[int],
+        cutoff: int,
+        version: Callable[[], int],
+        answer_budget: int | None = None,
     ) -> Sample:
         """One sample under the scheme of the module doc; `version()` stamps the injected
-        phrase with the policy version current when it is injected."""
+        phrase with the policy version current when it is injected. `answer_budget`: the plan's
+        unless a conversation has less left."""
+        answer_budget = self.plan.answer_budget if answer_budget is None else answer_budget
         if self.think_end_id is None:
-            return await self.sample_plain(sampler, prompt_ids, self.plan.answer_budget)
+            return await self.sample_plain(sampler, prompt_ids, answer_budget)
         out = _Completion()
+        if cutoff <= 0:  # a turn whose conversation has spent its thinking
+            if not self.plan.enabled:
+                raise InputError("no thinking tokens left, and interruption is disabled")
+            out.inject(self.phrase_ids, version())
+            return await self._answer(
+                sampler, prompt_ids, out, _NOTHING, answer_budget, interrupted=True
+            )
         first = await sampler(prompt_ids, self._room(prompt_ids, out, cutoff), self.eos_ids)
         if self.think_end_id in first.token_ids:  # closed in time: the rest is the answer's
             thinking, answer = first.split(first.token_ids.index(self.think_end_id) + 1)
             out.add(thinking)
-            return await self._answer(sampler, prompt_ids, out, answer, interrupted=False)
+            return await self._answer(
+                sampler, prompt_ids, out, answer, answer_budget, interrupted=False
+            )
         out.add(first)
         if first.finish_reason == "stop":
             return out.finish("stop", truncated=False, interrupted=False)  # EOS while thinking
@@ -139,7 +184,9 @@ class LengthControl:
         if not (self.plan.enabled and cut_at_plan):
             return out.finish("length", truncated=True, interrupted=False)
         out.inject(self.phrase_ids, version())
-        return await self._answer(sampler, prompt_ids, out, _NOTHING, interrupted=True)
+        return await self._answer(
+            sampler, prompt_ids, out, _NOTHING, answer_budget, interrupted=True
+        )
 
     async def _answer(
         self,
@@ -147,12 +194,13 @@ class LengthControl:
         prompt_ids: list[int],
         out: _Completion,
         begun: Segment,
+        budget: int,
         *,
         interrupted: bool,
     ) -> Sample:
         """The answer after the thinking in `out`: `begun` (what the thinking request already
-        sampled of it) completed by a continuation if it was cut short, within the budget."""
-        room = self._room(prompt_ids, out, self.plan.answer_budget)
+        sampled of it) completed by a continuation if it was cut short, within `budget`."""
+        room = self._room(prompt_ids, out, budget)
         if room <= 0:
             return out.finish("length", truncated=True, interrupted=interrupted)
         answer = begun

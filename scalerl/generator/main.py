@@ -613,17 +613,15 @@ def _environment(spec: RunSpec, tokenizer: Any) -> tuple[Any, list[Example], lis
 def _agents(
     spec: RunSpec, environment: Any, engine: GenerationEngine, tokens: ModelTokens
 ) -> AgentRollouts:
-    """The environment's rollouts on this engine: each model turn one plain sample of at most
-    what is left of the rollout's completion budget."""
+    """The environment's rollouts on this engine: each model turn sampled under the recipe's
+    length rules with what is left of its rollout's budgets (`GenerationEngine.turn`)."""
     from scalerl.agents.client import EngineClient
     from scalerl.agents.rollouts import AgentRollouts
 
-    async def sample_turn(prompt: list[int], max_tokens: int, seed: str | None) -> Sample:
-        return (await engine.generate(prompt, 1, max_tokens=max_tokens, seed=seed))[0]
-
     assert spec.environment is not None
-    client = EngineClient(sample_turn, tokens, engine.config.max_model_len)
-    return AgentRollouts(environment, client, spec.environment, spec.max_completion_tokens)
+    config = engine.config
+    client = EngineClient(engine.turn, tokens, config.max_model_len, config.plan, config.seed)
+    return AgentRollouts(environment, client, spec.environment)
 
 
 def rewards_of(default: str, examples: list[Example]) -> list[str]:

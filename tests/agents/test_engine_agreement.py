@@ -31,7 +31,7 @@ from scalerl.demo.model import build_random_model
 from scalerl.generator.engine import EngineConfig, GenerationEngine
 from scalerl.generator.tokens import ModelTokens
 from scalerl.recipe.interruption import InterruptionPlan
-from scalerl.rollout.records import RolloutGroup, Sample
+from scalerl.rollout.records import RolloutGroup
 from scalerl.spec import EnvironmentSpec, parse_run
 from scalerl.trainer import build_batch, load_policy
 
@@ -113,11 +113,9 @@ async def test_the_trainer_computes_the_log_probs_the_engine_sampled_across_turn
     tokenizer = chat_tokenizer(KEEPS_PREFIX)
     tokens = ModelTokens(tokenizer, frozenset({end_id(tokenizer)}), None)
 
-    async def sample_turn(prompt: list[int], max_tokens: int, seed: str | None) -> Sample:
-        return (await engine.generate(prompt, 1, max_tokens=max_tokens, seed=seed))[0]
-
-    client = EngineClient(sample_turn, tokens, engine.config.max_model_len)
-    agents = AgentRollouts(env, client, environment, budget=48)
+    config = engine.config
+    client = EngineClient(engine.turn, tokens, config.max_model_len, config.plan)
+    agents = AgentRollouts(env, client, environment)
     spec = parse_run(
         {
             "apiVersion": "scalerl.dev/v1alpha1",

@@ -26,6 +26,7 @@ from scalerl.agents.load import environment_examples
 from scalerl.agents.openenv import load_openenv
 from scalerl.agents.openenv_server import URL_VARIABLE, LocalServer, ServerFailed
 from scalerl.errors import DataError
+from scalerl.generator.length import Allowance
 from scalerl.spec import RunSpec, parse_run
 
 PACKAGE = Path(__file__).resolve().parents[2] / "environments" / "openenv_calculator"
@@ -139,7 +140,7 @@ def play(env: Any, row: dict[str, Any], policy: Policy) -> tuple[Any, RolloutLog
     """One rollout of `row` as the generator runs it (contained, its own RolloutLog), scored."""
 
     async def rollout() -> tuple[Any, RolloutLog]:
-        log = RolloutLog(tokens_left=10_000)
+        log = RolloutLog(Allowance(thinking=0, answer=10_000))
         current.set(log)
         state = await env.rollout(dict(row), Scripted(policy), "scripted", {})
         if state.get("error") is None:
@@ -264,7 +265,7 @@ def test_each_rollout_has_its_own_session_on_the_server(env: Any) -> None:
 
     async def four() -> list[Any]:
         async def one(row: dict[str, Any]) -> Any:
-            current.set(RolloutLog(tokens_left=10_000))
+            current.set(RolloutLog(Allowance(thinking=0, answer=10_000)))
             return await env.rollout(row, Scripted(together), "scripted", {})
 
         states = await asyncio.gather(*(one(r) for r in rows(env)[:4]))

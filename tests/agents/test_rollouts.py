@@ -15,7 +15,7 @@ import pytest
 import verifiers as vf
 from chat_models import DROPS_THINKING, KEEPS_PREFIX, chat_tokenizer, end_id
 from datasets import Dataset
-from scripted import ScriptedEngine, calculator_policy, tool_call
+from scripted import ScriptedEngine, calculator_policy, length_rules, tool_call
 
 from scalerl.agents.client import EngineClient
 from scalerl.agents.containment import contain
@@ -63,15 +63,22 @@ def tool_env(tools: list[Any] | None = None) -> Any:
 
 
 def rollouts(
-    env: Any, policy: Any = calculator_policy, template: str = KEEPS_PREFIX, **spec: Any
+    env: Any,
+    policy: Any = calculator_policy,
+    template: str = KEEPS_PREFIX,
+    rules: Any = None,
+    **spec: Any,
 ) -> tuple[AgentRollouts, Any]:
+    """The environment's rollouts with `policy` as the model, under `rules` (`length_rules`;
+    default: a model that does not think, 256 answer tokens)."""
     environment = EnvironmentSpec.model_validate({"verifiers": {"id": "inline"}, **spec})
     contain(env, environment)
     tokenizer = chat_tokenizer(template)
-    engine = ScriptedEngine(tokenizer, end_id(tokenizer), policy)
-    tokens = ModelTokens(tokenizer, frozenset({end_id(tokenizer)}), None)
-    client = EngineClient(engine.sample_turn, tokens, max_model_len=4096)
-    return AgentRollouts(env, client, environment, budget=256), engine
+    length = rules or length_rules(tokenizer, end_id(tokenizer))
+    engine = ScriptedEngine(tokenizer, end_id(tokenizer), policy, length)
+    tokens = ModelTokens(tokenizer, frozenset({end_id(tokenizer)}), length.think_end_id)
+    client = EngineClient(engine.sample_turn, tokens, length.max_model_len, length.plan)
+    return AgentRollouts(env, client, environment), engine
 
 
 def run_spec() -> Any:
@@ -216,3 +223,82 @@ async def test_a_template_that_drops_past_thinking_gives_two_sequences_not_one_c
     assert batch.samples == 4  # two rollouts, two sequences each
     advantages = batch.advantages.tolist()
     assert advantages[0] == advantages[1] > 0 > advantages[2] == advantages[3]
+
+
+THINKING = "<think>" + " hmm" * 4 + "</think>"
+
+
+def thinks_at_length(context: str) -> str:
+    """Thinks for the same length every turn; calls the calculator twice (the product, then the
+    product plus 0), then answers what it said."""
+    results = context.split("<|tool|>\n")[1:]
+    if len(results) == 2:
+        return THINKING + results[-1].split("<|end|>")[0]
+    if results:
+        expression = results[-1].split("<|end|>")[0] + "+0"
+    else:
+        expression = context.rsplit("What is ", 1)[1].split("?", 1)[0]
+    return THINKING + tool_call("calculate", {"expression": expression})
+
+
+def thinking_rules(cutoff: int | None) -> Any:
+    """A thinking model's rules with the cutoff fixed at `cutoff` (None: no interruption, a
+    thinking budget of 20)."""
+    tokenizer = chat_tokenizer()
+    window = None if cutoff is None else (cutoff, cutoff)
+    return length_rules(
+        tokenizer, end_id(tokenizer), thinking_budget=20, window=window, thinks=True
+    )
+
+
+async def test_a_conversations_turns_share_one_thinking_budget_and_are_interrupted_at_it() -> None:
+    tokenizer = chat_tokenizer()
+    thinks = len(tokenizer.encode(THINKING, add_special_tokens=False))  # with its </think>
+    cutoff = thinks + 3  # the second turn may think 3 tokens, the third none
+    env = tool_env()
+    agents, engine = rollouts(env, thinks_at_length, rules=thinking_rules(cutoff))
+    train, _ = environment_examples(env, run_spec())
+    [sample] = await agents.sample(train[0], 1)
+    assert sample.conversation is not None and sample.conversation.turns == 3
+    assert sample.reward == 1.0 and sample.interrupted and not sample.truncated
+
+    # Independently, from the tokenizer: each turn's text, its thinking cut where the budget
+    # ran out and the phrase (never trained) put in its place.
+    phrase = agents.client.tokens.tokenizer.encode(" Time is up.</think>", add_special_tokens=False)
+    prompt = agents.prompt_ids(train[0])
+    contexts = [c[len(prompt) :] for c in engine.calls]
+    expected_ids: list[int] = []
+    expected_mask: list[int] = []
+    for k, context in enumerate(contexts):
+        env_span = context[len(expected_ids) :]
+        expected_ids += env_span
+        expected_mask += [0] * len(env_span)
+        written = tokenizer.encode(thinks_at_length(tokenizer.decode(engine.calls[k])))
+        written = [*written, end_id(tokenizer)]
+        answer = written[thinks:]
+        thought = written[: [thinks, 3, 0][k]]
+        cut = [] if k == 0 else phrase
+        expected_ids += thought + cut + answer
+        expected_mask += [1] * len(thought) + [0] * len(cut) + [1] * len(answer)
+    assert sample.completion_ids == expected_ids
+    assert sample.loss_mask == expected_mask
+    said = tokenizer.decode(sample.completion_ids)
+    assert said.count("Time is up.") == 2 and said.count("<think>") == 2  # none in turn 3
+
+
+async def test_without_interruption_a_turn_at_the_thinking_budget_ends_the_rollout_truncated() -> (
+    None
+):
+    env = tool_env()
+    tokenizer = chat_tokenizer()
+    thinks = len(tokenizer.encode(THINKING, add_special_tokens=False))
+    assert thinks < 20 < 2 * thinks  # the budget lasts one turn's thinking, not two
+    agents, _ = rollouts(env, thinks_at_length, rules=thinking_rules(None))
+    train, _ = environment_examples(env, run_spec())
+    [sample] = await agents.sample(train[0], 1)
+    assert sample.conversation is not None and sample.conversation.turns == 2
+    assert sample.truncated and not sample.interrupted and not sample.passed
+    assert (
+        sum(sample.loss_mask)
+        == len(tokenizer.encode(thinks_at_length("What is 12*34?"))) + 1 + 20 - thinks
+    )

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scalerl.generator.length import LengthControl, Segment, _Completion
+from scalerl.generator.length import Allowance, LengthControl, Segment, _Completion
 from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
 
@@ -111,3 +111,26 @@ def test_an_answer_that_ends_within_the_cutoff_takes_one_request() -> None:
     assert sample.completion_ids == [50, 51, THINK_END, 52, 53, EOS]
     assert (sample.finish_reason, sample.truncated, sample.interrupted) == ("stop", False, False)
     assert policy.requests == 1
+
+
+@given(
+    head=st.lists(st.booleans(), max_size=12),
+    tail=st.lists(st.booleans(), max_size=12),
+    closes=st.booleans(),
+    by_model=st.booleans(),
+)
+def test_a_turn_spends_its_sampled_thinking_then_answer_tokens(
+    head: list[bool], tail: list[bool], closes: bool, by_model: bool
+) -> None:
+    """Thinking is what the policy sampled up to the first `</think>` (its own, trained, or an
+    injected phrase's, not); the rest it sampled is answer; injected tokens spend nothing."""
+    think_end, other = 9, 5
+    ids = [other] * len(head) + ([think_end] if closes else []) + [other] * len(tail)
+    closing = [int(by_model)] if closes else []
+    mask = [int(b) for b in head] + closing + [int(b) for b in tail]
+    sample = Sample(ids, [0.0] * len(ids), [0] * len(ids), mask, 0.0, False, False, "stop")
+    thinking = sum(head) + sum(closing) if closes else sum(mask)
+    left = Allowance(thinking=100, answer=100).after(sample, think_end)
+    assert (100 - left.thinking, 100 - left.answer) == (thinking, sum(mask) - thinking)
+    plain = Allowance(thinking=100, answer=100).after(sample, None)
+    assert (plain.thinking, 100 - plain.answer) == (100, sum(mask))
