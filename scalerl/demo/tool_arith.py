@@ -47,7 +47,7 @@ class ToolArithParams:
     warmup: ToolWarmup = field(default_factory=ToolWarmup)
     measure_prompts: int = 200
 
-    VERSION = 1
+    VERSION = 2  # 2: the tokenizer has a response_template (scalerl.demo.tool_chat)
 
     def key(self) -> str:
         return _key(self)

@@ -12,7 +12,9 @@ template that renders HF-standard tool calls and tool results:
   `arguments` string as-is (a dict is written as JSON), so a call the model wrote as
   `json.dumps({"name": n, "arguments": a})` between the tags renders back to the very same text;
 - `<tool_call>` and `</tool_call>` are single tokens but not special, so they survive
-  `decode(..., skip_special_tokens=True)`; `<|tool|>` is special like the other role tokens.
+  `decode(..., skip_special_tokens=True)`; `<|tool|>` is special like the other role tokens;
+- the tokenizer's `response_template` (`RESPONSE_TEMPLATE`) parses a generated assistant turn back
+  into an HF message with `tool_calls`, as TRL's `GRPOTrainer` does with tools.
 
 The template only appends: a conversation's rendering is a prefix of the rendering of any
 conversation that continues it, which is what lets a multi-turn rollout keep one token sequence.
@@ -21,6 +23,7 @@ conversation that continues it, which is what lets a multi-turn rollout keep one
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -67,6 +70,25 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"
 )
 GENERATION_PROMPT = bpe.GENERATION_PROMPT
+
+# How transformers (>= 5.13, `tokenizer.parse_response`) and so TRL's tool loop read an assistant
+# turn of this format back into a message: the text after the last generation prompt, each
+# `<tool_call>` body parsed as JSON into an HF tool call, the rest up to `<|end|>` as content.
+RESPONSE_TEMPLATE: dict[str, Any] = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": GENERATION_PROMPT,
+    "fields": {
+        "tool_calls": {
+            "open": TOOL_CALL_OPEN,
+            "close": TOOL_CALL_CLOSE,
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        # The turn's end and the newline after it (a close pattern: a literal leaves it open).
+        "content": {"close_pattern": re.escape(bpe.END) + r"\s*", "content": "text"},
+    },
+}
 
 
 def tool_call_text(name: str, arguments: str) -> str:
@@ -115,4 +137,5 @@ def build_tokenizer(texts: Iterable[str], merges: int) -> PreTrainedTokenizerFas
         ]
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.response_template = RESPONSE_TEMPLATE
     return tokenizer
