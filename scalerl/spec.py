@@ -563,6 +563,16 @@ class RecipeSpec(_Model):
             "pipelinerl runs (paper: 8)"
         )
 
+    @property
+    def steps_per_round(self) -> int:
+        """Optimizer steps between two weight broadcasts: k with ppo-off-policy, else 1."""
+        return self.max_off_policy_steps if self.algorithm == "ppo-off-policy" else 1
+
+
+def _rounds(recipe: RecipeSpec) -> str:
+    k = recipe.steps_per_round
+    return f", at the end of each round of {k} ppo-off-policy steps" if k > 1 else ""
+
 
 # --- schedule, budget, placement -----------------------------------------------------------------
 
@@ -584,9 +594,18 @@ class EvaluationSpec(_Model):
     )
 
 
-def evaluations_within(max_steps: int, every_steps: int) -> int:
-    """Held-out evaluations of a run to max_steps: step 0, every every_steps, and the last."""
-    return 1 + max_steps // every_steps + (max_steps % every_steps != 0)
+def evaluation_steps(max_steps: int, every_steps: int, round_steps: int = 1) -> list[int]:
+    """The steps a run to max_steps evaluates at: step 0; the end of each round of round_steps
+    steps (PPO-off-policy-k's k, the last round cut at max_steps; 1 otherwise) that a multiple
+    of every_steps falls in, on the weights the round ends with; and the last step."""
+    steps = [0]
+    for start in range(0, max_steps, round_steps):
+        end = min(start + round_steps, max_steps)
+        if end // every_steps > start // every_steps:
+            steps.append(end)
+    if steps[-1] != max_steps:
+        steps.append(max_steps)
+    return steps
 
 
 class FitSpec(_Model):
@@ -1334,14 +1353,15 @@ class RunSpec(_Model):
                 f"evaluation would lie below it and no fit could be made; got {floor:g}",
             )
         every = self.evaluation.every_steps
-        count = evaluations_within(budget.max_steps, every)
+        count = len(evaluation_steps(budget.max_steps, every, self.recipe.steps_per_round))
         # A floor of 0 keeps the step-0 evaluation as a point; any other floor excludes it.
         needed = FIT_MIN_POINTS + (floor != 0)
         if count < needed:
             raise _at(
                 "evaluation.everySteps",
                 f"{every} gives {count} evaluations within budget.maxSteps {budget.max_steps} "
-                f"(step 0, every {every} steps, the last step); a fit needs {needed} with "
+                f"(step 0, every {every} steps, the last step{_rounds(self.recipe)}); a fit "
+                f"needs {needed} with "
                 f"fit.minCompute {'null' if floor is None else f'{floor:g}'} (and a prediction "
                 f"{PREDICTION_MIN_POINTS} past step 0): evaluate more often",
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -471,22 +472,41 @@ def test_a_floor_at_or_above_the_compute_budget_is_refused_naming_both() -> None
     ]
 
 
+def rounds_evaluated(steps: int, every: int, k: int) -> list[int]:
+    """Step 0, then the trainer's rounds of k steps (the last cut at `steps`), each evaluating
+    once after it if one of its steps is a multiple of `every`, and the last step."""
+    evaluated, step = [0], 0
+    while step < steps:
+        taken = range(step + 1, min(step + k, steps) + 1)
+        step = taken[-1]
+        if any(s % every == 0 for s in taken):
+            evaluated.append(step)
+    return evaluated if evaluated[-1] == steps else [*evaluated, steps]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
-    every=st.integers(1, 400), steps=st.integers(1, 1000), floor=st.sampled_from([None, 0.0, 1.0])
+    every=st.integers(1, 400),
+    steps=st.integers(1, 1000),
+    floor=st.sampled_from([None, 0.0, 1.0]),
+    ppo_k=st.sampled_from([None, 1, 2, 3, 8]),
 )
 def test_a_schedule_with_too_few_evaluations_for_a_fit_is_refused(
-    every: int, steps: int, floor: float | None
+    every: int, steps: int, floor: float | None, ppo_k: int | None
 ) -> None:
-    # Evaluations at step 0, every `every` steps and at the last step, counted by hand.
-    evaluated = sorted({0, steps, *range(0, steps + 1, every)})
+    evaluated = rounds_evaluated(steps, every, ppo_k or 1)
+    if ppo_k is None:  # pipelinerl: step 0, every `every` steps and the last, counted by hand
+        assert evaluated == sorted({0, steps, *range(0, steps + 1, every)})
     # The fitter needs 4 points past the floor; only a floor of 0 keeps step 0 (compute 0).
     needed = 4 if floor == 0.0 else 5
+    recipe: dict[str, Any] = {"optimizer": {"warmupSteps": 0}}
+    if ppo_k is not None:
+        recipe |= {"algorithm": "ppo-off-policy", "maxOffPolicySteps": ppo_k}
     obj = with_spec(
         evaluation={"everySteps": every},
         budget={"maxSteps": steps, "maxComputeHours": 10.0},
         fit={"minCompute": floor},
-        recipe={"optimizer": {"warmupSteps": 0}},
+        recipe=recipe,
     )
     if len(evaluated) >= needed:
         assert parse_run(obj).spec.evaluation.every_steps == every

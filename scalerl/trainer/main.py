@@ -284,7 +284,8 @@ class Trainer:
         if recipe.algorithm == "pipelinerl":
             self.step_once(self.take(recipe.batch.prompts), recipe.max_off_policy_steps)
         else:
-            k = recipe.max_off_policy_steps  # >= 1: the spec refuses 0 (no step would train)
+            # k >= 1 (the spec refuses 0); the last round ends at budget.maxSteps.
+            k = min(recipe.steps_per_round, self.spec.budget.max_steps - self.state.step)
             groups = self.take(k * recipe.batch.prompts)
             for i in range(k):
                 chunk = groups[i * recipe.batch.prompts : (i + 1) * recipe.batch.prompts]
@@ -466,11 +467,13 @@ class Trainer:
         while not self.done():
             before = self.state.step
             self.train_round()
-            for step in range(before + 1, self.state.step + 1):
-                if step % every_eval == 0:
-                    self.evaluate()
-                if step % every_ckpt == 0:
-                    self.checkpoint()
+            # A round (PPO-off-policy-k's k steps) evaluates once, on the weights it ends with,
+            # if a multiple of everySteps fell in it: spec.evaluation_steps.
+            after = self.state.step
+            if after // every_eval > before // every_eval:
+                self.evaluate()
+            if after // every_ckpt > before // every_ckpt:
+                self.checkpoint()
         if self.state.evaluations[-1]["step"] != self.state.step:
             self.evaluate()
         self.checkpoint()

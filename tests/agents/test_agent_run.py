@@ -2,7 +2,7 @@
 
 The tool task is learnt (the model calls the calculator more and passes more), and a generator
 killed mid-conversation restarts the gang without a conversation half-trained and with the data
-position exact; a MultiTurnEnv trains in one process with PPO-off-policy.
+position exact; a ToolEnv and a MultiTurnEnv train in both placements and with both algorithms.
 """
 
 from __future__ import annotations
@@ -58,34 +58,52 @@ def test_tool_use_is_learnt_and_survives_a_generator_killed_mid_conversation(
     assert any("<tool_call>" in c and "⟦" in c and "<|tool|>" in c for c in conversations)
 
 
-def test_a_multi_turn_game_trains_colocated_with_ppo(
-    tmp_path: Path, environment_packages: list[str]
+# With the learning run above (a ToolEnv, disaggregated, pipelinerl), each environment trains in
+# both placements and with both algorithms: a ToolEnv colocated with PPO-off-policy, and the
+# MultiTurnEnv (guess-number) colocated with pipelinerl and disaggregated with PPO-off-policy.
+# PPO-off-policy-2 to step 5: rounds end at steps 2, 4 and 5 (the last cut at the budget), each
+# evaluating once, on the weights it ends with.
+MATRIX = [
+    ("tool-arith", "colocated", "ppo-off-policy", [0, 2, 4, 5]),
+    ("guess-number", "colocated", "pipelinerl", [0, 1, 2, 3]),
+    ("guess-number", "disaggregated", "ppo-off-policy", [0, 2, 4, 5]),
+]
+
+
+@pytest.mark.parametrize(("env_id", "placement", "algorithm", "evaluated"), MATRIX)
+def test_each_environment_trains_in_each_placement_and_algorithm(
+    tmp_path: Path,
+    environment_packages: list[str],
+    env_id: str,
+    placement: str,
+    algorithm: str,
+    evaluated: list[int],
 ) -> None:
-    game = {
-        "placement": "colocated",
-        "environment": {
-            "verifiers": {"id": "guess-number", "args": {"num_train": 64, "num_eval": 16}}
-        },
+    variant = {
+        "placement": placement,
+        "environment": {"verifiers": {"id": env_id, "args": {"num_train": 64, "num_eval": 16}}},
         "data": {"validation": {"prompts": 16}},
         "recipe": {
-            "algorithm": "ppo-off-policy",
+            "algorithm": algorithm,
             "maxOffPolicySteps": 2,
             "batch": {"prompts": 4, "generationsPerPrompt": 4},
+            "optimizer": {"warmupSteps": 1},
         },
-        "evaluation": {"everySteps": 2, "generationsPerPrompt": 2},
-        "budget": {"maxSteps": 6},
+        "evaluation": {"everySteps": 1, "generationsPerPrompt": 2},
+        "budget": {"maxSteps": evaluated[-1]},
         "generators": {"replicas": 1},
     }
-    spec = write_variant(EXAMPLES / "tool-env.yaml", tmp_path / "game.yaml", game)
+    spec = write_variant(EXAMPLES / "tool-env.yaml", tmp_path / "run.yaml", variant)
     out = tmp_path / "run"
     with running(spec, out) as proc:
         finish(proc, timeout_s=600)
     rows = read_jsonl(out / "history.jsonl")
-    assert [r["step"] for r in rows] == [0, 2, 4, 6]
+    assert [r["step"] for r in rows] == evaluated
     generation = rows[-1]["generation"]
-    assert generation["agent_turns"] > generation["generated_samples"] > 0  # games of turns
-    assert generation["tool_calls"] == 0 and generation["environment_failures"] == 0
-    assert rows[-1]["version"] >= 3  # the policy was updated
+    assert generation["agent_turns"] > generation["generated_samples"] > 0  # several turns
+    assert generation["environment_failures"] == 0
+    assert (generation["tool_calls"] > 0) == (env_id == "tool-arith")
+    assert rows[-1]["version"] == evaluated[-1]  # the policy was updated at every step
 
 
 def test_an_openenv_server_on_this_machine_drives_a_run(
