@@ -581,7 +581,11 @@ class EvaluationSpec(_Model):
     """Held-out evaluations: the pass rates the scaling law is fitted to."""
 
     every_steps: Int = Field(
-        100, ge=1, le=MAX_STEPS, description="Evaluate held-out prompts every N steps."
+        100,
+        ge=1,
+        le=MAX_STEPS,
+        description="Evaluate held-out prompts every N steps (ppo-off-policy-k: once after a "
+        "round of k steps that a multiple of N falls in, on the weights it ends with).",
     )
     generations_per_prompt: Int = Field(16, ge=1, le=1024, description="k of mean@k; paper 16.")
     log_completions: Int = Field(
