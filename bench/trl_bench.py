@@ -120,6 +120,8 @@ from scalerl.spec import RunSpec, load_run, parse_run
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC = ROOT / "examples" / "local.yaml"
+ENV_SPEC = ROOT / "examples" / "tool-env.yaml"  # --env
+DEFAULT_GAINS = {False: "0.1,0.2,0.3", True: "0.1,0.2"}
 STOP_GRACE_S = 60.0
 MAX_CHECKPOINTS_KEPT = 1000  # spec.checkpoint.keep's upper bound
 
@@ -284,8 +286,8 @@ def trl_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) ->
     spawned = float(os.environ.get("TRL_BENCH_SPAWNED") or time.time())
     import datasets
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
 
     from scalerl.generator.prompts import train_and_validation
     from scalerl.generator.rewards import answer_text, load_reward
@@ -293,15 +295,10 @@ def trl_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) ->
 
     run = load_spec(spec_file)
     spec = run.spec
-    recipe = spec.recipe
-    if recipe.loss.type != "cispo":
-        raise SystemExit(f"this bench maps only the cispo loss onto TRL, not {recipe.loss.type}")
     reward_fn = load_reward(spec.data.reward)
-    group = recipe.batch.generations_per_prompt
     tokenizer = AutoTokenizer.from_pretrained(spec.model.path)
     model = AutoModelForCausalLM.from_pretrained(spec.model.path, dtype=torch.float32)
     held = HeldOut.for_run(run, tokenizer, spec.model.path)
-    k = spec.evaluation.generations_per_prompt
 
     train, _ = train_and_validation(spec.data, spec.seed)
     dataset = datasets.Dataset.from_list(
@@ -314,27 +311,72 @@ def trl_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) ->
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return [reward_fn(answer_text(t, think_end), a) for t, a in zip(texts, answer, strict=True)]
 
-    every = spec.evaluation.every_steps
-    record: dict[str, Any] = {
+    record = new_record(held, spec)
+    clock = clock_callback(held, spec, record, cap_s, gain, spawned)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=grpo_config(spec, result_file.parent / "trl-out"),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[clock],
+        peft_config=peft_config(spec, model),
+    )
+    clock.trainer = trainer
+    trainer.train()
+    finish_record(record, spec, result_file)
+
+
+def new_record(held: Any, spec: RunSpec) -> dict[str, Any]:
+    """What a TRL worker writes: its evaluations, clocks and settings."""
+    import torch
+
+    return {
         "evals": [],
         "step_train_s": [],  # training clock at the end of each optimizer step
         "torch_threads": torch.get_num_threads(),
         "validation_prompts": len(held.examples),
-        "k": k,
+        "k": spec.evaluation.generations_per_prompt,
     }
 
-    class Clock(TrainerCallback):
-        """Evaluates every `every` steps; the training clocks (wall, CPU) exclude evaluations."""
 
+def finish_record(record: dict[str, Any], spec: RunSpec, result_file: Path) -> None:
+    batch = spec.recipe.batch
+    record["samples"] = record.get("steps", 0) * batch.prompts * batch.generations_per_prompt
+    result_file.write_text(json.dumps(record))
+
+
+def clock_callback(
+    held: Any, spec: RunSpec, record: dict[str, Any], cap_s: float, gain: float, spawned: float
+) -> Any:
+    """TRL's callback that evaluates every `evaluation.everySteps` steps with `held` (an
+    `scalerl.hfeval` evaluator) into `record`, stops at the confirmed target or the cap, and
+    keeps the training clocks (wall, CPU) without the evaluations. Set its `trainer` to count the
+    model's tokens (TRL's completions/mean_length: tool results left out)."""
+    import torch
+    from transformers import TrainerCallback
+
+    every = spec.evaluation.every_steps
+    k = spec.evaluation.generations_per_prompt
+    rows = spec.recipe.batch.prompts * spec.recipe.batch.generations_per_prompt
+
+    class Clock(TrainerCallback):  # type: ignore[misc]
         def __init__(self) -> None:
             self.began = 0.0  # monotonic at train begin
             self.cpu_began = 0.0
             self.in_eval = 0.0  # wall seconds spent in evaluations so far
             self.cpu_in_eval = 0.0
             self.target: float | None = None
+            self.trainer: Any = None
 
         def train_s(self) -> float:
             return time.monotonic() - self.began - self.in_eval
+
+        def model_tokens(self) -> int | None:
+            if self.trainer is None:
+                return None
+            means = self.trainer._metrics["train"].get("completions/mean_length", [])
+            return round(sum(means) * rows)
 
         def measure(self, step: int, policy: torch.nn.Module) -> None:
             t, c = time.monotonic(), cpu_seconds()
@@ -347,6 +389,7 @@ def trl_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) ->
             entry["since_spawn_s"] = time.time() - spawned
             entry["train_cpu_s"] = cpu - self.cpu_began - self.cpu_in_eval
             entry["cpu_s"] = cpu
+            entry["model_tokens"] = self.model_tokens()
             record["evals"].append(entry)
             print(
                 f"[trl] step {step:4d}  pass {evaluation.pass_rate:.3f} ± "
@@ -374,8 +417,19 @@ def trl_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) ->
                 record["capped"] = True
                 control.should_training_stop = True
 
-    config = GRPOConfig(
-        output_dir=str(result_file.parent / "trl-out"),
+    return Clock()
+
+
+def grpo_config(spec: RunSpec, output_dir: Path, **more: Any) -> Any:
+    """TRL's GRPOConfig for the spec's recipe (the module doc lists the mapping)."""
+    from trl import GRPOConfig
+
+    recipe = spec.recipe
+    if recipe.loss.type != "cispo":
+        raise SystemExit(f"this bench maps only the cispo loss onto TRL, not {recipe.loss.type}")
+    group = recipe.batch.generations_per_prompt
+    return GRPOConfig(
+        output_dir=str(output_dir),
         use_cpu=True,
         bf16=False,
         fp16=False,
@@ -407,19 +461,8 @@ def trl_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) ->
         report_to="none",
         disable_tqdm=True,
         dataloader_num_workers=0,
+        **more,
     )
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=reward,
-        args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[Clock()],
-        peft_config=peft_config(spec, model),
-    )
-    trainer.train()
-    record["samples"] = record.get("steps", 0) * recipe.batch.prompts * group
-    result_file.write_text(json.dumps(record))
 
 
 def trl_prompt(spec: RunSpec, tokenizer: Any, prompt: str) -> str | list[dict[str, str]]:
@@ -459,13 +502,15 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def run_trl(spec_file: Path, work: Path, cap_s: float, gain: float) -> Result:
+def run_trl(spec_file: Path, work: Path, cap_s: float, gain: float, env: bool = False) -> Result:
+    """TRL's worker in a subprocess (`env`: with environment_factory, bench/trl_env_bench.py)."""
     result_file = work / "trl.json"
     log_file = work / "trl.log"
     result = Result(
         "TRL GRPOTrainer", evaluator="scalerl.hfeval in TRL's callback (model in memory)"
     )
     command = [sys.executable, str(Path(__file__).resolve()), "--_trl-worker", str(result_file)]
+    command += ["--env"] if env else []
     command += ["--spec", str(spec_file), "--cap-minutes", str(cap_s / 60), "--gains", str(gain)]
     with LoadSampler() as load, log_file.open("wb") as log:
         env = {**os.environ, "TRL_BENCH_SPAWNED": repr(time.time()), "PYTHONUNBUFFERED": "1"}
@@ -590,13 +635,13 @@ def evaluate_checkpoints(
     from transformers import AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
-    from scalerl.hfeval import HeldOut, iter_checkpoints, load_model, load_spec
+    from scalerl.hfeval import held_out, iter_checkpoints, load_model, load_spec
 
     transformers_logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint
     run = load_spec(spec_file)
     spec = run.spec
     units = spec.processes  # the compute clock counts process-hours on CPU
-    held = HeldOut.for_run(run, AutoTokenizer.from_pretrained(spec.model.path), spec.model.path)
+    held = held_out(run, AutoTokenizer.from_pretrained(spec.model.path), spec.model.path)
     folders = dict(iter_checkpoints(out))
     evals, missing = [], []
     for row in rows:
@@ -615,6 +660,7 @@ def evaluate_checkpoints(
         entry["since_spawn_s"] = row["since_spawn_s"]
         entry["cpu_s"] = row["cpu_s"]
         entry["generated_samples"] = int(row["generation"].get("generated_samples", 0))
+        entry["model_tokens"] = row["generation"].get("generated_tokens")
         evals.append(entry)
     return evals, missing
 
@@ -676,11 +722,21 @@ final     pass rate at the last evaluation.
           model load, trainer set-up), ours from the end of the step-0 evaluation (after vLLM
           start-up); evaluations (and our checkpoints) excluded for all three.
 s/step    training wall seconds per optimizer step (evaluations and start-up excluded).
+tok/s     model tokens sampled for training (tool and environment tokens not counted) per
+          second of training clock, until the evaluation that reached the last target.
 wall s    from spawning the process until the evaluation that reached the last target:
           start-up (imports, model loads, ours: vLLM engines) and every evaluation included.
 cpu s     CPU seconds (user + system) of the whole process tree until that evaluation.
 steps     optimizer steps at the evaluation that reached the last target (or the last one).
 load      1-minute load average while the system ran, mean/max ({cores} cores)."""
+
+
+def tokens_per_s(result: Result) -> float | None:
+    """Model tokens sampled for training per second of training clock, until the evaluation
+    that reached the last target (or the last one)."""
+    at = result.hit or (result.evals[-1] if result.evals else {})
+    tokens, seconds = at.get("model_tokens"), at.get("train_s")
+    return tokens / seconds if tokens is not None and seconds else None
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
@@ -690,7 +746,7 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
 def report(rounds: list[list[Result]], gains: list[float], k: int) -> None:
     to = "".join(f"{'+' + format(g, 'g') + ' s':>8}" for g in gains)
     header = (
-        f"{'#':>2} {'system':<24}{'start':>7}{'final':>7}{'steps':>6}{'s/step':>8}{to}"
+        f"{'#':>2} {'system':<24}{'start':>7}{'final':>7}{'steps':>6}{'s/step':>8}{'tok/s':>7}{to}"
         f"{'wall s':>8}{'cpu s':>8}{'load':>10}"
     )
     print(
@@ -706,7 +762,8 @@ def report(rounds: list[list[Result]], gains: list[float], k: int) -> None:
             times = "".join(f"{_fmt((r.first(g) or {}).get('train_s')):>8}" for g in gains)
             print(
                 f"{number:>2} {r.system:<24}{_fmt(r.start, '.3f'):>7}{_fmt(r.final, '.3f'):>7}"
-                f"{r.steps:>6}{_fmt(r.extra.get('seconds_per_step'), '.3f'):>8}{times}"
+                f"{r.steps:>6}{_fmt(r.extra.get('seconds_per_step'), '.3f'):>8}"
+                f"{_fmt(tokens_per_s(r), '.0f'):>7}{times}"
                 f"{_fmt(hit.get('since_spawn_s')):>8}{_fmt(hit.get('cpu_s'), '.0f'):>8}{load:>10}"
             )
             if r.note:
@@ -812,7 +869,16 @@ SYSTEMS = ("trl", "colocated", "disaggregated")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--spec", type=Path, default=DEFAULT_SPEC, help="ScaleRLRun (default examples/local.yaml)"
+        "--spec",
+        type=Path,
+        default=None,
+        help="ScaleRLRun (default examples/local.yaml; with --env examples/tool-env.yaml)",
+    )
+    p.add_argument(
+        "--env",
+        action="store_true",
+        help="an agent run (spec.environment): TRL with environment_factory on the same tool "
+        "task (bench/trl_env_bench.py)",
     )
     p.add_argument("--cap-minutes", type=float, default=15.0, help="wall cap per system and run")
     p.add_argument("--only", choices=SYSTEMS, action="append", help="run only these systems")
@@ -827,7 +893,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--repeats", type=int, default=1, help="rounds; the order rotates")
     p.add_argument(
-        "--gains", default="0.1,0.2,0.3", help="pass-rate gains to time; the run stops at the last"
+        "--gains",
+        default=None,
+        help="pass-rate gains to time; the run stops at the last (default 0.1,0.2,0.3; with "
+        "--env 0.1,0.2)",
     )
     p.add_argument(
         "--lora",
@@ -839,11 +908,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     p.add_argument("--_trl-worker", dest="trl_worker", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.spec = args.spec or (ENV_SPEC if args.env else DEFAULT_SPEC)
     cap_s = args.cap_minutes * 60
-    gains = sorted(float(g) for g in args.gains.split(","))
+    gains = sorted(float(g) for g in (args.gains or DEFAULT_GAINS[args.env]).split(","))
 
     if args.trl_worker is not None:
-        trl_worker(args.spec, args.trl_worker, cap_s, gains[-1])
+        if args.env:
+            from trl_env_bench import trl_env_worker  # beside this file (sys.path[0])
+
+            trl_env_worker(args.spec, args.trl_worker, cap_s, gains[-1])
+        else:
+            trl_worker(args.spec, args.trl_worker, cap_s, gains[-1])
         return 0
 
     from scalerl.hfeval import load_spec
@@ -874,7 +949,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {number + 1}: {system} (cap {args.cap_minutes:g} min)", flush=True)
                 if system == "trl":
                     spec = specs["disaggregated"]  # the recipe as written
-                    results[system] = run_trl(spec, folder, cap_s, gains[-1])
+                    results[system] = run_trl(spec, folder, cap_s, gains[-1], args.env)
                 else:
                     results[system] = run_ours(
                         specs[system], folder, cap_s, gains[-1], args.extra_evals
