@@ -19,10 +19,15 @@ two. (Not the maximum of a noisy series: that rewards noise.) Also recorded: eac
 per optimizer step.
 
     .venv/bin/pip install -e '.[bench]'          # TRL and what it needs, pinned
-    .venv/bin/python bench/trl_bench.py [--spec examples/local.yaml] [--cap-minutes 15]
+    .venv/bin/python bench/trl_bench.py [--spec examples/local.yaml] [--env] [--cap-minutes 15]
                                         [--only trl|colocated|disaggregated] [--eval-every N]
                                         [--extra-evals 2] [--repeats R] [--gains 0.1,0.2,0.3]
                                         [--lora] [--json FILE] [--keep DIR]
+
+With `--env` the task is an agent run's (default examples/tool-env.yaml: builtin:tool-arith and the
+tool-arith verifiers environment, gains +0.1 and +0.2): TRL trains with `environment_factory`, and
+one evaluator, `scalerl.hfeval`'s environment path, reads all three (bench/trl_env_bench.py says
+how, and what TRL cannot match there).
 
 With `--lora` every system trains a LoRA adapter instead of the whole model: ours with the spec's
 `model.lora`, TRL with the same PEFT config (rank, alpha, dropout, the same layers); a spec without

@@ -55,11 +55,15 @@ def turn_seed(seed: str) -> int:
     return int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big")
 
 
-def hf_sample_turn(model: Any, tokens: ModelTokens, temperature: float, pad_id: int) -> SampleTurn:
-    """A model turn sampled by HF `generate` (module doc), as `EngineClient` takes one."""
+def hf_sample_turn(
+    model: Any, tokens: ModelTokens, temperature: float, pad_id: int, max_model_len: int
+) -> SampleTurn:
+    """A model turn sampled by HF `generate` (module doc), as `EngineClient` takes one: at most
+    what is left of the rollout's answer budget and of the model's context."""
 
     async def sample_turn(prompt: list[int], left: Allowance, seed: str | None) -> Sample:
-        return generate_turn(model, tokens, prompt, left.answer, seed, temperature, pad_id)
+        room = min(left.answer, max_model_len - len(prompt))
+        return generate_turn(model, tokens, prompt, room, seed, temperature, pad_id)
 
     return sample_turn
 
@@ -176,7 +180,9 @@ class AgentHeldOut:
         the order of the prompts."""
         if k < 1:
             raise InputError(f"k must be >= 1; got {k}")
-        sample_turn = hf_sample_turn(model, self.tokens, self.temperature, self.pad_id)
+        sample_turn = hf_sample_turn(
+            model, self.tokens, self.temperature, self.pad_id, self.max_model_len
+        )
         client = EngineClient(sample_turn, self.tokens, self.max_model_len, self.plan)
         agents = AgentRollouts(self.env, client, self.environment)
 

@@ -8,6 +8,7 @@ recomputed with Python, and the final answer compared with the product of the qu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
+from scalerl.agents.rollouts import first_context
 from scalerl.cli import main
 from scalerl.errors import InputError
 from scalerl.hfeval import held_out, load_model, load_spec
@@ -136,3 +138,16 @@ def test_a_thinking_model_is_refused_with_the_field_named(tool_run: Any) -> None
     thinking = type(tool_run).model_validate(data)
     with pytest.raises(InputError, match="spec.model.thinkEnd"):
         AgentHeldOut.for_run(thinking, AutoTokenizer.from_pretrained(path), path)
+
+
+def test_a_turn_stops_where_the_models_context_ends(held: AgentHeldOut, model: Any) -> None:
+    lengths = [len(first_context(held.env, held.tokens.tokenizer, e)) for e in held.examples]
+    longest = max(lengths)
+    examples = tuple(e for e, n in zip(held.examples, lengths, strict=True) if n == longest)
+    room = 3  # fewer tokens than any answer and its <|end|>
+    short = dataclasses.replace(held, examples=examples, max_model_len=longest + room)
+    for group in short.rollouts(model, 2, seed=1):
+        assert len(group) == 2
+        for sample in group:
+            assert len(sample.completion_ids) == room  # one turn, cut by the context
+            assert sample.truncated and not sample.passed
