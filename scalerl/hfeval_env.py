@@ -4,11 +4,13 @@ The same question `scalerl.hfeval` answers for one-completion runs, asked of an 
 held-out prompt of the environment (its eval split, or `data.validation.path`) is played `k`
 times through verifiers' own rollout loop, the generators' (`scalerl.agents.rollouts.AgentRollouts`
 with `scalerl.agents.client.EngineClient`: the environment's turns, tools, turn limit, tool
-timeouts and rubric, the rollout's token budget over all model turns), and only the sampler of a
-model turn is replaced: HF `generate` in torch instead of vLLM. A turn is sampled as the
-generators sample a turn of a model that does not think (one request of at most what is left of
-the rollout's answer budget and of the model's context; a thinking model is refused), at
+timeouts and rubric; one thinking cutoff and one answer budget per rollout), and each model turn
+is sampled under the generators' length rules (`scalerl.generator.length.LengthControl`, with what
+the rollout has left: thinking up to the cutoff, the interruption phrase, the answer budget, the
+model's context), whose requests alone are served by HF `generate` in torch instead of vLLM, at
 `recipe.sampling.temperature` with top_k 0 and top_p 1, stopping on every EOS id of the model.
+Unlike `scalerl.hfeval`'s single-turn path, the rules are the generators' own code: what is
+measured independently here is the sampling, by another engine.
 
 Each turn samples from torch's RNG seeded by a string of the evaluation's seed, the prompt, the
 rollout and the turn, so the evaluation is a function of the seed and the weights alone (the
@@ -39,7 +41,7 @@ from scalerl.agents.client import EngineClient, SampleTurn
 from scalerl.agents.load import environment_examples, load_environment
 from scalerl.agents.rollouts import AgentRollouts
 from scalerl.errors import DataError, InputError
-from scalerl.generator.length import Allowance
+from scalerl.generator.length import Allowance, LengthControl, Sampler, Segment
 from scalerl.generator.prompts import Example
 from scalerl.generator.tokens import ModelTokens
 from scalerl.hfeval import Evaluation, domain_rates, plain_generation_config
@@ -56,70 +58,60 @@ def turn_seed(seed: str) -> int:
 
 
 def hf_sample_turn(
-    model: Any, tokens: ModelTokens, temperature: float, pad_id: int, max_model_len: int
+    model: Any, length: LengthControl, temperature: float, pad_id: int
 ) -> SampleTurn:
-    """A model turn sampled by HF `generate` (module doc), as `EngineClient` takes one: at most
-    what is left of the rollout's answer budget and of the model's context."""
+    """A model turn as `EngineClient` takes one: the generators' length rules (`LengthControl`,
+    with what the rollout has left) over requests sampled by HF `generate` (`hf_request`), all
+    from torch's RNG seeded by the turn's seed."""
 
     async def sample_turn(prompt: list[int], left: Allowance, seed: str | None) -> Sample:
-        room = min(left.answer, max_model_len - len(prompt))
-        return generate_turn(model, tokens, prompt, room, seed, temperature, pad_id)
+        request = hf_request(model, temperature, pad_id)
+        devices = [model.device.index or 0] if model.device.type == "cuda" else []
+        # The requests of one turn never suspend (generate is synchronous), so no other
+        # rollout's turn draws from the RNG between them.
+        with torch.random.fork_rng(devices=devices):
+            if seed is not None:
+                torch.manual_seed(turn_seed(seed))
+            return await length.sample(
+                request, list(prompt), left.thinking, lambda: 0, answer_budget=left.answer
+            )
 
     return sample_turn
 
 
-def generate_turn(
-    model: Any,
-    tokens: ModelTokens,
-    prompt: list[int],
-    max_tokens: int,
-    seed: str | None,
-    temperature: float,
-    pad_id: int,
-) -> Sample:
-    """One turn of at most `max_tokens` tokens after `prompt`: the tokens up to and with the
-    first EOS (truncated when none came), with their log-probs after temperature."""
-    eos = sorted(tokens.eos_ids)
-    config = GenerationConfig(
-        do_sample=True,
-        num_beams=1,
-        temperature=temperature,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=max_tokens,
-        eos_token_id=eos,
-        pad_token_id=pad_id,
-        return_dict_in_generate=True,
-        output_scores=True,
-    )
-    ids = torch.tensor([prompt], dtype=torch.long, device=model.device)
-    devices = [model.device.index or 0] if model.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.inference_mode():
-        if seed is not None:
-            torch.manual_seed(turn_seed(seed))
-        with plain_generation_config(model):
+def hf_request(model: Any, temperature: float, pad_id: int) -> Sampler:
+    """One engine request done by HF `generate`: at most `max_new` tokens after the prompt,
+    ending at the first of `stop_ids` ("stop") or at the limit ("length"), with the tokens'
+    log-probs after temperature; from torch's RNG as it stands."""
+
+    async def request(prompt: list[int], max_new: int, stop_ids: Sequence[int]) -> Segment:
+        config = GenerationConfig(
+            do_sample=True,
+            num_beams=1,
+            temperature=temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new,
+            eos_token_id=list(stop_ids),
+            pad_token_id=pad_id,
+            return_dict_in_generate=True,
+            output_scores=True,
+        )
+        ids = torch.tensor([prompt], dtype=torch.long, device=model.device)
+        with torch.inference_mode(), plain_generation_config(model):
             out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                generation_config=config,
+                input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
             )
-    new: list[int] = out.sequences[0, len(prompt) :].tolist()
-    ended = next((at for at, t in enumerate(new) if t in tokens.eos_ids), None)
-    kept = new if ended is None else new[: ended + 1]
-    logprobs = [
-        float(torch.log_softmax(score[0].float(), dim=-1)[token])
-        for score, token in zip(out.scores, kept, strict=False)
-    ]
-    return Sample(
-        completion_ids=kept,
-        logprobs=logprobs,
-        versions=[0] * len(kept),
-        loss_mask=[1] * len(kept),
-        reward=0.0,
-        truncated=ended is None,
-        interrupted=False,
-        finish_reason="length" if ended is None else "stop",
-    )
+        new: list[int] = out.sequences[0, len(prompt) :].tolist()
+        ended = next((at for at, t in enumerate(new) if t in stop_ids), None)
+        kept = new if ended is None else new[: ended + 1]
+        logprobs = [
+            float(torch.log_softmax(score[0].float(), dim=-1)[token])
+            for score, token in zip(out.scores, kept, strict=False)
+        ]
+        return Segment(kept, logprobs, [0] * len(kept), "length" if ended is None else "stop")
+
+    return request
 
 
 @dataclass(frozen=True)
@@ -130,8 +122,7 @@ class AgentHeldOut:
     env: Any  # the verifiers Environment, contained as the generators contain it
     environment: EnvironmentSpec
     tokens: ModelTokens
-    plan: InterruptionPlan  # the rollout's budgets, all turns together
-    max_model_len: int
+    length: LengthControl  # the rollout's budgets over all its turns, as the generators'
     temperature: float
     pad_id: int
 
@@ -145,12 +136,6 @@ class AgentHeldOut:
             raise InputError("spec.environment: not set; scalerl.hfeval.HeldOut evaluates this run")
         if prompts is not None and prompts < 1:
             raise InputError(f"prompts must be >= 1; got {prompts}")
-        if spec.thinks:
-            raise InputError(
-                "spec.model.thinkEnd: the HF evaluator samples the turns of an agent run's model "
-                "only when it does not think (thinkEnd null); a thinking model's agent run is "
-                "evaluated by its generators (history.jsonl)"
-            )
         length = spec.recipe.length
         env = load_environment(spec)
         _, validation = environment_examples(env, spec)
@@ -158,19 +143,25 @@ class AgentHeldOut:
         if limit is None:
             raise DataError(f"{model_path}: its config.json does not give the model's context")
         tokens = ModelTokens.load(model_path, tokenizer, spec.model.think_end)
+        phrase = spec.interruption_phrase if spec.thinks else ""
         pad = tokenizer.pad_token_id
         return cls(
             examples=tuple(validation[:prompts] if prompts is not None else validation),
             env=env,
             environment=spec.environment,
             tokens=tokens,
-            plan=InterruptionPlan(
-                thinking_budget=length.thinking_budget,
-                answer_budget=length.answer_budget,
-                window=length.interruption.window,
-                enabled=length.interruption.enabled,
+            length=LengthControl(
+                plan=InterruptionPlan(
+                    thinking_budget=length.thinking_budget,
+                    answer_budget=length.answer_budget,
+                    window=length.interruption.window,
+                    enabled=length.interruption.enabled,
+                ),
+                think_end_id=tokens.think_end_id,
+                phrase_ids=tuple(tokenizer.encode(phrase, add_special_tokens=False)),
+                max_model_len=limit,
+                eos_ids=tuple(sorted(tokens.eos_ids)),
             ),
-            max_model_len=limit,
             temperature=spec.recipe.sampling.temperature,
             pad_id=int(pad) if pad is not None else min(tokens.eos_ids),
         )
@@ -180,10 +171,9 @@ class AgentHeldOut:
         the order of the prompts."""
         if k < 1:
             raise InputError(f"k must be >= 1; got {k}")
-        sample_turn = hf_sample_turn(
-            model, self.tokens, self.temperature, self.pad_id, self.max_model_len
-        )
-        client = EngineClient(sample_turn, self.tokens, self.max_model_len, self.plan)
+        sample_turn = hf_sample_turn(model, self.length, self.temperature, self.pad_id)
+        length = self.length
+        client = EngineClient(sample_turn, self.tokens, length.max_model_len, length.plan)
         agents = AgentRollouts(self.env, client, self.environment)
 
         async def play() -> list[list[Sample]]:

@@ -19,7 +19,6 @@ from transformers import AutoTokenizer
 
 from scalerl.agents.rollouts import first_context
 from scalerl.cli import main
-from scalerl.errors import InputError
 from scalerl.hfeval import held_out, load_model, load_spec
 from scalerl.hfeval_env import AgentHeldOut
 from scalerl.rollout.records import Sample
@@ -131,13 +130,36 @@ def test_scalerl_evaluate_reads_an_agent_run(
     assert 0 <= record["correct"] <= 8
 
 
-def test_a_thinking_model_is_refused_with_the_field_named(tool_run: Any) -> None:
-    path = tool_run.spec.model.path
+def test_a_thinking_run_keeps_the_length_rules_over_its_turns(tool_run: Any, model: Any) -> None:
+    """With `<tool_call>` read as the end of thinking (the model writes it first when it calls
+    the tool), a 2-4 token cutoff and interruption: each rollout thinks at most its cutoff, the
+    phrase (not trained on) marks exactly the interrupted ones."""
     data = tool_run.model_dump(by_alias=True, mode="json")
-    data["spec"]["model"]["thinkEnd"] = "<|end|>"
+    data["spec"]["model"]["thinkEnd"] = "<tool_call>"
+    data["spec"]["recipe"]["length"] = {
+        "thinkingBudget": 4,
+        "answerBudget": 48,
+        "interruption": {"enabled": True, "window": [2, 4]},
+    }
     thinking = type(tool_run).model_validate(data)
-    with pytest.raises(InputError, match="spec.model.thinkEnd"):
-        AgentHeldOut.for_run(thinking, AutoTokenizer.from_pretrained(path), path)
+    path = thinking.spec.model.path
+    evaluation = AgentHeldOut.for_run(thinking, AutoTokenizer.from_pretrained(path), path, 8)
+    phrase = list(evaluation.length.phrase_ids)
+    think_end = evaluation.tokens.think_end_id
+    samples = [s for g in evaluation.rollouts(model, 4, seed=5) for s in g]
+    assert len(samples) == 32
+    for sample in samples:
+        ids, mask = sample.completion_ids, sample.loss_mask
+        at = next(i for i in range(len(ids) + 1) if i == len(ids) or ids[i] == think_end)
+        assert sum(mask[:at]) <= 4  # thought at most the cutoff
+        injected = [
+            i for i in range(len(ids) - len(phrase) + 1) if ids[i : i + len(phrase)] == phrase
+        ]
+        assert sample.interrupted == bool(injected)
+        for i in injected:
+            assert mask[i : i + len(phrase)] == [0] * len(phrase)
+        assert sum(mask) <= 4 + 48
+    assert 0 < sum(s.interrupted for s in samples) < len(samples)
 
 
 def test_a_turn_stops_where_the_models_context_ends(held: AgentHeldOut, model: Any) -> None:
@@ -145,7 +167,8 @@ def test_a_turn_stops_where_the_models_context_ends(held: AgentHeldOut, model: A
     longest = max(lengths)
     examples = tuple(e for e, n in zip(held.examples, lengths, strict=True) if n == longest)
     room = 3  # fewer tokens than any answer and its <|end|>
-    short = dataclasses.replace(held, examples=examples, max_model_len=longest + room)
+    length = dataclasses.replace(held.length, max_model_len=longest + room)
+    short = dataclasses.replace(held, examples=examples, length=length)
     for group in short.rollouts(model, 2, seed=1):
         assert len(group) == 2
         for sample in group:
