@@ -136,7 +136,6 @@ class AgentHeldOut:
             raise InputError("spec.environment: not set; scalerl.hfeval.HeldOut evaluates this run")
         if prompts is not None and prompts < 1:
             raise InputError(f"prompts must be >= 1; got {prompts}")
-        length = spec.recipe.length
         env = load_environment(spec)
         _, validation = environment_examples(env, spec)
         limit = model_limit(model_path)
@@ -151,12 +150,7 @@ class AgentHeldOut:
             environment=spec.environment,
             tokens=tokens,
             length=LengthControl(
-                plan=InterruptionPlan(
-                    thinking_budget=length.thinking_budget,
-                    answer_budget=length.answer_budget,
-                    window=length.interruption.window,
-                    enabled=length.interruption.enabled,
-                ),
+                plan=InterruptionPlan.of(spec.recipe.length),
                 think_end_id=tokens.think_end_id,
                 phrase_ids=tuple(tokenizer.encode(phrase, add_special_tokens=False)),
                 max_model_len=limit,

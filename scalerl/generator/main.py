@@ -78,7 +78,6 @@ def score(example: Example, samples: list[Sample]) -> PromptScore:
 
 def engine_config(spec: RunSpec, env: ProcessEnv, max_model_len: int) -> EngineConfig:
     """The engine's slice of the spec; `max_model_len` is measured (`model_len_needed`)."""
-    length = spec.recipe.length
     return EngineConfig(
         model_path=spec.model.path,
         dtype=spec.model.dtype,
@@ -88,12 +87,7 @@ def engine_config(spec: RunSpec, env: ProcessEnv, max_model_len: int) -> EngineC
         seed=spec.seed * 1000 + env.generator_index,
         phrase=spec.interruption_phrase,
         think_end=spec.model.think_end,
-        plan=InterruptionPlan(
-            thinking_budget=length.thinking_budget,
-            answer_budget=length.answer_budget,
-            window=length.interruption.window,
-            enabled=length.interruption.enabled,
-        ),
+        plan=InterruptionPlan.of(spec.recipe.length),
         run_dir=str(env.run_dir / f"vllm-{env.generator_index}"),
         lora=spec.model.lora,
     )

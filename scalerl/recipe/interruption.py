@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scalerl.errors import InputError
+from scalerl.spec import LengthSpec
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,16 @@ class InterruptionPlan:
                 f"interruption window [{lo}, {hi}] must satisfy 0 < lo <= hi <= thinking_budget "
                 f"({self.thinking_budget})"
             )
+
+    @classmethod
+    def of(cls, length: LengthSpec) -> InterruptionPlan:
+        """The plan of a run's `recipe.length`."""
+        return cls(
+            thinking_budget=length.thinking_budget,
+            answer_budget=length.answer_budget,
+            window=length.interruption.window,
+            enabled=length.interruption.enabled,
+        )
 
     def cutoff(self, rng: random.Random) -> int:
         """Thinking tokens after which this sample is interrupted (uniform in window, inclusive)."""
