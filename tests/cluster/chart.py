@@ -139,6 +139,10 @@ def in_thread(
     from scalerl.operator.handlers import register
     from scalerl.operator.main import only_these_namespaces
 
+    if not namespaces:
+        # It would adopt every run in the cluster, not only the test's (ControlPlane.clear_runs).
+        left = plane.runs_anywhere()
+        assert not left, f"runs of earlier tests left for an operator of every namespace: {left}"
     registry = kopf.OperatorRegistry()
     register(registry, check_interval_s=check_interval_s, sweep_interval_s=sweep_interval_s)
     only_these_namespaces(registry, namespaces)

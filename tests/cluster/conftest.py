@@ -35,6 +35,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
         pytest.skip(message)
     started = ControlPlane.start(bins.bin_dir(), tmp_path_factory.mktemp("controlplane"))
     print(f"control plane up in {started.started_s:.1f} s at {started.url}")
+    _PLANES.append(started)
     try:
         yield started
     finally:
@@ -45,8 +46,11 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 def ns(plane: ControlPlane) -> Iterator[str]:
     """A new namespace for this test, `restricted` Pod Security enforced. Whatever the test made
     the operator do there, the server must have allowed it (its audit log says)."""
+    first = len(plane.made)
     name = plane.namespace(f"t-{uuid.uuid4().hex[:8]}")
     yield name
+    # Its runs (and those of any namespace it made besides) go with it: see clear_runs.
+    plane.clear_runs(plane.made[first:])
     refused = [
         f"{e['verb']} {e['objectRef'].get('resource')}/{e['objectRef'].get('subresource', '')}"
         for e in plane.audit()
@@ -55,6 +59,19 @@ def ns(plane: ControlPlane) -> Iterator[str]:
         and e["responseStatus"]["code"] == 403
     ]
     assert not refused, f"the chart's ClusterRole refused the operator: {refused}"
+
+
+_PLANES: list[ControlPlane] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_leaves_no_runs() -> Iterator[None]:
+    """The runs of namespaces a module's own fixtures made (not a test's `ns`) go with the
+    module: a later operator for every namespace would adopt them (ControlPlane.clear_runs)."""
+    before = [len(p.made) for p in _PLANES]
+    yield
+    for index, plane in enumerate(_PLANES):
+        plane.clear_runs(plane.made[before[index] if index < len(before) else 0 :])
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,7 @@ class ControlPlane:
     kubeconfig: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     started_s: float = 0.0
+    made: list[str] = field(default_factory=list)  # the namespaces namespace() created, in order
 
     @classmethod
     def start(cls, bins: Path, work: Path) -> ControlPlane:
@@ -234,12 +235,45 @@ class ControlPlane:
         )
         if code != 201:
             raise AssertionError(f"namespace {name}: {code} {body}")
+        self.made.append(name)
         deadline = time.monotonic() + 30
         while self.api("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] != 200:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no default ServiceAccount in {name} after 30 s")
             time.sleep(0.1)
         return name
+
+    def clear_runs(self, namespaces: list[str]) -> None:
+        """Remove every ScaleRLSweep and ScaleRLRun of `namespaces` at once, finalizers first.
+
+        A test's runs outlive its operator (kopf stops with their finalizers on), and an operator
+        started later for every namespace adopts them all: with its periodic check every second
+        it reconciled (and restarted the timed-out gangs of) some twenty runs of earlier tests,
+        and its own run's deletion waited for them. The garbage collector takes their children."""
+        for namespace in namespaces:
+            for resource in ("scalerlsweeps", "scalerlruns"):
+                path = f"/apis/scalerl.dev/v1alpha1/namespaces/{namespace}/{resource}"
+                code, found = self.api("GET", path)
+                if code == 404:  # the CRD is not installed (yet)
+                    continue
+                assert code == 200, found
+                for item in found["items"]:
+                    one = f"{path}/{item['metadata']['name']}"
+                    code, body = self.api_patch(one, {"metadata": {"finalizers": None}})
+                    assert code in (200, 404), body
+                    code, body = self.api("DELETE", one)
+                    assert code in (200, 202, 404), body
+
+    def runs_anywhere(self) -> list[str]:
+        """`namespace/name` of every ScaleRLRun and ScaleRLSweep in the cluster."""
+        out = []
+        for resource in ("scalerlsweeps", "scalerlruns"):
+            code, found = self.api("GET", f"/apis/scalerl.dev/v1alpha1/{resource}")
+            if code == 404:
+                continue
+            assert code == 200, found
+            out += [f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in found["items"]]
+        return out
 
     def token(self, namespace: str, account: str) -> str:
         """A token of ServiceAccount `account` (the TokenRequest API, as a kubelet gets one)."""
