@@ -69,7 +69,7 @@ bench: setup
 	$(BIN)/python bench/trainer_bench.py
 	$(BIN)/python bench/trl_bench.py --eval-every 5
 
-# The ScaleRLRun CRD, generated from scalerl/spec.py, for kubectl and for the chart
+# The ScaleRLRun CRD, generated from scalerl/spec/, for kubectl and for the chart
 # (tests/operator/test_crd.py fails when either is stale).
 crds: setup
 	$(BIN)/python -m scalerl.operator.crd --out crds/scalerlruns.scalerl.dev.yaml
