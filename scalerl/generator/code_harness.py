@@ -1,15 +1,17 @@
 """The program a call-based or assert test runs in the sandbox (as its main.py): it reads the
 cases as JSON on stdin, loads the solution (solution.py) without running its `__main__` part,
-then runs each case under its own time limit and prints one JSON line per case: `{"value": ...}`
-(what the function returned), `{"ok": true}` (an assert held), `{"error": "..."}` or
-`{"timeout": true}`. With `"stop_at_failure"`, the run ends after the first case that raised or
-ran out of time (a case whose value is wrong is judged outside, and costs little to go on from):
-a program that loops costs one case's time, not every case's.
+then runs each case under its own time limit and prints one JSON line per case: `{"value": V}`
+(what the function returned), `{"values": [V, ...]}` (an assert's sandbox parts, see
+scalerl/generator/code_asserts.py), `{"error": "..."}` or `{"timeout": true}`; each V a
+type-tagged plain value (`tag`). With `"stop_at_failure"`, the run ends after the first case that
+raised or ran out of time (a wrong value is judged outside, and costs little to go on from): a
+program that loops costs one case's time, not every case's.
 
-The expected values of call-based tests never enter the sandbox (the judge compares outside it).
-Asserts carry theirs inside, and run in the solution's own process: no file holds them, but a
-program written to dig them out of this harness's memory, or to forge its report, could. Not
-imported by scalerl; standard library only.
+Nothing here is trusted: it runs in the solution's own process, which may rewrite it, its
+report, or the builtins it uses. It only computes values; no expected value ever enters the
+sandbox and every comparison is made outside (scalerl.generator.code_reward), on values rebuilt
+from these tags as genuine builtin objects. A forged report can only claim values the program
+could have returned anyway. Not imported by scalerl; standard library only.
 """
 
 from __future__ import annotations
@@ -52,24 +54,50 @@ def _function(namespace: dict[str, Any], name: str) -> Any:
     raise NameError(f"the solution defines no function {name!r}")
 
 
-def _plain(value: Any) -> Any:
-    """`value` as JSON can carry it: tuples and sets as lists, anything else as its repr."""
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted((_plain(v) for v in value), key=repr)
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
+_type, _list, _len, _repr = type, list, len, repr  # bound before the solution loads
+_DEEPEST = 100
+
+
+def tag(value: Any, depth: int = 0) -> Any:
+    """`value` as a JSON list `[tag, ...]` naming its exact builtin type; anything else (a
+    subclass too) as `["o", type name]`, which the judge takes for a wrong value."""
+    kind = _type(value)
+    if depth > _DEEPEST:
+        return ["o", "a value nested too deeply"]
+    if value is None:
+        return ["n"]
+    if kind is bool:
+        return ["b", value is True]
+    if kind is int:
+        return ["i", int.__format__(value, "x")]
+    if kind is float:
+        return ["f", float.__repr__(value)]
+    if kind is complex:
+        return ["c", float.__repr__(value.real), float.__repr__(value.imag)]
+    if kind is str:
+        return ["s", value]
+    if kind is bytes:
+        return ["y", bytes.hex(value)]
+    if kind in (list, tuple, set, frozenset):
+        marks: dict[Any, str] = {list: "l", tuple: "t", set: "S", frozenset: "F"}
+        mark = marks[kind]
+        return [mark, [tag(item, depth + 1) for item in _list(value)]]
+    if kind is dict:
+        return ["d", [[tag(k, depth + 1), tag(v, depth + 1)] for k, v in dict.items(value)]]
+    try:
+        name = _repr(kind)[:100]
+    except Exception:  # noqa: BLE001 — a type whose repr raises is still not a plain value
+        name = "?"
+    return ["o", name if _type(name) is str else "?"]
 
 
 def _run(case: Any, namespace: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "call":
-        return {"value": _plain(_function(namespace, spec["fn_name"])(*case))}
-    exec(compile(case, "<assert>", "exec"), namespace)
-    return {"ok": True}
+        return {"value": tag(_function(namespace, spec["fn_name"])(*case))}
+    values = []
+    for part in case:  # an assert's parts that need the solution, in order
+        values.append(tag(eval(compile(part, "<assert>", "eval"), namespace)))
+    return {"values": values}
 
 
 def main() -> None:
@@ -104,8 +132,8 @@ def main() -> None:
         line["seconds"] = time.perf_counter() - started
         try:
             text = json.dumps(line)
-        except (TypeError, ValueError):
-            text = json.dumps({"value": repr(line.get("value"))})
+        except (TypeError, ValueError, RecursionError):
+            text = json.dumps({"error": "the returned value could not be sent"})
         report.write(text + "\n")
         report.flush()
         if spec.get("stop_at_failure") and ("error" in line or "timeout" in line):

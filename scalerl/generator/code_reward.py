@@ -12,8 +12,9 @@ of the shapes public code datasets use:
 - call-based (APPS/TACO with `fn_name`): `{"fn_name": "add", "inputs": [[1, 2], ...], "outputs":
   [3, ...]}`; each input is the argument list of one call of the function (or of the method of a
   `Solution` class), its returned value judged against the output.
-- asserts (MBPP, HumanEval-style): `{"asserts": ["assert add(1, 2) == 3", ...]}`; each passes when
-  it runs without raising.
+- asserts (MBPP, HumanEval-style): `{"asserts": ["assert add(1, 2) == 3", ...]}`, each one assert
+  statement; the parts that need the program are evaluated in the sandbox, the comparison here
+  (scalerl.generator.code_asserts): each passes when it holds on the values the program gave.
 - DeepCoder's list: `[{"input": ..., "output": ..., "type": "stdin_stdout"}, ...]` (or
   `"testtype": "stdin"`; stdin/stdout cases only).
 
@@ -21,9 +22,15 @@ Any shape may add `"tolerance": 1e-6` (numbers compared within it, absolutely or
 `"setup": "import math"` (code run before the asserts). A reference that is none of these is the
 data's fault and raises InputError naming what is wrong.
 
-`score_code` returns the whole record (`CodeVerdict`); `code` is the RewardFn. A sandbox that fails
-(it could not start, or the machine refused it) says nothing about the program: `code` raises
-`SandboxFailure` then, so the caller drops the sample rather than training on a -1.
+`score_code` returns the whole record (`CodeVerdict`); `code` is the RewardFn.
+
+Whatever a program does to its sandbox (kills its supervisor, floods it, leaves what cannot be
+emptied in time) is its own failure: the test reads SANDBOX_DAMAGED, the reward is -1, and the
+next program gets a new sandbox. Only a failure no program could cause (bubblewrap missing or
+refused, the host out of memory or processes before the program started) leaves a completion
+unscored, and there is one place a caller learns it: `CodeVerdict.unscored`, the reason ('' when
+scored; its tests then read UNSCORED and its reward is -1: not passed). `code` raises `Unscored`
+(with `.reason`) instead of returning a reward, so no caller trains on it by mistake.
 """
 
 from __future__ import annotations
@@ -40,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from scalerl.errors import InputError, ScaleRLError
-from scalerl.generator.code_judge import same_output, same_value
+from scalerl.generator.code_asserts import AssertCheck, parse_assert
+from scalerl.generator.code_judge import as_json, decode_value, same_output, same_value
 from scalerl.sandbox import Execution, Limits, PerThread, Sandbox
 from scalerl.spec import CodeSpec
 
@@ -51,6 +59,8 @@ TIMEOUT = "timeout"
 MEMORY = "memory"
 OUTPUT_TOO_LARGE = "output too large"
 NOT_RUN = "not run"  # the problem's time ran out, or an earlier test failed and we stopped
+SANDBOX_DAMAGED = "sandbox damaged"  # the program ended or broke its sandbox: it failed
+UNSCORED = "unscored"  # the sandbox failed before the program ran: no verdict on the program
 _HARNESS = Path(__file__).with_name("code_harness.py").read_text()
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 # How the CPU limit ends a program: SIGKILL at the hard limit (SIGXCPU where it is caught first).
@@ -58,8 +68,16 @@ _CPU_LIMIT = (signal.SIGKILL, signal.SIGXCPU)
 _STARTUP_SECONDS = 2.0  # interpreter start-up a call-based run gets besides its cases' time
 
 
-class SandboxFailure(ScaleRLError):
-    """The sandbox could not run a program; the sample is dropped, not scored."""
+class Unscored(ScaleRLError):
+    """The sandbox could not run a program (a failure no program could cause): the completion
+    has no reward. `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"unscored: {reason}")
+        self.reason = reason
+
+
+SandboxFailure = Unscored  # the name callers knew it by
 
 
 @dataclass(frozen=True)
@@ -87,13 +105,24 @@ class TestResult:
 
 @dataclass(frozen=True)
 class CodeVerdict:
-    """What one program did on its tests. `error` is set when the sandbox failed (then the
-    results say nothing about the program); `missing` names the sandbox guarantees this machine
-    could not give."""
+    """What one program did on its tests. `unscored` is the reason the sandbox could not run it
+    ('' when it was scored): then its results say nothing about the program, which counts as
+    not passed (reward -1) but must not be trained on. `damaged` says how the program broke its
+    sandbox (it failed). `missing` names the sandbox guarantees this machine could not give."""
 
     tests: list[TestResult]
-    error: str = ""
+    unscored: str = ""
     missing: tuple[str, ...] = ()
+    damaged: str = ""
+
+    @property
+    def scored(self) -> bool:
+        return not self.unscored
+
+    @property
+    def error(self) -> str:
+        """The old name of `unscored`."""
+        return self.unscored
 
     @property
     def passed(self) -> int:
@@ -101,7 +130,8 @@ class CodeVerdict:
 
     @property
     def reward(self) -> float:
-        return 1.0 if self.tests and self.passed == len(self.tests) and not self.error else -1.0
+        whole = self.tests and self.passed == len(self.tests)
+        return 1.0 if whole and not self.unscored and not self.damaged else -1.0
 
     @property
     def seconds(self) -> float:
@@ -113,7 +143,9 @@ class CodeVerdict:
             "passed": self.passed,
             "total": len(self.tests),
             "tests": [asdict(t) for t in self.tests],
-            "sandbox_error": self.error,
+            "unscored": self.unscored,
+            "sandbox_error": self.unscored,
+            "damaged": self.damaged,
             "missing_guarantees": list(self.missing),
         }
 
@@ -145,6 +177,8 @@ def parse_tests(reference: str) -> CodeTests:
             or not all(isinstance(a, str) for a in asserts)
         ):
             raise InputError("code tests: asserts must be a non-empty list of strings")
+        for one in asserts:
+            parse_assert(one)  # InputError when it is not one assert statement
         return CodeTests("assert", asserts, tolerance=tolerance, setup=setup)
     inputs, outputs = data.get("inputs"), data.get("outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list) or not inputs:
@@ -250,6 +284,7 @@ def _score_stdio(
 ) -> CodeVerdict:
     results: list[TestResult] = []
     missing: tuple[str, ...] = ()
+    damaged = ""
     for given, wanted in zip(tests.inputs, tests.outputs, strict=True):
         left = min(spec.test_timeout_seconds, deadline - time.monotonic())
         if left <= 0 or (stop_early and results and not results[-1].passed):
@@ -258,22 +293,33 @@ def _score_stdio(
         done = sandbox.run(program, given.encode(), _limits(spec, left))
         missing = done.isolation.missing
         if done.error:
-            return CodeVerdict(results, done.error, missing)
+            return _unscored(tests, done)
+        damaged = damaged or done.damaged
         failed = _failure(done)
         if failed is None and not same_output(
             done.stdout.decode(errors="replace"), wanted, tests.tolerance
         ):
             failed = TestResult(WRONG_ANSWER, done.wall_seconds, _excerpt(done.stdout))
         results.append(failed or TestResult(PASSED, done.wall_seconds))
-    return CodeVerdict(results, "", missing)
+    return CodeVerdict(results, "", missing, damaged)
+
+
+def _unscored(tests: CodeTests, done: Execution) -> CodeVerdict:
+    """A verdict on no program: the sandbox failed before it ran (done.error)."""
+    results = [TestResult(UNSCORED, detail=done.error) for _ in tests.inputs]
+    return CodeVerdict(results, done.error, done.isolation.missing)
 
 
 def _failure(done: Execution) -> TestResult | None:
     """Why an execution failed before its output could be judged (None: it ran to the end)."""
     seconds = done.wall_seconds
+    if done.damaged:
+        return TestResult(SANDBOX_DAMAGED, seconds, done.damaged[:300])
     if done.output_exceeded:
         return TestResult(OUTPUT_TOO_LARGE, seconds)
-    if done.timed_out or done.signal in _CPU_LIMIT:
+    if done.memory_total_exceeded:
+        return TestResult(MEMORY, seconds, "its processes together held more than its limit")
+    if done.timed_out or done.cpu_exceeded or done.signal in _CPU_LIMIT:
         return TestResult(TIMEOUT, seconds)
     if done.returncode == 0:
         return None
@@ -292,9 +338,10 @@ def _score_calls(
 ) -> CodeVerdict:
     """Call-based and assert tests: one run of the harness for all cases, each case under the
     per-test time limit, the whole under the problem's."""
+    checks = [parse_assert(a) for a in tests.inputs] if tests.kind == "assert" else []
     cases = {
         "kind": tests.kind,
-        "cases": tests.inputs,
+        "cases": [list(c.parts) for c in checks] if checks else tests.inputs,
         "fn_name": tests.fn_name,
         "setup": tests.setup,
         "seconds": spec.test_timeout_seconds,
@@ -306,40 +353,47 @@ def _score_calls(
         _HARNESS, json.dumps(cases).encode(), _limits(spec, seconds), {"solution.py": program}
     )
     if done.error:
-        return CodeVerdict([], done.error, done.isolation.missing)
+        return _unscored(tests, done)
     lines = done.stdout.decode(errors="replace").splitlines()
     results: list[TestResult] = []
     for n in range(len(tests.inputs)):
         if stop_early and results and not results[-1].passed:
             results.append(TestResult(NOT_RUN))  # the harness stops at a failure it can see
         elif n < len(lines):
-            results.append(_judge_line(lines[n], tests, n))
+            results.append(_judge_line(lines[n], tests, n, checks))
         elif n == len(lines):  # the case the run died in
             results.append(_failure(done) or TestResult(RUNTIME_ERROR, 0.0, "no result"))
         else:
             results.append(TestResult(NOT_RUN))
-    return CodeVerdict(results, "", done.isolation.missing)
+    return CodeVerdict(results, "", done.isolation.missing, done.damaged)
 
 
-def _judge_line(line: str, tests: CodeTests, n: int) -> TestResult:
+def _judge_line(line: str, tests: CodeTests, n: int, checks: list[AssertCheck]) -> TestResult:
+    """One case's line of the harness's report, judged here: its values rebuilt as plain
+    builtin values, compared with the expected ones (which never entered the sandbox)."""
     try:
         report = json.loads(line)
         seconds = float(report.get("seconds", 0.0))
-    except (ValueError, TypeError, AttributeError):
+        if report.get("timeout"):
+            return TestResult(TIMEOUT, seconds)
+        if "error" in report:
+            error = str(report["error"])
+            why = MEMORY if error.startswith("MemoryError") else RUNTIME_ERROR
+            return TestResult(why, seconds, error[:300])
+        if checks:
+            values = [decode_value(v) for v in report["values"]]
+        else:
+            value = as_json(decode_value(report["value"]))
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
         return TestResult(RUNTIME_ERROR, detail="unreadable result")
-    if report.get("timeout"):
-        return TestResult(TIMEOUT, seconds)
-    if "error" in report:
-        error = str(report["error"])
-        if tests.kind == "assert" and error.startswith("AssertionError"):
-            return TestResult(WRONG_ANSWER, seconds, error)
-        why = MEMORY if error.startswith("MemoryError") else RUNTIME_ERROR
-        return TestResult(why, seconds, error)
-    if tests.kind == "assert":
-        return TestResult(PASSED if report.get("ok") is True else RUNTIME_ERROR, seconds)
-    if same_value(report.get("value"), tests.outputs[n], tests.tolerance):
+    if checks:
+        why_not = checks[n].judge(values)
+        return (
+            TestResult(WRONG_ANSWER, seconds, why_not) if why_not else TestResult(PASSED, seconds)
+        )
+    if same_value(value, tests.outputs[n], tests.tolerance):
         return TestResult(PASSED, seconds)
-    return TestResult(WRONG_ANSWER, seconds, _excerpt(json.dumps(report.get("value")).encode()))
+    return TestResult(WRONG_ANSWER, seconds, _excerpt(repr(value).encode()))
 
 
 def _last_line(stderr: bytes) -> str:
@@ -353,8 +407,8 @@ def _excerpt(output: bytes) -> str:
 
 
 def code(answer: str, reference: str) -> float:
-    """The `code` RewardFn with the spec's default limits; raises SandboxFailure when the sandbox
-    failed (drop the sample)."""
+    """The `code` RewardFn with the spec's default limits; raises Unscored when the sandbox
+    could not run the program."""
     return code_reward(CodeSpec())(answer, reference)
 
 
@@ -366,8 +420,8 @@ def code_reward(spec: CodeSpec) -> Callable[[str, str], float]:
 
     def reward(answer: str, reference: str) -> float:
         verdict = score_code(answer, reference, spec, stop_early=True, sandbox=sandboxes.get())
-        if verdict.error:
-            raise SandboxFailure(verdict.error)
+        if verdict.unscored:
+            raise Unscored(verdict.unscored)
         return verdict.reward
 
     return reward

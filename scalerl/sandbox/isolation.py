@@ -32,6 +32,10 @@ NO_NETWORK = "no network"
 PRIVATE_FILESYSTEM = "private filesystem (no reads or writes outside its folder)"
 NO_SURVIVORS = "nothing left running (its own PID namespace)"
 NO_SIGNALS_OUT = "cannot signal processes outside it"
+FRESH_MACHINE = (
+    "a fresh machine per program (its own mount and IPC namespaces: nothing it writes, no IPC "
+    "object it makes, reaches the next program)"
+)
 GUARANTEES = (
     OWN_PROCESS_GROUP,
     RESOURCE_LIMITS,
@@ -40,6 +44,7 @@ GUARANTEES = (
     PRIVATE_FILESYSTEM,
     NO_SURVIVORS,
     NO_SIGNALS_OUT,
+    FRESH_MACHINE,
 )
 NOBODY = 65534  # the user a root process runs sandboxes as
 SANDBOX_DIR = "/sandbox"  # where the execution's own folder appears inside bubblewrap
@@ -58,6 +63,12 @@ class Isolation:
     @property
     def full(self) -> bool:
         return not self.missing
+
+    @property
+    def fresh(self) -> bool:
+        """Each program gets its own mount and IPC namespaces (bubblewrap gave the sandbox's
+        first process CAP_SYS_ADMIN in the sandbox's own user namespace)."""
+        return self.mode == "bwrap" and FRESH_MACHINE not in self.missing
 
 
 def run_as() -> int | None:
@@ -80,8 +91,10 @@ def interpreter() -> str:
     return str(system) if system.exists() else str(Path(sys.executable).resolve())
 
 
-def bwrap_argv(python: str) -> list[str]:
-    """The bubblewrap command line (without the command) that runs `python` in a sandbox."""
+def bwrap_argv(python: str, fresh: bool = True) -> list[str]:
+    """The bubblewrap command line (without the command) that runs `python` in a sandbox. With
+    `fresh`, its first process keeps CAP_SYS_ADMIN in the sandbox's user namespace (and only
+    there), to give each program mounts and an IPC namespace of its own; the programs drop it."""
     argv = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-all",
@@ -96,6 +109,8 @@ def bwrap_argv(python: str) -> list[str]:
         "--setenv", "LANG", "C.UTF-8",
         "--ro-bind", "/usr", "/usr",
     ]  # fmt: skip
+    if fresh:
+        argv += ["--cap-add", "CAP_SYS_ADMIN"]
     for link in ("bin", "lib", "lib64", "sbin"):
         target = Path("/") / link
         if target.is_symlink():
@@ -131,25 +146,39 @@ def probe() -> Isolation:
 
 def plain(reason: str) -> Isolation:
     """A plain process group with resource limits: what holds where namespaces are refused."""
-    missing = (NO_NETWORK, PRIVATE_FILESYSTEM, NO_SURVIVORS, NO_SIGNALS_OUT)
+    missing = (NO_NETWORK, PRIVATE_FILESYSTEM, NO_SURVIVORS, NO_SIGNALS_OUT, FRESH_MACHINE)
     return Isolation("plain", missing, reason)
+
+
+# What the probe runs inside: a mount of its own, as each program's process makes one.
+_PROBE = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "assert libc.unshare(0x00020000 | 0x08000000) == 0, ctypes.get_errno()\n"
+    "assert libc.mount(b'tmpfs', b'/tmp', b'tmpfs', 0, b'size=4096') == 0, ctypes.get_errno()\n"
+)
 
 
 def _probe() -> Isolation:
     if shutil.which("bwrap") is None:
         return plain("bubblewrap (bwrap) is not installed")
-    try:
-        done = subprocess.run(
-            [*bwrap_argv(interpreter()), interpreter(), "-I", "-c", "pass"],
-            capture_output=True,
-            timeout=30,
-            check=False,
-            cwd="/",
-            **as_sandbox_user(),
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return plain(f"bubblewrap could not start: {err}")
-    if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
-        return plain(f"bubblewrap refused ({why}); user namespaces may be disabled here")
-    return Isolation("bwrap")
+    refused, python = "", interpreter()
+    for fresh in (True, False):
+        try:
+            done = subprocess.run(
+                [*bwrap_argv(python, fresh), python, "-I", "-c", _PROBE if fresh else "pass"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+                cwd="/",
+                **as_sandbox_user(),
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return plain(f"bubblewrap could not start: {err}")
+        if done.returncode == 0:
+            if fresh:
+                return Isolation("bwrap")
+            why = f"bubblewrap refused a capability in its own namespace ({refused})"
+            return Isolation("bwrap", (FRESH_MACHINE,), why)
+        refused = done.stderr.decode(errors="replace").strip()[-300:] or f"exit {done.returncode}"
+    return plain(f"bubblewrap refused ({refused}); user namespaces may be disabled here")

@@ -12,7 +12,7 @@ import os
 import selectors
 import shutil
 import signal
-import struct
+import socket
 import subprocess
 import tempfile
 import threading
@@ -27,6 +27,7 @@ from scalerl.sandbox.isolation import SANDBOX_DIR, Isolation
 _SUPERVISOR = (Path(__file__).with_name("supervisor.py")).read_text()
 MAIN = "main.py"
 STDERR_BYTES = 64 << 10  # stderr kept (its tail); more than the output limit is killed too
+CHUNK = 1 << 16
 STARTUP_SECONDS = 30.0  # for bubblewrap and the supervisor's interpreter to start, on a busy node
 ANSWER_SECONDS = 10.0  # after a job's wall limit, for the supervisor to kill, reap and clean up
 
@@ -51,8 +52,16 @@ class Limits:
 @dataclass(frozen=True)
 class Execution:
     """How one execution ended. `returncode` is the program's exit status, or minus the signal
-    that killed it; `error` is set when the sandbox itself failed (the program never ran, or we
-    could not tell how it ended): such a run says nothing about the program."""
+    that killed it.
+
+    Two kinds of sandbox failure, told apart by who could have caused them:
+
+    - `error` (unscored): the program never ran: the sandbox could not start (no bubblewrap,
+      namespaces refused) or could not start it (the host out of memory or processes). Such a
+      run says nothing about the program.
+    - `damaged`: the sandbox stopped being sound while the program ran (its supervisor ended or
+      stopped answering, what it wrote could not be emptied in time). That is the program's doing
+      (nothing else runs there): it failed. The sandbox is started anew for the next one."""
 
     returncode: int | None
     stdout: bytes
@@ -62,6 +71,9 @@ class Execution:
     output_exceeded: bool = False
     error: str = ""
     isolation: Isolation = Isolation("bwrap")
+    damaged: str = ""
+    cpu_exceeded: bool = False  # its processes together used more CPU than its limit
+    memory_total_exceeded: bool = False  # its processes together held more memory than its limit
 
     @property
     def signal(self) -> int | None:
@@ -71,8 +83,9 @@ class Execution:
 
     @property
     def memory_exceeded(self) -> bool:
-        """The program ran out of its address space (Python says MemoryError)."""
-        return b"MemoryError" in self.stderr[-4096:]
+        """The program ran out of its memory (Python says MemoryError, or its processes together
+        held more than its limit)."""
+        return self.memory_total_exceeded or b"MemoryError" in self.stderr[-4096:]
 
 
 class SandboxBroken(Exception):
@@ -85,11 +98,16 @@ class Sandbox:
     under its own limits and clears everything it left before the next. Started at the first
     `run`, started anew after a failure; `close` (or leaving the `with`) ends it and all in it.
 
+    The program's stdin, stdout and stderr are pipes made here, fed and read here; the supervisor
+    only hands them to the program's process (over a Unix socket), so no program's data ever
+    passes through the process every program is forked from.
+
     One per thread: `run` sends a job and waits for its result."""
 
     def __init__(self, mode: Isolation | None = None) -> None:
         self.mode = mode or isolation.probe()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
         self._inner = 0  # the supervisor's pid on this machine (bubblewrap's info), 0: unknown
         self._home: Path | None = None  # the plain mode's folder on this machine
 
@@ -107,45 +125,76 @@ class Sandbox:
         files: dict[str, str] | None = None,
     ) -> Execution:
         """Run the Python `program` (as main.py, beside `files`) and wait for it. Never raises
-        for anything the program does; a failure of the sandbox comes back as
-        `Execution.error`."""
+        for anything the program does: what it did to the sandbox comes back as
+        `Execution.damaged`; a failure no program could cause as `Execution.error`."""
         limits = limits or Limits()
-        job: dict[str, Any] = {"files": {**(files or {}), MAIN: program}, "main": MAIN}
-        if bad := [n for n in job["files"] if not n or "/" in n or n in (".", "..")]:
+        named = {**(files or {}), MAIN: program}
+        if bad := [n for n in named if not n or "/" in n or n in (".", "..")]:
             why = f"sandbox file name {bad[0]!r} must be a plain name"
             return Execution(None, b"", b"", 0.0, error=why, isolation=self.mode)
-        if self._proc is not None and self._proc.poll() is not None:
-            self.close()  # it ended since its last program (killed from outside): a new one
+        header = json.dumps({"main": MAIN, "limits": self._numbers(limits)}).encode()
+        # A supervisor that ended between programs (killed from outside, the host's OOM killer)
+        # is no program's doing: one new start, then the failure is unscored.
+        for attempt in (1, 2):
+            if self._proc is not None and self._proc.poll() is not None:
+                self.close()
+            try:
+                if self._proc is None:
+                    self._start()
+                pipes = self._send(header, named)
+                break
+            except (SandboxBroken, OSError) as failed:
+                self.close()
+                why = (
+                    str(failed)
+                    if isinstance(failed, SandboxBroken)
+                    else f"the sandbox failed: {failed}"
+                )
+                if attempt == 2 or isinstance(failed, SandboxBroken):
+                    return Execution(None, b"", b"", 0.0, error=why, isolation=self.mode)
+        started = time.monotonic()
+        pump = Pump(pipes, stdin, limits.output_bytes, STDERR_BYTES)
+        deadline = started + limits.wall_seconds + ANSWER_SECONDS
         try:
-            proc = self._proc or self._start()
-            job["limits"] = self._numbers(limits)
-            started = time.monotonic()
-            assert proc.stdin is not None
-            _send(proc.stdin.fileno(), json.dumps(job).encode())
-            _send(proc.stdin.fileno(), stdin)
-            deadline = started + limits.wall_seconds + ANSWER_SECONDS
-            header, out, err = (self._receive(deadline) for _ in range(3))
-        except (SandboxBroken, OSError) as failed:
-            why = str(failed)
-            if not isinstance(failed, SandboxBroken):
-                why = f"the sandbox failed: {why}"
+            result = self._wait(pump, deadline)
+        except SandboxBroken as broken:
             self.close()
-            return Execution(None, b"", b"", 0.0, error=why, isolation=self.mode)
-        result = json.loads(header)
+            pump.close()
+            return Execution(
+                None,
+                bytes(pump.stdout),
+                bytes(pump.stderr),
+                time.monotonic() - started,
+                output_exceeded=pump.exceeded,
+                damaged=str(broken),
+                isolation=self.mode,
+            )
+        pump.drain()
+        if result.get("unscored"):
+            self.close()
+            return Execution(None, b"", b"", 0.0, error=result["unscored"], isolation=self.mode)
+        if result.get("damaged"):
+            self.close()
         return Execution(
             returncode=result["returncode"],
-            stdout=out,
-            stderr=err,
+            stdout=bytes(pump.stdout),
+            stderr=bytes(pump.stderr),
             wall_seconds=time.monotonic() - started,
             timed_out=result["timed_out"],
-            output_exceeded=result["output_exceeded"],
+            output_exceeded=pump.exceeded,
             isolation=self.mode,
+            damaged=result.get("damaged", ""),
+            cpu_exceeded=result["cpu_exceeded"],
+            memory_total_exceeded=result["memory_exceeded"],
         )
 
     def close(self) -> None:
-        """End the supervisor (it exits when its input closes, and every program with it) and
+        """End the supervisor (it exits when its socket closes, and every program with it) and
         whatever is left of the sandbox; remove the plain mode's folder."""
         proc, self._proc = self._proc, None
+        control, self._control = self._control, None
+        if control is not None:
+            control.close()
         if proc is not None:
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream:
@@ -158,12 +207,14 @@ class Sandbox:
             shutil.rmtree(self._home, ignore_errors=True)
             self._home = None
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self) -> None:
         python = isolation.interpreter()
         supervisor = [python, "-I", "-c", _SUPERVISOR]
         info_read, info_write = os.pipe()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         if self.mode.mode == "bwrap":
-            argv = [*isolation.bwrap_argv(python), *supervisor, "namespace"]
+            argv = [*isolation.bwrap_argv(python, self.mode.fresh), *supervisor]
+            argv += ["fresh" if self.mode.fresh else "namespace"]
             argv[1:1] = ["--info-fd", str(info_write)]
             home, cwd = SANDBOX_DIR, Path("/")
         else:
@@ -173,8 +224,8 @@ class Sandbox:
         try:
             self._proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 cwd=cwd,
                 env={"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"},
@@ -184,13 +235,73 @@ class Sandbox:
             )
         finally:
             os.close(info_write)
+            theirs.close()
+        self._control = ours
         try:
             ready = self._receive(time.monotonic() + STARTUP_SECONDS, starting=True)
         finally:
             self._inner = _inner_pid(info_read)
         if ready != b"ready":
             raise SandboxBroken(f"the sandbox did not start: it said {ready[:100]!r}")
-        return self._proc
+
+    def _send(self, header: bytes, files: dict[str, str]) -> tuple[int, int, int]:
+        """The job, with the program's ends of three new pipes and a memfd of its files; ours
+        (its stdin to write, its stdout and stderr to read) come back."""
+        assert self._control is not None
+        stdin_r, stdin_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        memfd = os.memfd_create("job", os.MFD_CLOEXEC)
+        try:
+            data = memoryview(json.dumps(files).encode())
+            while data:
+                data = data[os.write(memfd, data) :]
+            socket.send_fds(self._control, [header], [stdin_r, out_w, err_w, memfd])
+        except OSError:
+            for fd in (stdin_w, out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (stdin_r, out_w, err_w, memfd):
+                os.close(fd)
+        return stdin_w, out_r, err_r
+
+    def _wait(self, pump: Pump, deadline: float) -> dict[str, Any]:
+        """Feed and read the program until the supervisor's result comes; ask it to kill the
+        program once its output passes the limit."""
+        assert self._control is not None
+        control = self._control
+        asked = False
+        with selectors.DefaultSelector() as sel:
+            sel.register(control, selectors.EVENT_READ, "result")
+            pump.register(sel)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SandboxBroken("the sandbox stopped answering")
+                for key, _ in sel.select(left):
+                    if key.data == "result":
+                        message = control.recv(1 << 16)
+                        if not message:
+                            raise SandboxBroken(f"the sandbox ended: {self._said()}")
+                        result: dict[str, Any] = json.loads(message)
+                        return result
+                    pump.ready(sel, key)
+                if pump.exceeded and not asked:
+                    control.send(b"kill")
+                    asked = True
+
+    def _said(self) -> str:
+        """What the ended supervisor wrote on its stderr (its traceback), or its exit status."""
+        proc = self._proc
+        if proc is None:
+            return "closed"
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "it stopped answering"
+        said = (proc.stderr.read() if proc.stderr else b"")[-2000:]
+        return said.decode(errors="replace").strip()[:500] or f"exit {proc.returncode}"
 
     def _numbers(self, limits: Limits) -> list[float]:
         """The limits as supervisor.py reads them. The kernel counts processes per user (of a
@@ -203,23 +314,116 @@ class Sandbox:
             limits.processes + others,
             limits.cpu_seconds,
             limits.wall_seconds,
-            limits.output_bytes,
-            STDERR_BYTES,
         ]
 
     def _receive(self, deadline: float, starting: bool = False) -> bytes:
-        assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        size = _read(fd, 4, deadline)
-        data = _read(fd, struct.unpack(">I", size)[0], deadline) if size is not None else None
-        if data is not None:
-            return data
+        assert self._control is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._control, selectors.EVENT_READ)
+            if sel.select(max(deadline - time.monotonic(), 0)):
+                data = self._control.recv(1 << 16)
+                if data:
+                    return data
+        assert self._proc is not None
         if self._proc.poll() is None and time.monotonic() >= deadline:
             raise SandboxBroken("the sandbox stopped answering")
-        self._proc.wait(timeout=5)
-        said = (self._proc.stderr.read() if self._proc.stderr else b"")[-2000:]
-        text = said.decode(errors="replace").strip()[:500] or f"exit {self._proc.returncode}"
-        raise SandboxBroken(f"the sandbox {'did not start' if starting else 'ended'}: {text}")
+        raise SandboxBroken(
+            f"the sandbox {'did not start' if starting else 'ended'}: {self._said()}"
+        )
+
+
+class Pump:
+    """Feeds a program's stdin and reads its stdout (up to the limit) and the tail of its stderr
+    (counted against the same limit), without blocking."""
+
+    def __init__(
+        self, pipes: tuple[int, int, int], stdin: bytes, output_bytes: int, stderr_kept: int
+    ) -> None:
+        self.stdin_fd, self.out_fd, self.err_fd = pipes
+        for fd in pipes:
+            os.set_blocking(fd, False)
+        self.pending = memoryview(stdin)
+        self.output_bytes, self.stderr_kept = output_bytes, stderr_kept
+        self.stdout, self.stderr = bytearray(), bytearray()
+        self.stderr_seen = 0
+        self.exceeded = False
+        self.open = {self.out_fd, self.err_fd}
+        if not self.pending:
+            self._close_stdin()
+
+    def register(self, sel: selectors.BaseSelector) -> None:
+        for fd in (self.out_fd, self.err_fd):
+            sel.register(fd, selectors.EVENT_READ, "read")
+        if self.stdin_fd >= 0:
+            sel.register(self.stdin_fd, selectors.EVENT_WRITE, "write")
+
+    def ready(self, sel: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
+        if key.data == "write":
+            self._feed(sel)
+        elif self.exceeded or not self._read(key.fd):
+            sel.unregister(key.fd)  # at its end, or past the limit: no more reading
+
+    def _feed(self, sel: selectors.BaseSelector) -> None:
+        try:
+            sent = os.write(self.stdin_fd, self.pending[:CHUNK])
+        except BlockingIOError:
+            return
+        except BrokenPipeError:  # the program stopped reading: what it did not read is dropped
+            sent = len(self.pending)
+        self.pending = self.pending[sent:]
+        if not self.pending:
+            sel.unregister(self.stdin_fd)
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self.stdin_fd >= 0:
+            os.close(self.stdin_fd)
+            self.stdin_fd = -1
+
+    def _read(self, fd: int) -> bool:
+        """One read of `fd`; False at its end (or when nothing more is there to read)."""
+        try:
+            chunk = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        if fd == self.err_fd:  # its tail is kept: that is where a traceback ends
+            self.stderr_seen += len(chunk)
+            self.stderr += chunk
+            del self.stderr[: -self.stderr_kept]
+            self.exceeded = self.exceeded or self.stderr_seen > self.output_bytes
+            return True
+        room = self.output_bytes - len(self.stdout)
+        self.stdout += chunk[: max(room, 0)]
+        self.exceeded = self.exceeded or len(chunk) > room
+        return True
+
+    def drain(self) -> None:
+        """What the program wrote before it ended and was not read yet (every writer is gone:
+        the supervisor killed and reaped all of the program's processes); then close."""
+        for fd in (self.out_fd, self.err_fd):
+            while not self.exceeded:
+                try:
+                    chunk_left = self._read(fd)
+                except OSError:
+                    break
+                if not chunk_left or not _readable_now(fd):
+                    break
+        self.close()
+
+    def close(self) -> None:
+        self._close_stdin()
+        for fd in (self.out_fd, self.err_fd):
+            if fd in self.open:
+                os.close(fd)
+                self.open.discard(fd)
+
+
+def _readable_now(fd: int) -> bool:
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        return bool(sel.select(0))
 
 
 class PerThread:
@@ -271,31 +475,6 @@ def _give_to_sandbox_user(folder: Path) -> None:
     uid = isolation.run_as()
     if uid is not None:  # root runs it as nobody: its folder must be nobody's
         os.chown(folder, uid, uid)
-
-
-def _send(fd: int, data: bytes) -> None:
-    data = struct.pack(">I", len(data)) + data
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read(fd: int, size: int, deadline: float) -> bytes | None:
-    """`size` bytes of `fd`; None at its end or when `deadline` passes first."""
-    parts: list[bytes] = []
-    left = size
-    with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_READ)
-        while left:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not sel.select(wait):
-                return None
-            part = os.read(fd, min(left, 1 << 20))
-            if not part:
-                return None
-            parts.append(part)
-            left -= len(part)
-    return b"".join(parts)
 
 
 def _tasks_of(uid: int) -> int:

@@ -1,28 +1,40 @@
-"""The first process of a sandbox: it runs the programs it is sent, one at a time, each in a
+"""The first process of a sandbox: it starts the programs it is sent, one at a time, each in a
 forked child under its own limits, and leaves nothing of one program for the next.
 
-Started by scalerl.sandbox.run as `python -I -c <this file's text> MODE` (MODE "namespace": it is
-the first process of its own PID, mount and IPC namespaces, as bubblewrap's `--as-pid-1` makes it;
-"plain": an ordinary process, where namespaces are refused). Not imported by scalerl; standard
-library only, any Python 3.9+: the sandbox's interpreter is the system's, without scalerl.
+Started by scalerl.sandbox.run as `python -I -c <this file's text> MODE`:
 
-Why a long-lived process: starting bubblewrap and an interpreter for every program cost more than
-most programs run. A forked child of this (already started) interpreter starts in about a
-millisecond, gets fresh CPU, memory, file-size and process-count limits (rlimits are per process,
-CPU time starts at zero), and a fresh folder. Between programs, every process but this one is
-killed (`kill(-1)` from a namespace's first process reaches all the others and never itself) and
-reaped, and every place a program may write (its folder, /tmp, /dev/shm) is emptied, with the
-System V IPC objects of the namespace. This process is out of the programs' reach: a namespace's
-first process takes no signal it has no handler for from inside, and it is not dumpable, so a
-program of the same user can neither trace it nor read its memory. The program's child is a copy
-of this process, which holds only the current job: the expected outputs never come in.
+- "fresh": the first process of its own user, PID, mount and IPC namespaces (bubblewrap's
+  `--as-pid-1`), holding CAP_SYS_ADMIN in that user namespace only. Each program's child makes
+  a mount and an IPC namespace of its own with new small tmpfs mounts (its folder, /tmp,
+  /dev/shm; bounded in bytes and in inodes), then drops every capability before the program
+  runs: what a program writes, and its System V and POSIX IPC objects, die with it, whatever
+  their number or depth.
+- "namespace": the same without the capability (where bubblewrap refuses `--cap-add`): the
+  places a program may write are shared by the sandbox's programs and emptied after each one.
+- "plain": an ordinary process, where namespaces are refused.
 
-Protocol, on this process's stdin and stdout (pipes to scalerl.sandbox.run): every message is a
-4-byte big-endian length and that many bytes. First this process sends `ready`. A job is two
-messages, a JSON header {"files": {name: text}, "main": name, "limits": [memory, files, processes,
-cpu, wall, output, stderr_kept]} and the program's stdin; its result is three, a JSON header
-{"returncode": int (minus the signal that ended it), "timed_out": bool, "output_exceeded": bool},
-the stdout and the tail of the stderr.
+Nothing of a program's data passes through this process. The program's stdin, stdout and
+stderr are pipes scalerl.sandbox.run made and feeds or reads itself; its files come in a memfd;
+all arrive here as descriptors passed over a Unix socket (SCM_RIGHTS) and are handed to the
+child unread. So a child, a copy of this process, carries no earlier program's input, output or
+source in its memory. Keyrings are refused to programs (a seccomp filter on add_key,
+request_key and keyctl), since a user's keyring outlives its processes.
+
+This process is out of the programs' reach: it resets SIGINT (which Python handles) to the
+default, so as a namespace's first process it takes no signal at all from inside; it is not
+dumpable, so a program of the same user can neither trace it nor read its memory; and whatever
+a program leaves is killed (`kill(-1)` from the first process reaches every other) and reaped
+before the next starts. A failure while a program runs (this process gone, a clean that did
+not finish) is reported as that program's; a failure before it runs (fork or setup refused,
+the host out of memory) as "unscored": no program could have caused it.
+
+Protocol, on fd 0 (a SOCK_SEQPACKET socket): this process sends `ready`. A job is one message,
+a JSON header {"main": name, "limits": [memory, files, processes, cpu, wall]} with four
+descriptors (stdin to read, stdout and stderr to write, the files' memfd: JSON {name: text}).
+While it runs, a message `kill` ends it (its output went past the limit). Its result is one
+message: JSON {"returncode": int (minus the signal that ended it), "timed_out", "cpu_exceeded",
+"memory_exceeded": bool, "unscored": why it never ran (""), "damaged": why the sandbox is no
+longer sound ("")}. Not imported by scalerl; standard library only, any Python 3.9+.
 """
 
 from __future__ import annotations
@@ -33,41 +45,33 @@ import json
 import os
 import resource
 import selectors
-import shutil
 import signal
-import struct
+import socket
 import sys
 import time
 import traceback
 from typing import Any, NoReturn
 
-NAMESPACE = sys.argv[1] == "namespace"
+MODE = sys.argv[1]  # "fresh" | "namespace" | "plain"
+NAMESPACE = MODE != "plain"  # the first process of a PID namespace
+FRESH = MODE == "fresh"
+SANDBOX_DIR = "/sandbox"
+TMP_BYTES = 16 << 20  # each place a program may write
+TMP_INODES = 4096  # files and folders in each (fresh mode): a flood ends here, not in a slow clean
+CLEAN_SECONDS = 5.0  # a shared place (namespace and plain modes) not emptied by then is unsound
+LOOK_SECONDS = 0.1  # how often a running program's processes are added up (CPU, memory)
 PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 IPC_RMID = 0
-CHUNK = 1 << 16
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
 LIBC = ctypes.CDLL(None, use_errno=True)  # the C library this interpreter runs on
-
-
-def send(fd: int, data: bytes) -> None:
-    data = struct.pack(">I", len(data)) + data
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def receive(fd: int) -> bytes | None:
-    head = read_exactly(fd, 4)
-    return read_exactly(fd, struct.unpack(">I", head)[0]) if head else None
-
-
-def read_exactly(fd: int, size: int) -> bytes | None:
-    parts, left = [], size
-    while left:
-        part = os.read(fd, min(left, 1 << 20))
-        if not part:
-            return None
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)
 
 
 # --- the child: one program -------------------------------------------------------------------
@@ -78,24 +82,127 @@ def limit(which: int, value: int) -> None:
         resource.setrlimit(which, (value, value))
 
 
-def run_program(
-    folder: str, main: str, stdin_fd: int, out_fd: int, err_fd: int, limits: list[int]
-) -> NoReturn:
-    """In the forked child: the program as `__main__`, as `python main.py` would run it. Never
-    returns."""
-    memory, files, processes, cpu = limits[:4]
-    os.setsid()
-    LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # an ordinary process (this one is not dumpable)
-    for fd, target in ((stdin_fd, 0), (out_fd, 1), (err_fd, 2)):
-        os.dup2(fd, target)
-    os.closerange(3, 1 << 16)
-    # Soft and hard alike: past the CPU limit the kernel kills (SIGXCPU, then SIGKILL).
-    limit(resource.RLIMIT_CPU, cpu)
-    limit(resource.RLIMIT_AS, memory)
-    limit(resource.RLIMIT_FSIZE, files)
-    limit(resource.RLIMIT_NPROC, processes)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    os.chdir(folder)
+def check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def fresh_places(folder: str) -> None:
+    """A mount and IPC namespace of the child's own, with a new tmpfs wherever it may write."""
+    check(LIBC.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
+    options = f"size={TMP_BYTES},nr_inodes={TMP_INODES},mode=0700".encode()
+    for place in (SANDBOX_DIR, "/tmp", "/dev/shm"):
+        check(LIBC.mount(b"tmpfs", place.encode(), b"tmpfs", 0, options), f"mount {place}")
+    os.mkdir(folder, 0o700)
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+
+# add_key, request_key, keyctl on each architecture (audit arch -> syscall numbers); x32's
+# numbers (bit 30 set on x86-64) are refused whole.
+KEYRING_CALLS = {0xC000003E: (248, 249, 250), 0xC00000B7: (217, 218, 219)}
+X32_BIT = 0x40000000
+
+
+def keyring_filter() -> list[tuple[int, int, int, int]]:
+    """A classic BPF program: EPERM for the keyring calls, everything else allowed."""
+    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1
+    blocks = []
+    for arch, calls in KEYRING_CALLS.items():
+        body = [(load, 0, 0, 0)]  # the syscall number
+        if arch == 0xC000003E:
+            body.append((jge, 0, 0, X32_BIT))
+        body += [(jeq, 0, 0, nr) for nr in calls]
+        body.append((ret, 0, 0, allow))
+        blocks.append((arch, body))
+    program = [(load, 0, 0, 4)]  # the architecture
+    for arch, body in blocks:
+        program.append((jeq, 0, len(body), arch))
+        program += body
+    program.append((ret, 0, 0, allow))
+    program.append((ret, 0, 0, eperm))
+    refuse = len(program) - 1
+    fixed = []
+    for n, (code, jt, jf, k) in enumerate(program):
+        if code in (jeq, jge) and (jt, jf) == (0, 0):  # a call to refuse: jump to EPERM
+            jt = refuse - n - 1
+        fixed.append((code, jt, jf, k))
+    return fixed
+
+
+def confine() -> None:
+    """No capability, no new privileges on exec, no keyring."""
+    check(LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
+    header = CapHeader(0x20080522, 0)
+    data = (CapData * 2)()
+    check(LIBC.capset(ctypes.byref(header), data), "capset")
+    check(LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    rules = keyring_filter()
+    table = (SockFilter * len(rules))(*[SockFilter(*r) for r in rules])
+    prog = SockFprog(len(rules), table)
+    check(LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+
+
+def run_program(folder: str, job: dict[str, Any], fds: list[int], status: int) -> NoReturn:
+    """In the forked child: set up (reporting a failure there on `status`, which makes the job
+    unscored), say "ok" on `status` and close it, then run the program as `__main__`, as `python
+    main.py` would. Never returns."""
+    try:
+        stdin_fd, out_fd, err_fd, files_fd = fds
+        memory, files, processes, cpu = job["limits"][:4]
+        os.setsid()
+        if FRESH:
+            fresh_places(folder)
+        else:
+            os.mkdir(folder, 0o700)
+        for name, text in json.loads(read_all(files_fd)).items():
+            with open(os.path.join(folder, name), "w") as file:
+                file.write(text)
+        os.chdir(folder)
+        for fd, target in ((stdin_fd, 0), (out_fd, 1), (err_fd, 2)):
+            os.dup2(fd, target)
+        os.closerange(3, status)
+        os.closerange(status + 1, 1 << 16)
+        # Soft and hard alike: past the CPU limit the kernel kills (SIGXCPU, then SIGKILL).
+        limit(resource.RLIMIT_CPU, cpu)
+        limit(resource.RLIMIT_AS, memory)
+        limit(resource.RLIMIT_FSIZE, files)
+        limit(resource.RLIMIT_NPROC, processes)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        try:
+            confine()
+        except OSError:
+            if NAMESPACE:  # plain mode: whatever this kernel allows (Isolation says the rest)
+                raise
+        LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # an ordinary process (this one is not dumpable)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any Python
+    except BaseException as err:  # noqa: BLE001 — said on `status`: the job was never run
+        os.write(status, f"setup failed: {type(err).__name__}: {err}".encode()[:500])
+        os._exit(127)
+    os.write(status, b"ok")
+    os.close(status)  # from here on, the program's: it cannot un-say "ok"
+    main = job["main"]
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
@@ -108,13 +215,22 @@ def run_program(
         with open(main, "rb") as file:
             code = compile(file.read(), main, "exec")
         exec(code, module.__dict__)
-        status = 0
+        code_ = 0
     except SystemExit as stop:
-        status = exit_status(stop.code)
+        code_ = exit_status(stop.code)
     except BaseException:  # what `python main.py` does with an uncaught exception
         traceback.print_exc()
-        status = 1
-    os._exit(finish(status))
+        code_ = 1
+    os._exit(finish(code_))
+
+
+def read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    parts = []
+    while part := os.read(fd, 1 << 20):
+        parts.append(part)
+    os.close(fd)
+    return b"".join(parts)
 
 
 def exit_status(code: object) -> int:
@@ -147,136 +263,124 @@ def finish(status: int) -> int:
 # --- this process: one job after another ------------------------------------------------------
 
 
-def serve(job_in: int, job_out: int, home: str) -> None:
-    send(job_out, b"ready")
+def serve(control: socket.socket, home: str) -> None:
+    control.sendall(b"ready")
     number = 0
     while True:
-        header = receive(job_in)
-        stdin = receive(job_in)
-        if header is None or stdin is None:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 4)
+        except OSError:
             return
-        job = json.loads(header)
+        if not message:
+            return  # the other end closed: the sandbox is being ended
+        if len(fds) != 4:  # a `kill` for a job that already ended
+            for fd in fds:
+                os.close(fd)
+            continue
         number += 1
         folder = os.path.join(home, f"job-{number}-{os.urandom(4).hex()}")
-        os.mkdir(folder, 0o700)
-        for name, text in job["files"].items():
-            with open(os.path.join(folder, name), "w") as file:
-                file.write(text)
-        result, stdout, stderr = run_job(folder, job, stdin)
-        clean(home)
-        send(job_out, json.dumps(result).encode())
-        send(job_out, stdout)
-        send(job_out, stderr)
+        result = run_job(control, folder, json.loads(message), fds)
+        result["damaged"] = result.get("damaged") or clean(home)
+        control.sendall(json.dumps(result).encode())
+        if result["damaged"]:
+            return  # unsound from here on: the next program gets a new sandbox
 
 
-def run_job(folder: str, job: dict[str, Any], stdin: bytes) -> tuple[dict[str, Any], bytes, bytes]:
-    limits = job["limits"]
-    wall, output_bytes, stderr_kept = limits[4], limits[5], limits[6]
-    pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
-    pid = os.fork()
+def run_job(
+    control: socket.socket, folder: str, job: dict[str, Any], fds: list[int]
+) -> dict[str, Any]:
+    status_r, status_w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as err:
+        for fd in (*fds, status_r, status_w):
+            os.close(fd)
+        return {"unscored": f"could not start the program: {err}"}
     if pid == 0:
-        run_program(folder, job["main"], pipes[0][0], pipes[1][1], pipes[2][1], limits)
-    for fd in (pipes[0][0], pipes[1][1], pipes[2][1]):
+        os.close(status_r)
+        control.close()
+        run_program(folder, job, fds, status_w)
+    for fd in (*fds, status_w):
         os.close(fd)
-    watch = Watch(pid, pipes[0][1], pipes[1][0], pipes[2][0], stdin, output_bytes, stderr_kept)
-    watch.pump(time.monotonic() + wall)
+    cpu, wall = job["limits"][3], job["limits"][4]
+    memory = job["limits"][0]
+    result = watch(control, pid, time.monotonic() + wall, cpu, memory)
     kill_all(pid)
     status = os.waitpid(pid, 0)[1]
     reap_rest()
-    watch.drain()
+    said = read_status(status_r)
+    if said != b"ok":
+        return {"unscored": said.decode(errors="replace") or "the program's setup ended"}
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    result = {"returncode": code, "timed_out": watch.timed_out, "output_exceeded": watch.exceeded}
-    return result, bytes(watch.stdout), bytes(watch.stderr)
+    return {"returncode": code, **result}
 
 
-class Watch:
-    """Feeds the child's stdin and reads its stdout and stderr until it exits, the wall clock
-    runs out, or it prints more than allowed."""
+def read_status(fd: int) -> bytes:
+    parts = []
+    while part := os.read(fd, 4096):
+        parts.append(part)
+    os.close(fd)
+    return b"".join(parts)
 
-    def __init__(
-        self,
-        pid: int,
-        stdin_fd: int,
-        out_fd: int,
-        err_fd: int,
-        stdin: bytes,
-        output_bytes: int,
-        stderr_kept: int,
-    ) -> None:
-        self.pidfd = os.pidfd_open(pid)
-        self.stdin_fd, self.out_fd, self.err_fd = stdin_fd, out_fd, err_fd
-        self.pending = memoryview(stdin)
-        self.output_bytes, self.stderr_kept = output_bytes, stderr_kept
-        self.stdout, self.stderr = bytearray(), bytearray()
-        self.stderr_seen = 0
-        self.timed_out = self.exceeded = False
 
-    def pump(self, deadline: float) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(self.pidfd, selectors.EVENT_READ, "exit")
-        for fd in (self.out_fd, self.err_fd):
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ, "read")
-        os.set_blocking(self.stdin_fd, False)
-        if self.pending:
-            sel.register(self.stdin_fd, selectors.EVENT_WRITE, "write")
-        else:
-            os.close(self.stdin_fd)
-        exited = False
-        while not (exited or self.timed_out or self.exceeded):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.timed_out = True
-                break
-            for key, _ in sel.select(left):
-                if key.data == "exit":
-                    exited = True
-                elif key.data == "write":
-                    self.feed(sel)
-                elif not self.read(key.fd):
-                    sel.unregister(key.fd)
+def watch(
+    control: socket.socket, pid: int, deadline: float, cpu: int, memory: int
+) -> dict[str, Any]:
+    """Wait until the program's first process ends, the wall clock runs out, its processes
+    together pass the CPU or memory limit, or a `kill` comes (its output went past the limit)."""
+    result = {"timed_out": False, "cpu_exceeded": False, "memory_exceeded": False}
+    pidfd = os.pidfd_open(pid)
+    sel = selectors.DefaultSelector()
+    sel.register(pidfd, selectors.EVENT_READ, "exit")
+    sel.register(control, selectors.EVENT_READ, "control")
+    look = time.monotonic() + LOOK_SECONDS
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                result["timed_out"] = True
+                return result
+            events = sel.select(min(deadline, look) - now)
+            if any(key.data == "exit" for key, _ in events):
+                return result
+            if any(key.data == "control" for key, _ in events):
+                message, fds, _, _ = socket.recv_fds(control, 64, 4)
+                for fd in fds:
+                    os.close(fd)
+                if not message:
+                    kill_all(pid)
+                    sys.exit(0)  # the other end is gone: so is the sandbox
+                return result  # `kill`
+            if time.monotonic() >= look and NAMESPACE:
+                used, resident = totals()
+                if cpu > 0 and used > cpu:
+                    result["cpu_exceeded"] = True
+                    return result
+                if memory > 0 and resident > memory:
+                    result["memory_exceeded"] = True
+                    return result
+                look = time.monotonic() + LOOK_SECONDS
+    finally:
         sel.close()
-        if self.pending:
-            os.close(self.stdin_fd)
+        os.close(pidfd)
 
-    def feed(self, sel: selectors.BaseSelector) -> None:
+
+def totals() -> tuple[float, int]:
+    """CPU seconds and resident bytes of every process in the namespace but this one. A process
+    reaped by another is in its reaper's children's time; none is reaped by this one while a
+    program runs, so nothing is missed."""
+    seconds, resident = 0.0, 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
         try:
-            sent = os.write(self.stdin_fd, self.pending[:CHUNK])
-        except BlockingIOError:
-            return
-        except BrokenPipeError:  # the program stopped reading: what it did not read is dropped
-            sent = len(self.pending)
-        self.pending = self.pending[sent:]
-        if not self.pending:
-            sel.unregister(self.stdin_fd)
-            os.close(self.stdin_fd)
-
-    def read(self, fd: int) -> bool:
-        """One read of `fd`; False at its end (or when nothing more is there to read)."""
-        try:
-            chunk = os.read(fd, CHUNK)
-        except BlockingIOError:
-            return False
-        if not chunk:
-            return False
-        if fd == self.err_fd:  # its tail is kept: that is where a traceback ends
-            self.stderr_seen += len(chunk)
-            self.stderr += chunk
-            del self.stderr[: -self.stderr_kept]
-            self.exceeded = self.stderr_seen > self.output_bytes
-            return True
-        room = self.output_bytes - len(self.stdout)
-        self.stdout += chunk[: max(room, 0)]
-        self.exceeded = len(chunk) > room
-        return True
-
-    def drain(self) -> None:
-        """What the program wrote before it ended and was not read yet; then close."""
-        for fd in (self.out_fd, self.err_fd):
-            while not self.exceeded and self.read(fd):
-                pass
-            os.close(fd)
-        os.close(self.pidfd)
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        seconds += sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
+        resident += int(fields[21]) * PAGE
+    return seconds, resident
 
 
 def kill_all(pid: int) -> None:
@@ -303,27 +407,60 @@ def reap_rest() -> None:
             return
 
 
-def clean(home: str) -> None:
-    """Empty every place the program could write (the folder its job's folder is in, and in a
-    namespace /tmp and /dev/shm); in a namespace, remove its IPC objects."""
-    for place in [home] + (["/tmp", "/dev/shm"] if NAMESPACE else []):
-        for root, dirs, _ in os.walk(place):
-            for name in dirs:  # a folder it made unreadable is still its own to open
-                try:
-                    os.chmod(os.path.join(root, name), 0o700)
-                except OSError:
-                    pass
-        for name in os.listdir(place):
-            path = os.path.join(place, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
-    if NAMESPACE:
-        remove_ipc()
+def clean(home: str) -> str:
+    """Empty every place programs share (in fresh mode there is none: each had its own). Done
+    in a child, with a deadline: a flood of files or a deep tree costs at most CLEAN_SECONDS and
+    then says the sandbox is unsound. '' when it is clean, else why not."""
+    if FRESH:
+        return ""
+    places = [home] + (["/tmp", "/dev/shm"] if NAMESPACE else [])
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for place in places:
+                wipe(place)
+            if NAMESPACE:
+                remove_ipc()
+        except BaseException:  # noqa: BLE001 — said by the exit status
+            os._exit(1)
+        os._exit(0)
+    pidfd = os.pidfd_open(pid)
+    with selectors.DefaultSelector() as sel:
+        sel.register(pidfd, selectors.EVENT_READ)
+        done = bool(sel.select(CLEAN_SECONDS))
+    os.close(pidfd)
+    if not done:
+        os.kill(pid, signal.SIGKILL)
+    status = os.waitpid(pid, 0)[1]
+    if not done:
+        return f"emptying what the program wrote took over {CLEAN_SECONDS:.0f} s"
+    if status != 0:
+        return "what the program wrote could not be removed"
+    return ""
+
+
+def wipe(place: str) -> None:
+    """Remove everything under `place`, without recursion (a tree may be any depth) and by
+    names relative to the current folder (its paths may be longer than the system allows)."""
+    os.chdir(place)
+    trail: list[str] = []
+    while True:
+        below = None
+        with os.scandir(".") as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    below = entry.name
+                    break
+                os.unlink(entry.name)
+        if below is not None:
+            os.chmod(below, 0o700)  # a folder it made unreadable is still its own to open
+            os.chdir(below)
+            trail.append(below)
+            continue
+        if not trail:
+            return
+        os.chdir("..")
+        os.rmdir(trail.pop())
 
 
 def remove_ipc() -> None:
@@ -346,11 +483,14 @@ def remove_ipc() -> None:
 def main() -> None:
     # Not dumpable: a program of the same user cannot trace this process or read its memory.
     LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    job_in, job_out = os.dup(0), os.dup(1)
+    # Python handles SIGINT; the first process of a namespace takes from inside only the
+    # signals it handles. With the default back, none reaches it (os.kill(1, SIGINT) did).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    control = socket.socket(fileno=os.dup(0))
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    serve(job_in, job_out, os.getcwd())
+    serve(control, os.getcwd())
 
 
 main()

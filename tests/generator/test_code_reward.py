@@ -16,8 +16,9 @@ from scalerl.generator.code_reward import (
     PASSED,
     RUNTIME_ERROR,
     TIMEOUT,
+    UNSCORED,
     WRONG_ANSWER,
-    SandboxFailure,
+    Unscored,
     extract_code,
     parse_tests,
     score_code,
@@ -209,7 +210,7 @@ def test_extract_code_takes_the_last_fenced_block_or_everything() -> None:
     assert extract_code("print(1)") == "print(1)"
 
 
-def test_the_code_reward_resolves_and_a_broken_sandbox_drops_the_sample(
+def test_the_code_reward_resolves_and_a_sandbox_that_cannot_start_leaves_it_unscored(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reference, _ = _sum_and_max_problem(5)
@@ -217,11 +218,16 @@ def test_the_code_reward_resolves_and_a_broken_sandbox_drops_the_sample(
     assert reward(SUM_MAX, reference) == 1.0 and load_reward("code")(SUM_MAX, reference) == 1.0
     if isolation.probe().mode != "bwrap":
         pytest.skip("breaks bubblewrap on purpose; this machine runs without it")
-    monkeypatch.setattr(isolation, "bwrap_argv", lambda python: ["bwrap", "--no-such-option"])
+    broken = ["bwrap", "--no-such-option"]
+    monkeypatch.setattr(isolation, "bwrap_argv", lambda python, fresh=True: broken)
     verdict = score_code(SUM_MAX, reference, FAST)
-    assert verdict.error.startswith("the sandbox did not start") and verdict.reward == -1.0
-    with pytest.raises(SandboxFailure):  # a reward loaded now starts its sandbox broken
+    # No program could have caused it: unscored, with the reason, in one place.
+    assert verdict.unscored.startswith("the sandbox did not start") and not verdict.scored
+    assert [t.verdict for t in verdict.tests] == [UNSCORED] * 3 and verdict.reward == -1.0
+    assert verdict.to_dict()["unscored"] == verdict.unscored
+    with pytest.raises(Unscored) as raised:  # a reward loaded now starts its sandbox broken
         load_reward("code", FAST)(SUM_MAX, reference)
+    assert raised.value.reason.startswith("the sandbox did not start")
 
 
 def test_an_assert_solution_finds_no_file_holding_its_expected_values() -> None:
