@@ -83,14 +83,14 @@ class Calculator:
 
 def trl_env_worker(spec_file: Path, result_file: Path, cap_s: float, gain: float) -> None:
     """Train the tool task with TRL's GRPOTrainer and `environment_factory` until +gain
-    (confirmed) or the cap; write the figures (trl_bench.py's record)."""
+    (confirmed) or the cap; write the figures (trl_worker.py's record)."""
     spawned = float(os.environ.get("TRL_BENCH_SPAWNED") or time.time())
     import datasets
     import tool_arith
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
-    from trl_bench import clock_callback, finish_record, grpo_config, new_record, peft_config
+    from trl_worker import clock_callback, finish_record, grpo_config, new_record, peft_config
 
     from scalerl.agents.load import environment_examples, load_environment
     from scalerl.hfeval import load_spec
