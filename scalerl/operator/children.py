@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from scalerl.kube import Kube, KubeError
-from scalerl.operator import manifests, names
-from scalerl.operator.manifests import Images, NetworkSettings, Owner
+from scalerl.operator import envserver, fitjob, gang, manifests, names
+from scalerl.operator.manifests import NetworkSettings
+from scalerl.operator.objects import Images, Owner
 from scalerl.rollout.keys import StreamKeys
 from scalerl.spec import QUEUE_LABEL, ScaleRLRun
 
@@ -140,7 +141,7 @@ def ensure_workloads(
     another attempt is deleted (with its pods) and StaleWorkload raised: the name frees up only
     once it is gone."""
     created = []
-    for obj in manifests.workloads(run, owner, attempt, images):
+    for obj in gang.workloads(run, owner, attempt, images):
         api_version, kind, name = obj["apiVersion"], obj["kind"], obj["metadata"]["name"]
         current = None if new else kube.find(api_version, kind, owner.namespace, name)
         if current is not None and attempt_of(current) != attempt:
@@ -162,7 +163,7 @@ def _create_workload(kube: Kube, obj: dict[str, Any]) -> dict[str, Any] | None:
         if obj["kind"] == "JobSet" and err.status == 404:
             raise NoJobSetAPI(
                 f"spec.scheduling.queueName needs JobSet and Kueue on the cluster, and the API "
-                f"server does not serve {manifests.JOBSET_API} JobSets ({err}): install JobSet, "
+                f"server does not serve {gang.JOBSET_API} JobSets ({err}): install JobSet, "
                 "and Kueue with its jobset.x-k8s.io/jobset integration, or remove the queue"
             ) from None
         raise
@@ -172,7 +173,7 @@ def admission(kube: Kube, owner: Owner, attempt: int) -> tuple[str, str] | None:
     """None once Kueue has admitted the queued gang `attempt` (its JobSet is no longer
     suspended); else (reason, message) of why it waits, as Kueue's Workload for it says (no
     quota yet, a queue that does not exist, an eviction)."""
-    jobset = kube.find(manifests.JOBSET_API, "JobSet", owner.namespace, names.gang(owner.name))
+    jobset = kube.find(gang.JOBSET_API, "JobSet", owner.namespace, names.gang(owner.name))
     if jobset is None or attempt_of(jobset) != attempt:
         return "PodsNotCreated", f"the JobSet of gang attempt {attempt} is not there yet"
     if not (jobset.get("spec") or {}).get("suspend"):
@@ -224,7 +225,7 @@ def remove_workloads(kube: Kube, owner: Owner, *, queued: bool = False) -> int:
 def remove_env_server(kube: Kube, run: ScaleRLRun, owner: Owner) -> int:
     """The OpenEnv server's Deployment, where the run has one (its pods go with it): a suspended
     or ended run runs no rollouts. Its Service stays until the run is deleted."""
-    if manifests.env_server_url(run, owner) is None:
+    if envserver.env_server_url(run, owner) is None:
         return 0
     return int(kube.delete("apps/v1", "Deployment", owner.namespace, names.env_server(owner.name)))
 
@@ -233,9 +234,7 @@ def _delete_jobset(kube: Kube, owner: Owner) -> int:
     """A queued gang's JobSet, and its Jobs: the next gang's JobSet makes Jobs of the same
     names, which it cannot while garbage collection has yet to remove these."""
     jobs = [names.gang_job(owner.name, role) for role in names.WORKLOAD_ROLES]
-    deleted = int(
-        kube.delete(manifests.JOBSET_API, "JobSet", owner.namespace, names.gang(owner.name))
-    )
+    deleted = int(kube.delete(gang.JOBSET_API, "JobSet", owner.namespace, names.gang(owner.name)))
     return deleted + sum(kube.delete("batch/v1", "Job", owner.namespace, job) for job in jobs)
 
 
@@ -290,7 +289,7 @@ def fit_job_active(kube: Kube, owner: Owner, number: int) -> bool:
 
 
 def create_fit_job(kube: Kube, run: ScaleRLRun, owner: Owner, number: int, images: Images) -> bool:
-    return kube.create(manifests.fit_job(run, owner, number, images)) is not None
+    return kube.create(fitjob.fit_job(run, owner, number, images)) is not None
 
 
 def _served(deployment: dict[str, Any]) -> tuple[Any, ...]:

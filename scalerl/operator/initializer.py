@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalerl.kube import Kube
-from scalerl.operator import manifests, names, sources
-from scalerl.operator.manifests import CONTAINER_SECURITY, Images, Owner
+from scalerl.operator import names, objects, sources
+from scalerl.operator.objects import CONTAINER_SECURITY, Images, Owner
 from scalerl.operator.sources import CACHE_DIR, CONDITION, FAILED, HUB_SUBDIR, STORE_DIR
 from scalerl.spec import ScaleRLRun
 
@@ -67,7 +67,7 @@ def job(run: ScaleRLRun, owner: Owner, images: Images) -> dict[str, Any]:
     claim = run.spec.checkpoint.claim_name
     command = [
         "scalerl", "fetch-sources",
-        "--spec", f"{manifests.CONFIG_DIR}/{manifests.SPEC_FILE}",
+        "--spec", f"{objects.CONFIG_DIR}/{objects.SPEC_FILE}",
         "--out", f"{STORE_DIR}/runs/{run.name}",
         "--run", owner.name, "--namespace", owner.namespace,
     ]  # fmt: skip
@@ -78,7 +78,7 @@ def job(run: ScaleRLRun, owner: Owner, images: Images) -> dict[str, Any]:
         "env": environ(run),
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
         "volumeMounts": [
-            {"name": "config", "mountPath": manifests.CONFIG_DIR, "readOnly": True},
+            {"name": "config", "mountPath": objects.CONFIG_DIR, "readOnly": True},
             {"name": "store", "mountPath": STORE_DIR},
         ],
         "securityContext": CONTAINER_SECURITY,
