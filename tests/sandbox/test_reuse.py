@@ -113,3 +113,25 @@ def test_without_namespaces_a_kept_sandbox_still_clears_its_folder_and_group(
         assert box.run(litter, limits=LIMITS).returncode == 0
         seen = box.run(look, limits=LIMITS).stdout.decode()
     assert seen.count("job-") == 1 and "left" not in seen
+
+
+def test_without_the_capability_a_kept_sandbox_empties_deep_trees_and_floods(
+    full_isolation: object,
+) -> None:
+    # Where bubblewrap refuses --cap-add: programs share /tmp, /dev/shm and the folder, emptied
+    # after each without recursion (os.walk died at 1,000 levels before).
+    from scalerl.sandbox.isolation import FRESH_MACHINE, Isolation
+
+    shared = Isolation("bwrap", (FRESH_MACHINE,), "capability refused in this test")
+    deep = (
+        "import os\nos.chdir('/tmp')\nfor _ in range(1500):\n    os.mkdir('a')\n    os.chdir('a')\n"
+    )
+    flood = "for n in range(3000):\n    open(f'/dev/shm/f{n}', 'w').close()\n"
+    with Sandbox(shared) as box:
+        assert box.run(deep, limits=LIMITS).returncode == 0
+        assert box.run(flood, limits=LIMITS).returncode == 0
+        seen = box.run(LOOKER, limits=LIMITS)
+    assert not seen.damaged and seen.returncode == 0, seen
+    files = seen.stdout.decode().splitlines()[1]
+    (folder,) = eval(files.split(" ", 1)[1])  # noqa: S307 — a list the test's program printed
+    assert Path(folder).name.startswith("job-")
