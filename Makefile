@@ -4,6 +4,9 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`: the cluster tests on one, the whole runs on one, the rest
+# spread over both (tests/conftest.py). TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup test test-fast demo bench lint clean crds images base-image cluster-bins trackio-venv test-images
 
@@ -30,10 +33,10 @@ cluster-bins:
 	$(PY) tests/cluster/bins.py
 
 # Everything: unit tests, the slow end-to-end runs (real processes, vLLM on CPU) and the tests on
-# the real control plane (tests/cluster). GPU tests skip where there is no GPU. pytest lists the
-# 30 slowest at the end (pyproject's addopts): where the time goes.
+# the real control plane (tests/cluster), in TEST_WORKERS workers. GPU tests skip where there is
+# no GPU. pytest lists the 30 slowest at the end (pyproject's addopts): where the time goes.
 test: setup cluster-bins trackio-venv test-images
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The operator's image from this checkout, which the cluster tests run with Podman (cached by the
 # hash of its inputs; where Podman is missing this says so and the tests fail under CI, skip else).

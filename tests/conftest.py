@@ -7,6 +7,7 @@ single-token `</think>` and a chat template.
 
 from __future__ import annotations
 
+import os
 import string
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from history_rows import history_row, impossible_rows
 from hypothesis import settings
 
+from scalerl.ports import RANGE_VARIABLE, split_range
 from scalerl.status.history import HistoryRow
 
 USER_EOS, USER_PAD, USER_UNK = "<eos>", "<pad>", "<unk>"
@@ -34,11 +36,32 @@ UserModel = Callable[..., Path]
 CLUSTER_TESTS = Path(__file__).parent / "cluster"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test`), each worker and the processes its tests start draw ports
+    from a range of their own: two workers never hand out the same port (scalerl/ports.py)."""
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:
+        index = int(str(worker["workerid"]).removeprefix("gw"))
+        os.environ[RANGE_VARIABLE] = split_range(index, int(worker["workercount"]))
+
+
+# Tests that run on one worker, one after the other, under `--dist loadgroup` (`make test`):
+# every test of the real control plane (one per worker would start a second one, and an operator
+# of every namespace must see only its own test's runs), and every whole run (each keeps the two
+# cores busy: two at once only slow each other towards their step deadlines). The rest spreads
+# over the workers while these run.
+GROUP_CLUSTER, GROUP_RUNS = "cluster", "runs"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test under tests/cluster/ needs the real control plane: marked `cluster`."""
     for item in items:
         if item.path.is_relative_to(CLUSTER_TESTS):
             item.add_marker(pytest.mark.cluster)
+            item.add_marker(pytest.mark.xdist_group(GROUP_CLUSTER))
+        elif item.get_closest_marker("slow") or item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.xdist_group(GROUP_RUNS))
 
 
 def build_user_model(
