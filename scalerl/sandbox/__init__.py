@@ -1,21 +1,26 @@
 """Runs untrusted programs (a model's code, for `reward: code`) so they cannot touch anything
-else: `Sandbox().run(program, stdin, limits)` -> `Execution`, one program after another in one
-sandbox; `execute(...)`, one in a sandbox of its own.
+else, nor each other: `Sandbox().run(program, stdin, limits)` -> `Execution`, one program after
+another in one sandbox; `execute(...)`, one in a sandbox of its own.
 
 Each execution gets its own process group and session; a wall-clock limit (killed from outside
 it), CPU, address-space, file-size and process-count limits (kernel rlimits, set inside its user
-namespace so the process count is its own); bounded stdout/stderr (killed past the limit); a
-private working folder; and, with bubblewrap (`scalerl.sandbox.isolation`), its own user, PID,
-network, mount and IPC namespaces: no network, a read-only view of /usr and nothing else of the
-machine. After each program every process it started is killed and every place it could write is
-emptied before the next one starts (scalerl/sandbox/supervisor.py).
+namespace so the process count is its own) and CPU and memory limits on all its processes
+together; bounded stdout/stderr (killed past the limit); and, with bubblewrap
+(`scalerl.sandbox.isolation`), its own user, PID, network, mount and IPC namespaces: no network,
+a read-only view of /usr and nothing else of the machine, and a fresh machine per program (new
+small tmpfs mounts wherever it may write, its own IPC namespace, no keyring). Its stdin, stdout
+and stderr never pass through the process that programs are forked from. After each program
+every process it started is killed (scalerl/sandbox/supervisor.py).
 
-Where the platform refuses user namespaces (a pod whose seccomp profile forbids them), executions
-run as plain processes with the limits that still hold, and `Isolation.missing` — in every
-`Execution` and logged once — names what is lost. What the sandbox does not protect against:
-kernel bugs (the namespaces share the machine's kernel; a gVisor runtime class closes that on a
-cluster), CPU and memory-bandwidth contention with the generator (the pool bounds how many run at
-once), and a program reading what the system's /usr holds.
+`Execution.error` is a failure no program could cause (the program never ran: unscored);
+`Execution.damaged` is what a program did to its sandbox (its failure; the next program gets a
+new sandbox). Where the platform refuses user namespaces (a pod whose seccomp profile forbids
+them), executions run as plain processes with the limits that still hold, and
+`Isolation.missing` — in every `Execution` and logged once — names what is lost. What the
+sandbox does not protect against: kernel bugs (the namespaces share the machine's kernel; a
+gVisor runtime class closes that on a cluster), CPU and memory-bandwidth contention with the
+generator (the pool bounds how many run at once), and a program reading what the system's /usr
+holds.
 """
 
 from scalerl.sandbox.isolation import Isolation, probe

@@ -281,14 +281,20 @@ class Sandbox:
                     raise SandboxBroken("the sandbox stopped answering")
                 for key, _ in sel.select(left):
                     if key.data == "result":
-                        message = control.recv(1 << 16)
+                        try:
+                            message = control.recv(1 << 16)
+                        except OSError:
+                            message = b""
                         if not message:
                             raise SandboxBroken(f"the sandbox ended: {self._said()}")
                         result: dict[str, Any] = json.loads(message)
                         return result
                     pump.ready(sel, key)
                 if pump.exceeded and not asked:
-                    control.send(b"kill")
+                    try:
+                        control.send(b"kill")
+                    except OSError as err:
+                        raise SandboxBroken(f"the sandbox ended: {self._said()}") from err
                     asked = True
 
     def _said(self) -> str:
@@ -405,10 +411,10 @@ class Pump:
         for fd in (self.out_fd, self.err_fd):
             while not self.exceeded:
                 try:
-                    chunk_left = self._read(fd)
+                    more = self._read(fd)
                 except OSError:
                     break
-                if not chunk_left or not _readable_now(fd):
+                if not more or not _readable_now(fd):  # at its end, or a writer outlived it
                     break
         self.close()
 
