@@ -365,21 +365,34 @@ def watch(
         os.close(pidfd)
 
 
+STAT = bytearray(4096)  # /proc/PID/stat is read into this, and wiped after
+
+
 def totals() -> tuple[float, int]:
     """CPU seconds and resident bytes of every process in the namespace but this one. A process
     reaped by another is in its reaper's children's time; none is reaped by this one while a
-    program runs, so nothing is missed."""
+    program runs, so nothing is missed. The process's name (in the stat line, and the program's
+    to set) is wiped from the buffer and never copied: no program's bytes stay in this process's
+    memory for the next program's fork to find."""
     seconds, resident = 0.0, 0
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1":
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
         except OSError:
             continue
-        seconds += sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
-        resident += int(fields[21]) * PAGE
+        try:
+            size = os.readv(fd, [STAT])
+            end = STAT.rfind(b")", 0, size)
+            fields = bytes(STAT[end + 1 : size]).split()
+            seconds += sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
+            resident += int(fields[21]) * PAGE
+        except (OSError, ValueError, IndexError):
+            pass
+        finally:
+            os.close(fd)
+            STAT[:] = bytes(len(STAT))
     return seconds, resident
 
 

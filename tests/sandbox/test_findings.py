@@ -210,3 +210,25 @@ def test_f17_memory_split_over_processes_counts_against_the_program(
     spec = CodeSpec(test_timeout_seconds=5.0, problem_timeout_seconds=60.0, memory_mib=256)
     result = score_code(MEMORY_SPLIT, STDIO, spec)
     assert result.reward == -1.0 and [t.verdict for t in result.tests] == ["memory"], result
+
+
+NAMER = """
+import ctypes, time
+name = ('NAME' + 'MARK-' + 'abc123').encode()
+ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME: its comm
+end = time.monotonic() + 0.5
+while time.monotonic() < end:  # long enough for the supervisor to add up its CPU time
+    pass
+"""
+
+
+def test_f15_a_programs_process_name_does_not_reach_the_next_through_the_supervisor(
+    full_isolation: object,
+) -> None:
+    # The supervisor reads every process's stat line (CPU and memory sums); the line holds the
+    # process's name, which the program sets. Left in the supervisor's heap, the next fork has it.
+    with Sandbox() as box:
+        named = box.run(NAMER, b"", LIMITS)
+        scan = box.run(SCANNER.replace("(?:IN|OUT)MARK", "NAMEMARK"), b"", LIMITS)
+    assert named.returncode == 0 and scan.returncode == 0, (named, scan)
+    assert scan.stdout == b"[]\n"
