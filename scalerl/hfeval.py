@@ -30,8 +30,10 @@ A sample passes when its reward is > 0 and it is not truncated (the project's on
 A run with spec.environment is evaluated by `scalerl.hfeval_env` (`held_out` picks it): its
 held-out prompts played as multi-turn rollouts, each model turn sampled by HF `generate`.
 The result counts samples, correct and truncated ones per prompt; the pass rate is correct /
-samples (mean@k), its standard error the standard deviation of the per-prompt means (ddof 1)
-over the square root of the number of prompts.
+(prompts x k) (mean@k), its standard error the standard deviation of the per-prompt means (ddof
+1) over the square root of the number of prompts. A sample that could not be scored (the code
+sandbox itself failed: `sandbox`; the reward function raised: `reward_error`) counts as not
+passed and is reported (`Evaluation.unscored`, by reason).
 """
 
 from __future__ import annotations
@@ -50,12 +52,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
-from scalerl.errors import DataError, InputError
+from scalerl.errors import DataError, InputError, ScaleRLError
+from scalerl.generator.code_reward import SandboxFailure
 from scalerl.generator.prompts import Example, PromptEncoder, train_and_validation
 from scalerl.generator.rewards import RewardFn, load_reward
 from scalerl.generator.tokens import ModelTokens
 from scalerl.spec import ScaleRLRun, load_run
-from scalerl.status.history import PromptScore
+from scalerl.status.history import REWARD_ERROR, SANDBOX, PromptScore, add_reasons
 from scalerl.trainer.adapter import ADAPTER_CONFIG, is_adapter, merged_model
 
 if TYPE_CHECKING:
@@ -81,21 +84,26 @@ class Evaluation:
     samples: int
     correct: int
     truncated: int
-    pass_rate: float  # correct / samples
+    pass_rate: float  # correct / samples, samples = prompts x k
     stderr: float  # std of the per-prompt means (ddof 1) / sqrt(prompts); 0.0 for one prompt
     seconds: float  # wall time of the sampling and scoring
     # Prompts of several domains: each one's {pass_rate, pass_rate_se, prompts, samples,
     # correct}, counted the same way over its own prompts ({} for one domain).
     by_domain: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Samples that could not be scored (among `samples`, counted as not passed), and why.
+    unscored: int = 0
+    unscored_reasons: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         domains = "".join(
             f"; {d} {part['pass_rate']:.3f} ± {part['pass_rate_se']:.3f} ({part['prompts']})"
             for d, part in self.by_domain.items()
         )
+        why = ", ".join(f"{reason} {n}" for reason, n in self.unscored_reasons.items())
+        unscored = f", {self.unscored} unscored ({why}) counted as failed" if self.unscored else ""
         return (
             f"pass rate {self.pass_rate:.3f} ± {self.stderr:.3f} (mean@{self.k} over "
-            f"{self.prompts} prompts, {self.samples} samples){domains}"
+            f"{self.prompts} prompts, {self.samples} samples{unscored}){domains}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -325,14 +333,8 @@ class HeldOut:
     def _count(
         self, completions: list[Completion], k: int, seed: int, label: str, started: float
     ) -> Evaluation:
-        passed = [
-            self._reward_of(self.examples[n // k])(
-                self.tokens.answer_text(c.ids), self.examples[n // k].answer
-            )
-            > 0
-            and not c.truncated
-            for n, c in enumerate(completions)
-        ]
+        judged = [self._judge(self.examples[n // k], c) for n, c in enumerate(completions)]
+        passed = [ok for ok, _ in judged]
         per_prompt = tuple(
             PromptScore(
                 prompt_id=e.id,
@@ -340,6 +342,10 @@ class HeldOut:
                 correct=sum(passed[i * k : (i + 1) * k]),
                 truncated=sum(c.truncated for c in completions[i * k : (i + 1) * k]),
                 domain=e.domain,
+                unscored=sum(bool(why) for _, why in judged[i * k : (i + 1) * k]),
+                unscored_reasons=add_reasons(
+                    *({why: 1} for _, why in judged[i * k : (i + 1) * k] if why)
+                ),
             )
             for i, e in enumerate(self.examples)
         )
@@ -359,7 +365,24 @@ class HeldOut:
             stderr=stderr,
             seconds=time.monotonic() - started,
             by_domain=domain_rates(per_prompt),
+            unscored=sum(p.unscored for p in per_prompt),
+            unscored_reasons=add_reasons(*(p.unscored_reasons for p in per_prompt)),
         )
+
+    def _judge(self, example: Example, completion: Completion) -> tuple[bool, str]:
+        """(passed, why it could not be scored: "" when it was). A sample whose sandbox failed
+        or whose reward function raised is not passed; the data's own faults (a reference that
+        is no test) still raise."""
+        answer = self.tokens.answer_text(completion.ids)
+        try:
+            reward = self._reward_of(example)(answer, example.answer)
+        except SandboxFailure:
+            return False, SANDBOX
+        except ScaleRLError:
+            raise
+        except Exception:  # noqa: BLE001 — a user's reward: counted, as the generators count it
+            return False, REWARD_ERROR
+        return reward > 0 and not completion.truncated, ""
 
     def _reward_of(self, example: Example) -> RewardFn:
         """The example's own reward (a run of several domains), else the run's."""
@@ -376,7 +399,7 @@ def domain_rates(per_prompt: Sequence[PromptScore]) -> dict[str, dict[str, Any]]
 
 def _domain_rate(scores: list[PromptScore]) -> dict[str, Any]:
     """One domain's mean@k over its prompts, its standard error and counts."""
-    means = [p.correct / p.samples for p in scores if p.samples]  # an agent run drops rollouts
+    means = [p.correct / p.samples for p in scores if p.samples]
     samples, correct = sum(p.samples for p in scores), sum(p.correct for p in scores)
     return {
         "pass_rate": correct / samples,

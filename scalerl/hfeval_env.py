@@ -17,9 +17,11 @@ rollout and the turn, so the evaluation is a function of the seed and the weight
 order in which the rollouts of a group take their turns does not matter); the caller's RNG state
 and the model's train/eval mode are left as they were.
 
-A rollout passes by `Sample.passed` (reward >= `environment.passThreshold`, not truncated), as
-the generators decide. A rollout the environment fails (it raised, timed out) is dropped and
-counted, as the generators do: the pass rate is passes over the rollouts that finished.
+A rollout passes by `Sample.passed` (reward >= `environment.passThreshold`, not truncated, its
+reward computed), as the generators decide. The pass rate is passes / (prompts x k): a rollout
+the environment fails (it raised, timed out) and one whose rubric raised could not be scored;
+each counts as not passed and is reported (`Evaluation.unscored`, by reason), as the generators'
+evaluations do.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from transformers import GenerationConfig
 
 from scalerl.agents.client import EngineClient, SampleTurn
 from scalerl.agents.load import environment_examples, load_environment
-from scalerl.agents.rollouts import AgentRollouts
+from scalerl.agents.rollouts import AgentRollouts, Played
 from scalerl.errors import DataError, InputError
 from scalerl.generator.length import Allowance, LengthControl, Sampler, Segment
 from scalerl.generator.prompts import Example
@@ -49,7 +51,7 @@ from scalerl.preflight import model_limit
 from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
 from scalerl.spec import EnvironmentSpec, ScaleRLRun
-from scalerl.status.history import PromptScore
+from scalerl.status.history import REWARD_ERROR, PromptScore, add_reasons
 
 
 def turn_seed(seed: str) -> int:
@@ -163,6 +165,11 @@ class AgentHeldOut:
     def rollouts(self, model: Any, k: int, seed: int = 0) -> list[list[Sample]]:
         """`k` scored rollouts of each held-out prompt (less those the environment failed), in
         the order of the prompts."""
+        return [played.samples for played in self.play(model, k, seed)]
+
+    def play(self, model: Any, k: int, seed: int = 0) -> list[Played]:
+        """`k` rollouts of each held-out prompt, in the order of the prompts: the scored ones
+        and why each of the others was dropped."""
         if k < 1:
             raise InputError(f"k must be >= 1; got {k}")
         sample_turn = hf_sample_turn(model, self.length, self.temperature, self.pad_id)
@@ -170,8 +177,8 @@ class AgentHeldOut:
         client = EngineClient(sample_turn, self.tokens, length.max_model_len, length.plan)
         agents = AgentRollouts(self.env, client, self.environment)
 
-        async def play() -> list[list[Sample]]:
-            return [await agents.sample(e, k, f"{seed}/{e.id}") for e in self.examples]
+        async def play() -> list[Played]:
+            return [await agents.play(e, k, f"{seed}/{e.id}") for e in self.examples]
 
         was_training = model.training
         model.eval()
@@ -186,36 +193,51 @@ class AgentHeldOut:
         """Mean@k of `model` over the held-out prompts (`batch_rows` is unused: a turn is one
         `generate` call of one row)."""
         started = time.monotonic()
-        groups = self.rollouts(model, k, seed)
+        groups = self.play(model, k, seed)
         return count(self.examples, groups, k, seed, self.temperature, label, started)
+
+
+def prompt_score(example: Example, played: Played, k: int) -> PromptScore:
+    """One prompt's `k` rollouts: passes by `Sample.passed`; a dropped rollout and one whose
+    rubric raised are unscored, counted as not passed."""
+    if len(played.samples) + len(played.dropped) != k:
+        raise DataError(
+            f"prompt {example.id}: {len(played.samples)} rollouts and {len(played.dropped)} "
+            f"dropped, not the {k} played"
+        )
+    errors = sum(bool(s.reward_error) for s in played.samples)
+    reasons: dict[str, int] = {}
+    for reason in played.dropped:
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return PromptScore(
+        prompt_id=example.id,
+        samples=k,
+        correct=sum(s.passed for s in played.samples),
+        truncated=sum(s.truncated for s in played.samples),
+        domain=example.domain,
+        unscored=len(played.dropped) + errors,
+        unscored_reasons=add_reasons(reasons, {REWARD_ERROR: errors} if errors else {}),
+    )
 
 
 def count(
     examples: Sequence[Example],
-    groups: Sequence[Sequence[Sample]],
+    groups: Sequence[Played],
     k: int,
     seed: int,
     temperature: float,
     label: str,
     started: float,
 ) -> Evaluation:
-    """The evaluation of `groups` (each prompt's finished rollouts): passes by `Sample.passed`;
-    the standard error over the prompts that have any rollout."""
-    per_prompt = tuple(
-        PromptScore(
-            prompt_id=e.id,
-            samples=len(g),
-            correct=sum(s.passed for s in g),
-            truncated=sum(s.truncated for s in g),
-            domain=e.domain,
-        )
-        for e, g in zip(examples, groups, strict=True)
-    )
+    """The evaluation of `groups` (each prompt's `k` rollouts): passed / (prompts x k), the
+    rollouts that could not be scored counted as not passed."""
+    per_prompt = tuple(prompt_score(e, g, k) for e, g in zip(examples, groups, strict=True))
     samples = sum(p.samples for p in per_prompt)
     if samples == 0:
-        raise DataError("the environment failed every held-out rollout: nothing to evaluate")
-    means = [p.correct / p.samples for p in per_prompt if p.samples]
+        raise DataError("no held-out prompts to evaluate")
+    means = [p.correct / p.samples for p in per_prompt]
     correct = sum(p.correct for p in per_prompt)
+    unscored = sum(p.unscored for p in per_prompt)
     return Evaluation(
         checkpoint=label,
         k=k,
@@ -230,4 +252,6 @@ def count(
         stderr=statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else 0.0,
         seconds=time.monotonic() - started,
         by_domain=domain_rates(per_prompt),
+        unscored=unscored,
+        unscored_reasons=add_reasons(*(p.unscored_reasons for p in per_prompt)),
     )

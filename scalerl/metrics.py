@@ -22,6 +22,8 @@ from prometheus_client import (
     start_http_server,
 )
 
+from scalerl.status.history import REWARD_ERROR, ROLLOUT_FAILED, SANDBOX
+
 # `*_created` series double the series count and nothing of ours reads them.
 disable_created_metrics()
 
@@ -47,7 +49,12 @@ GENERATOR_COUNTERS = {
     "code_tests": "Tests the code reward ran (each test case of a completion's program).",
     "code_test_timeouts": "Code tests that ran out of their time (testTimeoutSeconds).",
     "sandbox_failures": (
-        "Completions the code sandbox failed to run: dropped unscored, not trained on as -1."
+        "Completions the code sandbox itself failed to run (no bubblewrap, the host out of"
+        " memory): not trained on; in an evaluation unscored, counted as not passed."
+    ),
+    "reward_errors": (
+        "Completions whose reward function or environment rubric raised: scored as failed"
+        " (never passed), in training too; in an evaluation unscored, counted as not passed."
     ),
     # spec.environment's multi-turn rollouts (scalerl.agents); per rollout: over
     # generated_sequences.
@@ -56,8 +63,9 @@ GENERATOR_COUNTERS = {
     "tool_errors": "Tool calls that failed (raised, timed out, unknown tool); the model read why.",
     "environment_seconds": "Seconds the environment took to answer the model (its tools too).",
     "environment_failures": (
-        "Rollouts dropped because the environment failed (raised, ran past its time, its rubric "
-        "failed): not trained on."
+        "Rollouts dropped because the environment failed them (raised, ran past its time, the"
+        " model never took a turn): not trained on; in an evaluation unscored, counted as not"
+        " passed. A rubric that raises is a reward error (reward_errors)."
     ),
 }
 GENERATOR_GAUGES = {
@@ -78,13 +86,42 @@ TRAINER_COUNTERS = {
         "Experiment-tracker records given up after every retry (the tracker refused or was down)."
     ),
 }
+# scalerl.status.history's reasons a held-out sample went unscored -> the gauge counting them.
+UNSCORED_GAUGES = {
+    SANDBOX: "eval_unscored_sandbox",
+    REWARD_ERROR: "eval_unscored_reward_errors",
+    ROLLOUT_FAILED: "eval_unscored_rollouts_failed",
+}
 TRAINER_GAUGES = {
     "entropy": "Mean token entropy (nats) of the last training batch.",
     "pass_rate": (
         "Train pass rate of the last batch (reward > 0 and not truncated), over every sample"
         " received for it."
     ),
-    "eval_pass_rate": "Held-out pass rate (mean@k) of the last evaluation.",
+    "eval_pass_rate": (
+        "Held-out pass rate (mean@k) of the last evaluation: passed samples / (prompts x k), an"
+        " unscored sample counted as not passed."
+    ),
+    "eval_unscored": (
+        "Samples of the last evaluation that could not be scored (counted as not passed); by"
+        " reason in eval_unscored_sandbox, eval_unscored_reward_errors and"
+        " eval_unscored_rollouts_failed."
+    ),
+    "eval_unscored_sandbox": (
+        "Samples of the last evaluation the code sandbox itself failed to run (no bubblewrap,"
+        " the host out of memory)."
+    ),
+    "eval_unscored_reward_errors": (
+        "Samples of the last evaluation whose reward function or environment rubric raised."
+    ),
+    "eval_unscored_rollouts_failed": (
+        "Rollouts of the last evaluation the environment failed (raised, ran past its time, the"
+        " model never took a turn)."
+    ),
+    "eval_fit_excluded": (
+        "1 when the last evaluation is left out of the fit (more than MAX_UNSCORED_FRACTION,"
+        " 10 %, of its samples unscored; history.jsonl's fit_excluded says why), else 0."
+    ),
     "eval_pass_rate_stderr": (
         "Standard error of eval_pass_rate, from the per-prompt means of that evaluation."
     ),
@@ -262,6 +299,17 @@ class TrainerMetrics(_Metrics):
             name: Gauge(PREFIX + name, doc, DOMAIN_LABELS, registry=self.registry)
             for name, doc in TRAINER_DOMAIN_GAUGES.items()
         }
+
+    def set_unscored(self, unscored: int, reasons: dict[str, int], excluded: bool) -> None:
+        """The last evaluation's unscored samples, in all and by reason, and whether the fit
+        leaves it out (history.jsonl's eval_unscored, eval_unscored_reasons, fit_excluded)."""
+        unknown = set(reasons) - set(UNSCORED_GAUGES)
+        if unknown:
+            raise ValueError(f"unscored reasons {sorted(unknown)} have no gauge")
+        self.eval_unscored.set(unscored)
+        for reason, name in UNSCORED_GAUGES.items():
+            getattr(self, name).set(reasons.get(reason, 0))
+        self.eval_fit_excluded.set(int(excluded))
 
     def set_domain_pass_rates(self, rates: dict[str, dict[str, Any]]) -> None:
         """Each domain's held-out pass rate and its standard error (history.jsonl's

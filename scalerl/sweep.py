@@ -75,7 +75,11 @@ class Variant:
         path = self.out / HISTORY_FILE
         rows = read_history(path) if path.exists() else []
         evaluations = Evaluations.from_rows(
-            rows, compute="compute", pass_rate="pass_rate", se="pass_rate_se"
+            rows,
+            compute="compute",
+            pass_rate="pass_rate",
+            se="pass_rate_se",
+            excluded="fit_excluded",
         )
         return Standing(
             name=self.name,

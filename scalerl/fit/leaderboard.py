@@ -73,11 +73,20 @@ class Evaluations:
 
     @classmethod
     def from_rows(
-        cls, rows: Sequence[Mapping[str, Any]], *, compute: str, pass_rate: str, se: str
+        cls,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        compute: str,
+        pass_rate: str,
+        se: str,
+        excluded: str = "",
     ) -> Evaluations:
-        """From history rows (`compute`, `pass_rate`, `pass_rate_se`) or status.evaluations
-        (`computeHours`, `passRate`, `passRateSE`): name the keys."""
-        ordered = sorted(rows, key=lambda r: float(r[compute]))
+        """From history rows (`compute`, `pass_rate`, `pass_rate_se`, `fit_excluded`) or
+        status.evaluations (`computeHours`, `passRate`, `passRateSE`, `fitExcluded`): name the
+        keys. An evaluation marked left out of the fit (`excluded`: too many of its samples
+        could not be scored) is not among them, as the run's own fit leaves it out."""
+        kept = [r for r in rows if not (excluded and r.get(excluded))]
+        ordered = sorted(kept, key=lambda r: float(r[compute]))
         errors = [r.get(se) for r in ordered]
         return cls(
             step=np.array([int(r.get("step") or 0) for r in ordered], dtype=int),

@@ -24,6 +24,9 @@ from scalerl.errors import DataError
 REQUIRED = ("compute", "pass_rate")
 # A history.jsonl row's standard error and time of the evaluation (weights, wall pace) are read too.
 OPTIONAL = ("step", "pass_rate_se", "time")
+# And why the fit leaves an evaluation out (scalerl.status.history: too many unscored samples):
+# text, empty or absent for an evaluation that is fitted.
+FIT_EXCLUDED = "fit_excluded"
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
 
@@ -38,21 +41,27 @@ class Curve:
     source: str = "<arrays>"
     pass_rate_se: NDArray[np.float64] | None = None
     time: NDArray[np.float64] | None = None
+    # Each point's reason to be left out of the fit ("" where it is fitted); None: no row has one.
+    fit_excluded: tuple[str, ...] | None = None
 
     def __len__(self) -> int:
         return int(self.compute.size)
 
-    def rows(self) -> list[dict[str, float]]:
+    def rows(self) -> list[dict[str, float | str]]:
         """One dict per point, named as history.jsonl names them; a column a row lacks is left
         out of it."""
         columns = {"compute": self.compute, "pass_rate": self.pass_rate}
         for name in OPTIONAL:
             if (values := getattr(self, name)) is not None:
                 columns[name] = values
-        return [
+        rows: list[dict[str, float | str]] = [
             {name: float(v[i]) for name, v in columns.items() if not math.isnan(v[i])}
             for i in range(len(self))
         ]
+        for row, reason in zip(rows, self.fit_excluded or (), strict=False):
+            if reason:
+                row[FIT_EXCLUDED] = reason
+        return rows
 
 
 def check_points(
@@ -141,8 +150,9 @@ def load_curve(path: str | Path) -> Curve:
         raise DataError(f"{path}: not a readable CSV file ({err})") from None
     if not records:
         raise DataError(f"{path}: no data rows")
-    lines = [line for line, _ in records]
-    columns = np.array([values for _, values in records], dtype=float)
+    lines = [line for line, _, _ in records]
+    columns = np.array([values for _, values, _ in records], dtype=float)
+    reasons = tuple(reason for _, _, reason in records)
 
     def where(i: int) -> str:
         return f"{path}:{lines[i]}"
@@ -152,7 +162,13 @@ def load_curve(path: str | Path) -> Curve:
         name: columns[:, 2 + i] if not np.isnan(columns[:, 2 + i]).all() else None
         for i, name in enumerate(OPTIONAL)
     }
-    return Curve(compute=compute, pass_rate=pass_rate, source=str(path), **optional)
+    return Curve(
+        compute=compute,
+        pass_rate=pass_rate,
+        source=str(path),
+        fit_excluded=reasons if any(reasons) else None,
+        **optional,
+    )
 
 
 def _is_jsonl(path: Path, text: str) -> bool:
@@ -161,7 +177,8 @@ def _is_jsonl(path: Path, text: str) -> bool:
     return path.suffix.lower() != ".csv" and text.lstrip().startswith("{")
 
 
-Row = tuple[int, tuple[float, ...]]  # line, (compute, pass_rate, *OPTIONAL: nan where absent)
+# line, (compute, pass_rate, *OPTIONAL: nan where absent), why the fit leaves it out ("": it does)
+Row = tuple[int, tuple[float, ...], str]
 
 
 def _csv_rows(path: Path, text: str) -> Iterator[Row]:
@@ -180,7 +197,8 @@ def _csv_rows(path: Path, text: str) -> Iterator[Row]:
             continue
         if len(cells) != len(header):
             raise DataError(f"{path}:{line}: {len(cells)} fields, the header has {len(header)}")
-        yield line, _row_values(path, line, {name: cells[i] for name, i in index.items()})
+        row = {name: cells[i] for name, i in index.items()}
+        yield line, _row_values(path, line, row), _reason(path, line, row.get(FIT_EXCLUDED))
 
 
 def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
@@ -188,7 +206,16 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
         missing = [name for name in REQUIRED if name not in obj]
         if missing:
             raise DataError(f"{path}:{line}: missing column {', '.join(repr(m) for m in missing)}")
-        yield line, _row_values(path, line, obj)
+        yield line, _row_values(path, line, obj), _reason(path, line, obj.get(FIT_EXCLUDED))
+
+
+def _reason(path: Path, line: int, value: Any) -> str:
+    """A row's FIT_EXCLUDED: its text, "" when absent, null or empty (the row is fitted)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DataError(f"{path}:{line}: column {FIT_EXCLUDED!r}: {json.dumps(value)} is not text")
+    return value.strip()
 
 
 def _row_values(path: Path, line: int, row: dict[str, Any]) -> tuple[float, ...]:

@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from scalerl.errors import FitError
 from scalerl.fit.backtest import backtest
 from scalerl.fit.domains import a_by_domain, as_dicts, draw_domains, fit_domains
 from scalerl.fit.fitter import fit_curve
 from scalerl.fit.outlook import outlook, seconds_per_compute, unchecked_reason
 from scalerl.fit.plot import figure_of_fit, plot_fit
-from scalerl.fit.points import standard_errors
+from scalerl.fit.points import FIT_EXCLUDED, standard_errors
 from scalerl.fit.result import FitResult
 from scalerl.fit.track import Outcome, keep, kept_prediction, score
 from scalerl.spec import BudgetSpec
@@ -37,11 +38,15 @@ class Columns:
     time: str  # unix seconds of the evaluation's end
     # Each domain's {pass rate, se} under these same names, in a run of several domains.
     by_domain: str = ""
+    # Why the fit leaves an evaluation out (too many unscored samples); absent or empty: fitted.
+    excluded: str = ""
 
 
 # history.jsonl (and curve files), status.evaluations
-HISTORY = Columns("compute", "pass_rate", "pass_rate_se", "time", "pass_rate_by_domain")
-STATUS = Columns("computeHours", "passRate", "passRateSE", "time", "byDomain")
+HISTORY = Columns(
+    "compute", "pass_rate", "pass_rate_se", "time", "pass_rate_by_domain", FIT_EXCLUDED
+)
+STATUS = Columns("computeHours", "passRate", "passRateSE", "time", "byDomain", "fitExcluded")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,8 @@ class FitReport:
     outlook: dict[str, Any]
     evaluations: int
     last_step: int | None
+    # The evaluations the fit left out, each {step, compute, reason} (too many unscored samples).
+    left_out: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """fit.json's fields (without the run's track)."""
@@ -60,7 +67,31 @@ class FitReport:
             **self.outlook,
             "evaluations": self.evaluations,
             "lastStep": self.last_step,
+            "leftOut": [dict(row) for row in self.left_out],
         }
+
+
+def split_excluded(
+    rows: Sequence[Mapping[str, Any]], columns: Columns
+) -> tuple[list[Mapping[str, Any]], list[dict[str, Any]]]:
+    """The rows the fit uses, and those it leaves out ({step, compute, reason}): an evaluation
+    marked with a reason (`columns.excluded`: too many of its samples could not be scored)."""
+    kept: list[Mapping[str, Any]] = []
+    left_out: list[dict[str, Any]] = []
+    for row in rows:
+        reason = row.get(columns.excluded) if columns.excluded else None
+        if not reason:
+            kept.append(row)
+            continue
+        step = row.get("step")
+        left_out.append(
+            {
+                "step": None if step is None else int(step),
+                "compute": float(row[columns.compute]),
+                "reason": str(reason),
+            }
+        )
+    return kept, left_out
 
 
 def fit_report(
@@ -78,10 +109,21 @@ def fit_report(
     etaSeconds (wall seconds at the pace the rows' times show; without times, training seconds
     at `units` compute per hour; null without either), confidence and the half-run backtest it
     rests on. `fit_options` go to `fit_curve` (and the backtest's fit). Raises what `fit_curve`
-    raises."""
-    compute = np.array([float(r[columns.compute]) for r in rows], dtype=float)
-    pass_rate = np.array([float(r[columns.pass_rate]) for r in rows], dtype=float)
-    sigma = standard_errors(rows, columns.se)
+    raises.
+
+    An evaluation marked as left out (`columns.excluded`, with its reason: too many of its
+    samples could not be scored) is not fitted; the report lists it (`left_out`). The run's
+    place (its last step and compute, its wall pace) is still read from every row."""
+    fitted, left_out = split_excluded(rows, columns)
+    if not fitted:
+        raise FitError(
+            f"all {len(rows)} evaluations are left out of the fit; the last: "
+            f"{left_out[-1]['reason']}"
+        )
+    compute = np.array([float(r[columns.compute]) for r in fitted], dtype=float)
+    pass_rate = np.array([float(r[columns.pass_rate]) for r in fitted], dtype=float)
+    every = [float(r[columns.compute]) for r in rows]
+    sigma = standard_errors(fitted, columns.se)
     result = fit_curve(compute, pass_rate, min_compute=min_compute, sigma=sigma, **fit_options)
     check = backtest(compute, pass_rate, sigma=sigma, min_compute=min_compute, **fit_options)
     step = rows[-1].get("step")
@@ -89,13 +131,14 @@ def fit_report(
         result,
         budget,
         step=int(step or 0),
-        compute=float(compute[-1]),
+        compute=every[-1],
         units=units,
         backtest=check,
         unchecked="" if check else unchecked_reason(compute, min_compute),
-        wall_per_compute=seconds_per_compute([_time(r, columns) for r in rows], list(compute)),
+        wall_per_compute=seconds_per_compute([_time(r, columns) for r in rows], every),
     )
-    return FitReport(result, end, len(rows), None if step is None else int(step))
+    last = None if step is None else int(step)
+    return FitReport(result, end, len(rows), last, tuple(left_out))
 
 
 def _time(row: Mapping[str, Any], columns: Columns) -> float | None:
@@ -127,8 +170,9 @@ def write_fit(
     tmp = out / (FIT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out / FIT_FILE)
-    compute = np.array([e["compute"] for e in history], dtype=float)
-    pass_rate = np.array([e["pass_rate"] for e in history], dtype=float)
+    fitted_rows, _ = split_excluded(history, HISTORY)  # a point left out is not drawn as fitted
+    compute = np.array([e["compute"] for e in fitted_rows], dtype=float)
+    pass_rate = np.array([e["pass_rate"] for e in fitted_rows], dtype=float)
     if not domains:
         plot_fit(fitted.result, compute, pass_rate, out / PLOT_FILE, predict_to=report["budget"])
         return report

@@ -16,6 +16,7 @@ import math
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ from scalerl.rollout.records import (
 )
 from scalerl.rollout.stream import GeneratorChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
-from scalerl.status.history import PromptScore
+from scalerl.status.history import REWARD_ERROR, SANDBOX, PromptScore, add_reasons
 
 if TYPE_CHECKING:  # verifiers is imported only by a run with spec.environment
     from scalerl.agents.rollouts import AgentRollouts
@@ -65,14 +66,34 @@ T = TypeVar("T")
 Channel = GeneratorChannel | GeneratorEnd  # to trainer 0, or to the trainer thread (colocated)
 
 
-def score(example: Example, samples: list[Sample]) -> PromptScore:
-    """What one held-out prompt scored: samples, passes (`Sample.passed`), truncations."""
+@dataclass
+class Group:
+    """A prompt's samples as scored, and the reason of each one asked for that is not among
+    them (its sandbox failed, the environment failed its rollout): never trained on."""
+
+    samples: list[Sample]
+    dropped: list[str] = field(default_factory=list)
+
+
+def score(example: Example, group: Group, k: int) -> PromptScore:
+    """What one held-out prompt scored out of its `k` samples: passes (`Sample.passed`),
+    truncations, and the samples that could not be scored (dropped, or their reward raised),
+    which count as not passed."""
+    if len(group.samples) + len(group.dropped) != k:
+        raise ScaleRLError(
+            f"prompt {example.id}: {len(group.samples)} samples and {len(group.dropped)} "
+            f"dropped, but {k} were asked for"
+        )
+    errors = sum(bool(s.reward_error) for s in group.samples)
+    reasons = add_reasons(Counter(group.dropped), {REWARD_ERROR: errors} if errors else {})
     return PromptScore(
         prompt_id=example.id,
-        samples=len(samples),
-        correct=sum(s.passed for s in samples),
-        truncated=sum(s.truncated for s in samples),
+        samples=k,
+        correct=sum(s.passed for s in group.samples),
+        truncated=sum(s.truncated for s in group.samples),
         domain=example.domain,
+        unscored=len(group.dropped) + errors,
+        unscored_reasons=reasons,
     )
 
 
@@ -195,9 +216,10 @@ class Generator:
 
     # --- rollouts ------------------------------------------------------------------------------
 
-    async def sample_group(self, example: Example, n: int, seed: str | None = None) -> list[Sample]:
-        """`n` scored completions of the prompt, less any the code sandbox could not score
-        (dropped, and counted in sandbox_failures)."""
+    async def sample_group(self, example: Example, n: int, seed: str | None = None) -> Group:
+        """`n` completions of the prompt, scored: those the code sandbox could not score are
+        dropped (counted in sandbox_failures, their reason in `Group.dropped`); one whose reward
+        raised is kept as a failure with its error (`Sample.reward_error`)."""
         if self.agents is not None:
             return await self.sample_rollouts(example, n, seed)
         self.tally.generation_begins()
@@ -207,28 +229,32 @@ class Generator:
             self.tally.generation_ends()
         started = time.perf_counter()
         answers = [(self.tokens.answer_text(s.completion_ids), example.answer) for s in samples]
-        rewards = await self.scorer.score(answers, example.reward or None)
-        kept = []
+        rewards = await self.scorer.score_all(answers, example.reward or None)
+        group = Group([])
         for sample, reward in zip(samples, rewards, strict=True):
-            if reward is not None:
-                sample.reward = reward
-                kept.append(sample)
+            if reward.value is None:
+                group.dropped.append(SANDBOX)
+                continue
+            sample.reward = reward.value
+            sample.reward_error = reward.error
+            group.samples.append(sample)
         self.tally.score_s += time.perf_counter() - started
-        return kept
+        return group
 
-    async def sample_rollouts(self, example: Example, n: int, seed: str | None) -> list[Sample]:
+    async def sample_rollouts(self, example: Example, n: int, seed: str | None) -> Group:
         """`n` rollouts of the environment, scored by its rubric (the environment's turns count
         as generation: the engine waits on them as it would on a reward)."""
         assert self.agents is not None
         self.tally.generation_begins()
         try:
-            samples = await self.agents.sample(example, n, seed)
+            played = await self.agents.play(example, n, seed)
         finally:
             self.tally.generation_ends()
         failures = self.agents.failures.take()
         self.tally.environment_failures += failures
         self.metrics.environment_failures.inc(failures)
-        return samples
+        self.metrics.reward_errors.inc(sum(bool(s.reward_error) for s in played.samples))
+        return Group(played.samples, list(played.dropped))
 
     def group_prompt(self, example: Example) -> list[int]:
         """What the trainer reads as the group's prompt."""
@@ -249,7 +275,7 @@ class Generator:
             example, epoch = next(prompts)
             self.tally.begin()
             try:
-                samples = await self.sample_group(example, n)
+                samples = (await self.sample_group(example, n)).samples
             finally:
                 self.tally.end()
             if not samples:  # the sandbox failed on every completion: nothing to learn from
@@ -340,7 +366,8 @@ class Generator:
         self.grant_quota()
 
     async def evaluate(self, command: Evaluate) -> None:
-        """Sample k completions of every held-out prompt and report what each prompt scored."""
+        """Sample k completions of every held-out prompt and report what each prompt scored:
+        out of k, a sample that could not be scored counting as not passed."""
         k = self.spec.evaluation.generations_per_prompt
         self.tally.begin()
         try:
@@ -353,9 +380,9 @@ class Generator:
             step=command.step,
             version=command.version,
             generator=self.index,
-            scores=[score(e, g) for e, g in zip(self.validation, groups, strict=True)],
-            tokens=sum(s.generated_tokens for g in groups for s in g),
-            completions=self.readable(groups),
+            scores=[score(e, g, k) for e, g in zip(self.validation, groups, strict=True)],
+            tokens=sum(s.generated_tokens for g in groups for s in g.samples),
+            completions=self.readable([g.samples for g in groups]),
         )
         for message in (self.stats(), result):  # stats first: the trainer records both
             while not self.channel.try_send(message):

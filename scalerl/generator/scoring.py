@@ -6,8 +6,12 @@ loop's thread (math's timeouts need the main thread). `code` runs programs: thos
 threads sized to the CPUs this process may use (`os.sched_getaffinity`, capped by the container's
 cgroup CPU limit; spec.data.code.workers overrides), each thread waiting on its sandboxed
 process, so while tests run the event loop — and with it the engine — keeps generating. A
-completion whose sandbox failed comes back as None: the caller drops it and it is counted, never
-trained on as a -1.
+completion whose sandbox failed comes back as None: the caller drops it from training and it is
+counted (in an evaluation it is unscored and counts as not passed).
+
+A reward function that raises (a user's module:function) scores its completion as failed: -1,
+with the error (`Reward.error`), counted in reward_errors. It never passes, so a policy gains
+nothing by making its reward raise; and the run goes on instead of losing its generator.
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-from scalerl.errors import InputError
+from scalerl.errors import InputError, ScaleRLError
 from scalerl.generator.code_reward import NOT_RUN, TIMEOUT, score_code
-from scalerl.generator.rewards import RewardFn, load_reward
+from scalerl.generator.rewards import INCORRECT, RewardFn, load_reward
 from scalerl.metrics import GeneratorMetrics
 from scalerl.sandbox import PerThread
 from scalerl.spec import CodeSpec
@@ -64,6 +69,15 @@ def cgroup_cpu_limit() -> float | None:
         return None
 
 
+@dataclass(frozen=True)
+class Reward:
+    """One completion's reward: `value` None when the code sandbox failed (nothing was learnt
+    of the program); `error` set when the reward function raised (`value` is then INCORRECT)."""
+
+    value: float | None
+    error: str = ""
+
+
 class Scorer:
     """The run's rewards, applied to (answer, reference) pairs; code in a pool of threads.
 
@@ -97,16 +111,36 @@ class Scorer:
         self, pairs: list[tuple[str, str]], reward: str | None = None
     ) -> list[float | None]:
         """The reward of each (answer, reference) by `reward` (a name given at construction;
-        None: the first); None where the sandbox failed."""
+        None: the first); None where the sandbox failed (see `score_all`)."""
+        return [r.value for r in await self.score_all(pairs, reward)]
+
+    async def score_all(
+        self, pairs: list[tuple[str, str]], reward: str | None = None
+    ) -> list[Reward]:
+        """The reward of each (answer, reference) by `reward` (a name given at construction;
+        None: the first), with why where there is none or the reward function raised."""
         name = self.default if reward is None else reward
         if name not in self.rewards:
             raise InputError(f"reward {name!r} was not loaded by this scorer ({self.default!r})")
         if name != "code" or self.pool is None:
             score = self.rewards[name]
-            return [score(answer, reference) for answer, reference in pairs]
+            return [self.score_answer(score, name, a, r) for a, r in pairs]
         loop = asyncio.get_running_loop()
         jobs = [loop.run_in_executor(self.pool, self.score_program, a, r) for a, r in pairs]
-        return list(await asyncio.gather(*jobs))
+        return [Reward(value) for value in await asyncio.gather(*jobs)]
+
+    def score_answer(self, score: RewardFn, name: str, answer: str, reference: str) -> Reward:
+        """One answer by a string reward; one that raises scores it as failed, counted."""
+        try:
+            return Reward(float(score(answer, reference)))
+        except ScaleRLError:  # ours: the data's fault (a bad reference), said as it is
+            raise
+        except Exception as err:  # noqa: BLE001 — a user's reward: any error is counted, not fatal
+            error = f"{type(err).__name__}: {err}"
+            log.warning("reward %s raised; scored as failed: %s", name, error)
+            if self.metrics is not None:
+                self.metrics.reward_errors.inc()
+            return Reward(INCORRECT, error)
 
     def score_program(self, answer: str, reference: str) -> float | None:
         """One completion's program against its tests (in a pool thread), counted."""

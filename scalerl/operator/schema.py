@@ -11,6 +11,7 @@ from typing import Any
 
 from scalerl import spec as _spec
 from scalerl.metrics import COMPUTE_UNIT
+from scalerl.status.history import MAX_UNSCORED_FRACTION
 
 # The reward field_validator's own regex: pydantic's JSON schema cannot carry a validator.
 REWARD_PATTERN = _spec._REWARD.pattern
@@ -273,9 +274,30 @@ def _evaluations() -> dict[str, Any]:
             "properties": {
                 "step": _int("Step of the evaluation."),
                 "computeHours": _num(f"Compute at the evaluation ({COMPUTE_UNIT})."),
-                "passRate": _num("Held-out mean@k pass rate (correct / samples)."),
+                "passRate": _num(
+                    "Held-out mean@k pass rate: correct / (prompts x k), a sample that could "
+                    "not be scored counted as not passed."
+                ),
                 "passRateSE": _num("Standard error of passRate, from the per-prompt means."),
-                "samples": _int("Held-out samples scored (prompts x k)."),
+                "samples": _int("Held-out samples asked for (prompts x k), scored or not."),
+                "unscored": _int(
+                    "Held-out samples that could not be scored (counted as not passed); absent "
+                    "for none."
+                ),
+                "unscoredReasons": {
+                    "type": "object",
+                    "description": "unscored by reason: sandbox (the code sandbox itself "
+                    "failed), reward_error (the reward function or rubric raised), "
+                    "rollout_failed (the environment failed the rollout).",
+                    "maxProperties": 8,
+                    "additionalProperties": {"type": "integer"},
+                },
+                "fitExcluded": {
+                    "type": "string",
+                    "description": "Why the fit leaves this evaluation out (more than "
+                    f"{MAX_UNSCORED_FRACTION:.0%} of its samples unscored); absent when it is "
+                    "fitted.",
+                },
                 "time": _int(
                     "Unix time (seconds) the evaluation ended: with computeHours, the run's "
                     "wall pace (prediction.etaSeconds)."

@@ -209,6 +209,7 @@ def standing(variant: str, spec: ScaleRLRun, run: dict[str, Any] | None) -> Stan
         compute="computeHours",
         pass_rate="passRate",
         se="passRateSE",
+        excluded="fitExcluded",
     )
     notes = {} if run is None else _annotations(run)
     return Standing(

@@ -169,6 +169,11 @@ class Sample:
     # None: single-answer rewards, which pass above 0.
     pass_threshold: float | None = None
     conversation: Conversation | None = None
+    # Set when the reward could not be computed: the reward function or the environment's rubric
+    # raised (what it said). `reward` is then the failure value it was given, and the sample never
+    # passes: a policy must gain nothing by making its reward raise. Counted (reward_errors) in
+    # training and unscored in evaluations.
+    reward_error: str = ""
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -178,8 +183,8 @@ class Sample:
         """The one definition of a pass (train, held-out, curriculum): a reward of at least the
         environment's threshold (above 0 without one) for a completion that finished within its
         budgets. A truncated sample fails, whatever its reward: it is left out of training, and
-        counting it would reward running long."""
-        if self.truncated:
+        counting it would reward running long. So does one whose reward raised."""
+        if self.truncated or self.reward_error:
             return False
         if self.pass_threshold is None:
             return self.reward > 0
@@ -233,6 +238,8 @@ class Sample:
             msg["pass_threshold"] = float(self.pass_threshold)
         if self.conversation is not None:
             msg["conversation"] = self.conversation.to_msg()
+        if self.reward_error:
+            msg["reward_error"] = self.reward_error
         return msg
 
     @classmethod
@@ -256,6 +263,7 @@ class Sample:
             finish_reason=_check(_field(msg, "finish_reason", "sample"), str, "sample.finish"),
             pass_threshold=_check(threshold, float | None, "sample.pass_threshold"),
             conversation=None if conversation is None else Conversation.from_msg(conversation),
+            reward_error=_check(msg.get("reward_error", ""), str, "sample.reward_error"),
         )
         sample._check_lengths()
         return sample
@@ -346,7 +354,16 @@ class EvalResult:
             "version": self.version,
             "generator": self.generator,
             "scores": [
-                [s.prompt_id, s.samples, s.correct, s.truncated, s.domain] for s in self.scores
+                [
+                    s.prompt_id,
+                    s.samples,
+                    s.correct,
+                    s.truncated,
+                    s.domain,
+                    s.unscored,
+                    dict(s.unscored_reasons),
+                ]
+                for s in self.scores
             ],
             "tokens": self.tokens,
             "completions": list(self.completions),
@@ -359,7 +376,8 @@ class EvalResult:
         completions = _field(msg, "completions", kind)
         if not isinstance(rows, list) or not all(_is_score(r) for r in rows):
             raise InputError(
-                f"{kind}.scores: expected [prompt id, samples, correct, truncated, domain]"
+                f"{kind}.scores: expected [prompt id, samples, correct, truncated, domain, "
+                "unscored, {reason: count}] with correct + unscored <= samples"
             )
         if not isinstance(completions, list) or not all(isinstance(c, dict) for c in completions):
             raise InputError(f"{kind}.completions: expected a list of maps")
@@ -374,13 +392,19 @@ class EvalResult:
 
 
 def _is_score(row: Any) -> bool:
-    if not (isinstance(row, list) and len(row) == 5 and isinstance(row[0], str)):
+    if not (isinstance(row, list) and len(row) == 7 and isinstance(row[0], str)):
         return False
     if not isinstance(row[4], str):
         return False
-    samples, correct, truncated = row[1:4]
-    counts = all(_is_int(v) and v >= 0 for v in (samples, correct, truncated))
-    return counts and correct <= samples and truncated <= samples
+    samples, correct, truncated, unscored, reasons = row[1:4] + row[5:]
+    counts = all(_is_int(v) and v >= 0 for v in (samples, correct, truncated, unscored))
+    if not counts or correct + unscored > samples or truncated > samples:
+        return False
+    return (
+        isinstance(reasons, dict)
+        and all(isinstance(r, str) and _is_int(n) and n > 0 for r, n in reasons.items())
+        and sum(reasons.values()) == unscored
+    )
 
 
 @dataclass

@@ -1,10 +1,17 @@
 """A run's files and their one typed record: the history of evaluations.
 
 `history.jsonl` holds one `HistoryRow` per evaluation and is the input of `scalerl fit`. Its names
-are fixed here and nowhere else: `pass_rate` is the held-out mean@k of that evaluation (correct
-samples / samples over the validation prompts), `pass_rate_se` its standard error, and everything
-measured on a training batch is `train_*`. A row is built field by field (never by merging dicts,
-where a later key silently wins), so one name has one meaning and one writer.
+are fixed here and nowhere else: `pass_rate` is the held-out mean@k of that evaluation, correct
+samples / (prompts x k) over the validation prompts, `pass_rate_se` its standard error, and
+everything measured on a training batch is `train_*`. A row is built field by field (never by
+merging dicts, where a later key silently wins), so one name has one meaning and one writer.
+
+Every sample an evaluation asks for is in the denominator. One that could not be scored (the code
+sandbox itself failed, the environment failed its rollout, the reward function or rubric raised)
+counts as not passed and is reported: `eval_unscored` and `eval_unscored_reasons` in the row. An
+evaluation with more than `MAX_UNSCORED_FRACTION` of its samples unscored measures the sandbox or
+the environment as much as the model: the row says so (`fit_excluded`, the reason) and the fit
+leaves it out (`scalerl.fit.report`), never silently.
 
 `evaluations/step-<N>.jsonl` beside it holds what each evaluation scored, one line per held-out
 prompt (`PromptScore`): the history's `pass_rate` is their correct / samples, which anyone can
@@ -28,21 +35,65 @@ HISTORY_FILE = "history.jsonl"
 CONSUMED_FILE = "consumed.jsonl"  # spec.data.logConsumed: the prompts each training step took
 PROGRESS_FILE = "progress.json"
 EVALUATIONS_DIR = "evaluations"
+# More than this fraction of an evaluation's samples (prompts x k) unscored, and the evaluation is
+# left out of the fit with the reason (`HistoryRow.fit_excluded`): at 10 % unscored samples the
+# pass rate could be off by up to 0.1 from the model's (were they all passes), several standard
+# errors of a typical evaluation, so the point would say more about the sandbox than the model.
+MAX_UNSCORED_FRACTION = 0.1
+
+# Why a sample could not be scored (PromptScore.unscored_reasons' keys).
+SANDBOX = "sandbox"  # the code sandbox itself failed (no bubblewrap, the host out of memory)
+REWARD_ERROR = "reward_error"  # the reward function or the environment's rubric raised
+ROLLOUT_FAILED = "rollout_failed"  # the environment failed the rollout (raised, timed out, ...)
 
 
 @dataclass(frozen=True)
 class PromptScore:
-    """What one held-out prompt scored in one evaluation."""
+    """What one held-out prompt scored in one evaluation: `samples` is every sample asked for
+    (evaluation.generationsPerPrompt), scored or not, so `correct / samples` is its mean@k."""
 
     prompt_id: str
     samples: int
     correct: int  # samples that passed: reward > 0 and not truncated
     truncated: int
     domain: str = ""  # the row's domain (scalerl.generator.prompts.Example)
+    # Samples that could not be scored: among `samples`, never among `correct`.
+    unscored: int = 0
+    unscored_reasons: dict[str, int] = field(default_factory=dict)  # why: reason -> count
+
+    def __post_init__(self) -> None:
+        counts = (self.samples, self.correct, self.truncated, self.unscored)
+        if min(counts) < 0:
+            raise DataError(f"prompt {self.prompt_id!r}: a negative count in {counts}")
+        if self.correct + self.unscored > self.samples or self.truncated > self.samples:
+            raise DataError(
+                f"prompt {self.prompt_id!r}: {self.correct} correct and {self.unscored} "
+                f"unscored ({self.truncated} truncated) of {self.samples} samples"
+            )
+        reasons = self.unscored_reasons
+        if sum(reasons.values()) != self.unscored or min(reasons.values(), default=1) < 1:
+            raise DataError(
+                f"prompt {self.prompt_id!r}: unscored reasons {reasons} do not add up to "
+                f"{self.unscored}"
+            )
 
     @property
     def mean(self) -> float:
         return self.correct / self.samples
+
+
+def add_reasons(*parts: dict[str, int]) -> dict[str, int]:
+    """Counts by reason, summed over `parts` (sorted by reason, so equal totals compare equal)."""
+    total: dict[str, int] = {}
+    for part in parts:
+        for reason, count in part.items():
+            total[reason] = total.get(reason, 0) + count
+    return dict(sorted(total.items()))
+
+
+def reasons_text(reasons: dict[str, int]) -> str:
+    """ "sandbox 3, reward_error 1": for a log line or a reason."""
+    return ", ".join(f"{reason} {count}" for reason, count in reasons.items())
 
 
 @dataclass(frozen=True)
@@ -50,35 +101,53 @@ class HeldOut:
     """One evaluation's held-out result, from its per-prompt scores."""
 
     prompts: int
-    samples: int
+    samples: int  # every sample asked for: prompts x k
     correct: int
     truncated: int
-    pass_rate: float  # mean@k: correct / samples
+    pass_rate: float  # mean@k: correct / samples, an unscored sample counted as not passed
     stderr: float  # of pass_rate: std of the per-prompt means (ddof 1) / sqrt(prompts)
     # The same, of each domain's prompts alone, when the prompts span two or more domains.
     by_domain: dict[str, HeldOut] = field(default_factory=dict)
+    unscored: int = 0  # samples that could not be scored (among `samples`)
+    unscored_reasons: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, scores: list[PromptScore]) -> HeldOut:
-        scored = [s for s in scores if s.samples > 0]
-        if not scored:
-            raise DataError("an evaluation scored no samples")
-        domains = sorted({s.domain for s in scored})
+        if not scores:
+            raise DataError("an evaluation scored no prompts")
+        empty = [s.prompt_id for s in scores if s.samples == 0]
+        if empty:  # every prompt is asked for k samples: none means it was never evaluated
+            raise DataError(f"an evaluation has prompts with no samples: {empty[:5]}")
+        domains = sorted({s.domain for s in scores})
         by_domain = (
-            {d: cls.of([s for s in scored if s.domain == d]) for d in domains}
+            {d: cls.of([s for s in scores if s.domain == d]) for d in domains}
             if len(domains) > 1
             else {}
         )
-        samples = sum(s.samples for s in scored)
-        correct = sum(s.correct for s in scored)
+        samples = sum(s.samples for s in scores)
+        correct = sum(s.correct for s in scores)
         return cls(
-            prompts=len(scored),
+            prompts=len(scores),
             samples=samples,
             correct=correct,
-            truncated=sum(s.truncated for s in scored),
+            truncated=sum(s.truncated for s in scores),
             pass_rate=correct / samples,
-            stderr=standard_error([s.mean for s in scored]),
+            stderr=standard_error([s.mean for s in scores]),
             by_domain=by_domain,
+            unscored=sum(s.unscored for s in scores),
+            unscored_reasons=add_reasons(*(s.unscored_reasons for s in scores)),
+        )
+
+    def fit_excluded(self) -> str | None:
+        """Why this evaluation is left out of the fit (too many unscored samples); None: it is
+        fitted."""
+        if self.unscored <= MAX_UNSCORED_FRACTION * self.samples:
+            return None
+        return (
+            f"{self.unscored} of {self.samples} samples could not be scored "
+            f"({reasons_text(self.unscored_reasons)}), more than "
+            f"{MAX_UNSCORED_FRACTION:.0%}: they count as not passed, so the pass rate "
+            f"understates the model"
         )
 
     def domain_rates(self) -> dict[str, dict[str, Any]]:
@@ -91,6 +160,7 @@ class HeldOut:
                 "prompts": part.prompts,
                 "samples": part.samples,
                 "correct": part.correct,
+                "unscored": part.unscored,
             }
             for domain, part in self.by_domain.items()
         }
@@ -136,8 +206,14 @@ class HistoryRow:
     eval_samples: int
     eval_correct: int
     eval_truncation_rate: float
+    # Samples that could not be scored, counted in eval_samples as not passed, and why
+    # (reason -> count: SANDBOX, REWARD_ERROR, ROLLOUT_FAILED).
+    eval_unscored: int = 0
+    eval_unscored_reasons: dict[str, int] = field(default_factory=dict)
+    # Why the fit leaves this evaluation out (HeldOut.fit_excluded); None: it is fitted.
+    fit_excluded: str | None = None
     # Each domain's held-out mean@k when the prompts span several (HeldOut.domain_rates):
-    # {domain: {pass_rate, pass_rate_se, prompts, samples, correct}}; {} for one domain.
+    # {domain: {pass_rate, pass_rate_se, prompts, samples, correct, unscored}}; {} for one.
     pass_rate_by_domain: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The last training step before the evaluation (None at step 0): TrainSummary.
     train_pass_rate: float | None = None
@@ -180,6 +256,9 @@ class HistoryRow:
             eval_samples=held_out.samples,
             eval_correct=held_out.correct,
             eval_truncation_rate=held_out.truncated / held_out.samples,
+            eval_unscored=held_out.unscored,
+            eval_unscored_reasons=dict(held_out.unscored_reasons),
+            fit_excluded=held_out.fit_excluded(),
             pass_rate_by_domain=held_out.domain_rates(),
             train_pass_rate=t.pass_rate,
             train_truncation_rate=t.truncation_rate,

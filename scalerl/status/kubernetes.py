@@ -79,6 +79,15 @@ def status_evaluation(entry: dict[str, Any]) -> dict[str, Any]:
     samples = entry.get("eval_samples")
     if isinstance(samples, int):
         out["samples"] = samples
+    # Samples that could not be scored (counted as not passed) and why; an evaluation the fit
+    # leaves out says why (the fit Job fits status.evaluations: it must see the mark).
+    unscored = entry.get("eval_unscored")
+    if isinstance(unscored, int) and unscored:
+        out["unscored"] = unscored
+        out["unscoredReasons"] = dict(entry.get("eval_unscored_reasons") or {})
+    excluded = entry.get("fit_excluded")
+    if isinstance(excluded, str) and excluded:
+        out["fitExcluded"] = excluded
     when = entry.get("time")
     if isinstance(when, int | float) and math.isfinite(when):
         out["time"] = int(when)  # whole seconds: six significant digits would blur a unix time

@@ -45,6 +45,7 @@ class BatchStats:
     zero_variance_groups: int = 0
     all_right_groups: int = 0  # non-stale groups whose untruncated samples all passed
     all_wrong_groups: int = 0  # ... all failed
+    reward_errors: int = 0  # received samples whose reward raised (Sample.reward_error)
 
     @property
     def no_signal(self) -> str | None:
@@ -189,6 +190,7 @@ def _received_stats(groups: list[RolloutGroup]) -> BatchStats:
         received_samples=len(samples),
         pass_rate=passed / len(samples),
         truncation_rate=truncated / len(samples),
+        reward_errors=sum(1 for s in samples if s.reward_error),
     )
 
 

@@ -44,7 +44,14 @@ from scalerl.rollout.records import (
 from scalerl.rollout.stream import TrainerChannel
 from scalerl.spec import EPSILON_HIGH, EPSILON_LOW, EPSILON_MAX, RunSpec, ScaleRLRun, load_run
 from scalerl.status import StatusSink, open_status
-from scalerl.status.history import HeldOut, HistoryRow, Progress, RunFiles, TrainSummary
+from scalerl.status.history import (
+    HeldOut,
+    HistoryRow,
+    Progress,
+    RunFiles,
+    TrainSummary,
+    reasons_text,
+)
 from scalerl.tracking import TrackerSink, open_trackers
 from scalerl.tracking import names as tracked
 from scalerl.trainer.batch import BatchStats, build_batch
@@ -271,6 +278,9 @@ class Trainer:
     def record_batch(self, stats: BatchStats) -> None:
         self.state.bump("zero_variance_groups", stats.zero_variance_groups)
         self.state.bump("stale_groups", stats.stale_groups)
+        # Samples whose reward function or rubric raised, trained on as failures (history's
+        # counters; the generators' reward_errors counter has every one, evaluations' too).
+        self.state.bump("reward_errors", stats.reward_errors)
         self.metrics.zero_variance_groups.inc(stats.zero_variance_groups)
         self.metrics.received_groups.inc(stats.received_groups)
         self.metrics.stale_groups.inc(stats.stale_groups)
@@ -367,6 +377,8 @@ class Trainer:
         self.status.evaluation(row, scores, completions[: self.spec.evaluation.log_completions])
         self.metrics.eval_pass_rate.set(row.pass_rate)
         self.metrics.eval_pass_rate_stderr.set(row.pass_rate_se)
+        excluded = row.fit_excluded is not None
+        self.metrics.set_unscored(row.eval_unscored, row.eval_unscored_reasons, excluded)
         self.metrics.set_domain_pass_rates(row.pass_rate_by_domain)
         self.metrics.eval_compute_hours.set(row.compute)
         if self.tracker is not None:
@@ -379,6 +391,16 @@ class Trainer:
             self.spec.evaluation.generations_per_prompt,
             held_out.prompts,
         )
+        if row.eval_unscored:
+            log.warning(
+                "evaluation at step %d: %d of %d samples could not be scored (%s), counted as "
+                "not passed%s",
+                row.step,
+                row.eval_unscored,
+                row.eval_samples,
+                reasons_text(row.eval_unscored_reasons),
+                f"; left out of the fit: {row.fit_excluded}" if excluded else "",
+            )
         return row
 
     def ask_for_evaluation(self) -> list[EvalResult]:
