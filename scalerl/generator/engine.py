@@ -32,25 +32,26 @@ import asyncio
 import functools
 import hashlib
 import itertools
-import os
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Awaitable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scalerl.errors import DataError, InputError, PeerError, WeightSyncError
 from scalerl.generator import adapters
 from scalerl.generator.colocation import Colocation, Turnstile
+
+# EngineConfig and prepare_vllm_environment are named from here by the engine's callers.
+from scalerl.generator.engine_config import EngineConfig as EngineConfig
+from scalerl.generator.engine_config import prepare_vllm_environment as prepare_vllm_environment
+from scalerl.generator.engine_config import whole_prefills
 from scalerl.generator.inproc import InprocLLM
 from scalerl.generator.length import Allowance, LengthControl, Sampler, Segment
 from scalerl.generator.tokens import eos_ids, think_end_id
-from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
-from scalerl.spec import INTERRUPTION_PHRASE, THINK_END, LoraSpec
+from scalerl.spec import INTERRUPTION_PHRASE
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
 
 T = TypeVar("T")
-Dtype = Literal["float32", "bfloat16", "float16"]
 WORKER_EXTENSION = "scalerl.generator.worker.WeightSyncExtension"
 DEFAULT_PHRASE = INTERRUPTION_PHRASE
 # Pause, resume and version labels are quick engine-core calls; this only catches a wedged engine.
@@ -67,75 +67,6 @@ CONTROL_TIMEOUT_S = 30.0
 # Beyond the worker's own receive timeout: RPC round trip plus the in-place reload.
 RPC_GRACE_S = 30.0
 SHUTDOWN_TIMEOUT_S = 5.0
-# vLLM's own default for an engine on a CPU: tokens one engine step may compute.
-CPU_BATCHED_TOKENS = 4096
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """What a generator's engine needs, sliced from the run spec by the generator process.
-
-    `fp32_lm_head`: compute the logits in FP32 (paper: raises the asymptote 0.52 -> 0.61); vLLM
-    does it natively with `hf_overrides={"head_dtype": "float32"}`. `temperature`: sampling
-    temperature; recorded log-probs are of the tempered distribution. `seed`: seeds vLLM and the
-    cutoff draws. `kv_cache_gib`: KV cache size on CPU (ignored on GPUs, which size it from
-    free memory). `run_dir`: where vLLM's IPC sockets go (a fresh temporary directory if None).
-    `lora`: serve the base with one adapter slot; each version is an adapter
-    (`scalerl.generator.adapters`). `separate_process`: vLLM's engine core in a process of its
-    own (`AsyncLLM`) or in this one (`scalerl.generator.inproc`); None: its own on an accelerator,
-    where it schedules while the device computes, and this one on a CPU, where vLLM would have to
-    spawn it (a second interpreter importing vLLM and torch again: ~16 s of every start on 2
-    cores) for no overlap on the cores they share.
-    """
-
-    model_path: str
-    dtype: Dtype
-    fp32_lm_head: bool
-    max_model_len: int
-    temperature: float
-    seed: int
-    phrase: str
-    plan: InterruptionPlan
-    think_end: str | None = THINK_END  # None: a model that does not think (one answer phase)
-    kv_cache_gib: int = 1
-    run_dir: str | None = None
-    lora: LoraSpec | None = None
-    separate_process: bool | None = None
-
-    def __post_init__(self) -> None:
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise InputError(f"dtype must be float32, bfloat16 or float16; got {self.dtype!r}")
-        if self.max_model_len <= 0:
-            raise InputError(f"max_model_len must be > 0 tokens; got {self.max_model_len}")
-        if self.temperature < 0:
-            raise InputError(f"temperature must be >= 0; got {self.temperature}")
-        if self.kv_cache_gib <= 0:
-            raise InputError(f"kv_cache_gib must be > 0; got {self.kv_cache_gib}")
-
-
-def prepare_vllm_environment(config: EngineConfig) -> None:
-    """Set the environment vLLM reads at import and start-up; call before importing vllm.
-
-    Idempotent. On CPU: a fixed KV cache (the default sizing fails on small VMs), no TorchDynamo
-    (the first log-prob request would stall compiling a kernel), a single engine-core process.
-    """
-    os.environ["VLLM_RPC_BASE_PATH"] = str(_rpc_dir(config))  # else sockets pile up in $TMPDIR
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_gib)
-    os.environ["TORCHDYNAMO_DISABLE"] = "1"
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-
-
-def _rpc_dir(config: EngineConfig) -> Path:
-    """Where vLLM puts its IPC sockets: the run directory if its path is short enough."""
-    # vLLM names sockets <dir>/<uuid4>; a Unix socket path holds at most 107 bytes.
-    limit = 107 - 37
-    wanted = Path(config.run_dir) / "vllm-rpc" if config.run_dir else None
-    if wanted is None or len(str(wanted)) > limit:
-        current = os.environ.get("VLLM_RPC_BASE_PATH", "")
-        reuse = "scalerl-vllm-" in current and len(current) <= limit
-        wanted = Path(current) if reuse else Path(tempfile.mkdtemp(prefix="scalerl-vllm-"))
-    wanted.mkdir(parents=True, exist_ok=True)
-    return wanted
 
 
 class GenerationEngine:
@@ -219,7 +150,7 @@ class GenerationEngine:
             disable_log_stats=True,
             # Colocated on a GPU: the engine's memory is released while the trainer steps.
             enable_sleep_mode=colocation is not None and colocation.sleep,
-            **_whole_prefills(config),
+            **whole_prefills(config),
             **adapters.engine_args(config.lora),
         )
 
@@ -594,21 +525,6 @@ def _segment(completion: CompletionOutput, request_id: str) -> Segment:
     if len(versions) != len(ids):
         raise PeerError(f"vLLM labelled {len(versions)} of {len(ids)} tokens of {request_id}")
     return Segment(ids, logprobs, versions, str(completion.finish_reason))
-
-
-def _whole_prefills(config: EngineConfig) -> dict[str, Any]:
-    """On a CPU, prompts are prefilled whole: vLLM rewinds a seeded request's generator after a
-    partial prefill, which a CPU generator cannot do ("CPU Generator does not use offset"), so
-    chunked prefill and seeded requests cannot meet there. A prompt that does not fit a step's
-    token budget waits for the next step instead."""
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return {}
-    return {
-        "enable_chunked_prefill": False,
-        "max_num_batched_tokens": max(config.max_model_len, CPU_BATCHED_TOKENS),
-    }
 
 
 def _request_seed(key: str) -> int:

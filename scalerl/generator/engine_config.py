@@ -1,0 +1,100 @@
+"""What a generator's engine is started with: its config (sliced from the run spec by the
+generator process), the environment vLLM reads at import, and the engine arguments a CPU needs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from scalerl.errors import InputError
+from scalerl.recipe.interruption import InterruptionPlan
+from scalerl.spec import THINK_END, LoraSpec
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+# vLLM's own default for an engine on a CPU: tokens one engine step may compute.
+CPU_BATCHED_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What a generator's engine needs, sliced from the run spec by the generator process.
+
+    `fp32_lm_head`: compute the logits in FP32 (paper: raises the asymptote 0.52 -> 0.61); vLLM
+    does it natively with `hf_overrides={"head_dtype": "float32"}`. `temperature`: sampling
+    temperature; recorded log-probs are of the tempered distribution. `seed`: seeds vLLM and the
+    cutoff draws. `kv_cache_gib`: KV cache size on CPU (ignored on GPUs, which size it from
+    free memory). `run_dir`: where vLLM's IPC sockets go (a fresh temporary directory if None).
+    `lora`: serve the base with one adapter slot; each version is an adapter
+    (`scalerl.generator.adapters`). `separate_process`: vLLM's engine core in a process of its
+    own (`AsyncLLM`) or in this one (`scalerl.generator.inproc`); None: its own on an accelerator,
+    where it schedules while the device computes, and this one on a CPU, where vLLM would have to
+    spawn it (a second interpreter importing vLLM and torch again: ~16 s of every start on 2
+    cores) for no overlap on the cores they share.
+    """
+
+    model_path: str
+    dtype: Dtype
+    fp32_lm_head: bool
+    max_model_len: int
+    temperature: float
+    seed: int
+    phrase: str
+    plan: InterruptionPlan
+    think_end: str | None = THINK_END  # None: a model that does not think (one answer phase)
+    kv_cache_gib: int = 1
+    run_dir: str | None = None
+    lora: LoraSpec | None = None
+    separate_process: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise InputError(f"dtype must be float32, bfloat16 or float16; got {self.dtype!r}")
+        if self.max_model_len <= 0:
+            raise InputError(f"max_model_len must be > 0 tokens; got {self.max_model_len}")
+        if self.temperature < 0:
+            raise InputError(f"temperature must be >= 0; got {self.temperature}")
+        if self.kv_cache_gib <= 0:
+            raise InputError(f"kv_cache_gib must be > 0; got {self.kv_cache_gib}")
+
+
+def prepare_vllm_environment(config: EngineConfig) -> None:
+    """Set the environment vLLM reads at import and start-up; call before importing vllm.
+
+    Idempotent. On CPU: a fixed KV cache (the default sizing fails on small VMs), no TorchDynamo
+    (the first log-prob request would stall compiling a kernel), a single engine-core process.
+    """
+    os.environ["VLLM_RPC_BASE_PATH"] = str(_rpc_dir(config))  # else sockets pile up in $TMPDIR
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_gib)
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+def _rpc_dir(config: EngineConfig) -> Path:
+    """Where vLLM puts its IPC sockets: the run directory if its path is short enough."""
+    # vLLM names sockets <dir>/<uuid4>; a Unix socket path holds at most 107 bytes.
+    limit = 107 - 37
+    wanted = Path(config.run_dir) / "vllm-rpc" if config.run_dir else None
+    if wanted is None or len(str(wanted)) > limit:
+        current = os.environ.get("VLLM_RPC_BASE_PATH", "")
+        reuse = "scalerl-vllm-" in current and len(current) <= limit
+        wanted = Path(current) if reuse else Path(tempfile.mkdtemp(prefix="scalerl-vllm-"))
+    wanted.mkdir(parents=True, exist_ok=True)
+    return wanted
+
+
+def whole_prefills(config: EngineConfig) -> dict[str, Any]:
+    """On a CPU, prompts are prefilled whole: vLLM rewinds a seeded request's generator after a
+    partial prefill, which a CPU generator cannot do ("CPU Generator does not use offset"), so
+    chunked prefill and seeded requests cannot meet there. A prompt that does not fit a step's
+    token budget waits for the next step instead."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {}
+    return {
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(config.max_model_len, CPU_BATCHED_TOKENS),
+    }
