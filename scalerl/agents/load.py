@@ -4,7 +4,8 @@ A verifiers environment is loaded with verifiers' own `load_environment(id, **ar
 does, so a user's package runs unchanged. Its dataset gives the training prompts, its eval split
 (or spec.data.validation.path) the held-out ones. Every failure is a DataError naming the spec
 field: a package that is not installed, arguments its `load_environment` does not take, a
-dataset it cannot build, no eval split.
+dataset it cannot build, no eval split, a `load_environment` that calls `sys.exit`. Secrets among
+the arguments (`scalerl.redact`) are masked in the error and in what verifiers logs of them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from scalerl.errors import DataError
 from scalerl.generator.prompts import Example, load_sources
+from scalerl.redact import redact_text, redacted_logs, secrets_of
 from scalerl.spec import RunSpec
 
 FIELD = "spec.environment.verifiers"
@@ -65,12 +67,22 @@ def _verifiers(env_id: str, args: Mapping[str, Any]) -> Any:
             f"{FIELD}.id: no installed package provides {env_id!r} (module {module!r}); install "
             "the environment's package where the generators run (README: Agents and tools)"
         )
+    secrets = secrets_of(dict(args))
     try:
-        env = vf.load_environment(env_id, **args)
+        # verifiers logs the arguments it is given (at INFO, and at ERROR on a failure): their
+        # secrets are masked in every log line made while it loads.
+        with redacted_logs(secrets):
+            env = vf.load_environment(env_id, **args)
     except (ValueError, RuntimeError) as err:
         cause = err.__cause__ or err
         where = f"{FIELD}.args" if isinstance(cause, TypeError) else FIELD
-        raise DataError(f"{where}: {env_id!r} failed to load: {cause}") from err
+        said = redact_text(str(cause), secrets)
+        raise DataError(f"{where}: {env_id!r} failed to load: {said}") from None
+    except SystemExit as err:  # its load_environment called sys.exit: not the generator's exit
+        raise DataError(
+            f"{FIELD}: {env_id!r} failed to load: its load_environment called sys.exit"
+            f"({err.code!r}) instead of raising an error"
+        ) from None
     if not isinstance(env, vf.Environment):
         raise DataError(
             f"{FIELD}.id: {env_id!r}'s load_environment returned {type(env).__name__}, not a "

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from scalerl.redact import redact, redact_text
 from scalerl.tracking.records import Delivered, Journal, Kind, Record, TrackedRun
 
 log = logging.getLogger("scalerl.tracking")
@@ -113,7 +114,9 @@ class Delivery:
             try:
                 self.tracker.close(self.finished)
             except Exception as err:  # noqa: BLE001 — a tracker's failure is never the run's
-                log.warning("tracker %s: closing failed: %s", self.tracker.name, err)
+                log.warning(
+                    "tracker %s: closing failed: %s", self.tracker.name, redact_text(str(err))
+                )
 
     def _catch_up(self) -> None:
         """Deliver from the journal what the full queue did not take, until nothing is left;
@@ -193,7 +196,7 @@ class Delivery:
                 "tracker %s: %s (%s record, step %d, try %d of %d); training goes on, the "
                 "tracker is retried in the background",
                 self.tracker.name,
-                f"{type(err).__name__}: {err}"[:300],
+                redact_text(f"{type(err).__name__}: {err}")[:300],  # a URL's password
                 record.kind,
                 record.step,
                 attempt,
@@ -227,8 +230,9 @@ class TrackerSink:
         self.closed = False
 
     def params(self, spec: dict[str, Any]) -> None:
-        """The run's spec as the trackers' parameters (config), once per run."""
-        self.log(Record("params", 0, params=spec))
+        """The run's spec as the trackers' parameters (config), once per run, its secrets masked
+        (`scalerl.redact`: every tracker, and the journal, get the masked copy)."""
+        self.log(Record("params", 0, params=redact(spec)))
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         self.log(Record("step", step, metrics))
