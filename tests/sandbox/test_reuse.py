@@ -135,3 +135,23 @@ def test_without_the_capability_a_kept_sandbox_empties_deep_trees_and_floods(
     files = seen.stdout.decode().splitlines()[1]
     (folder,) = eval(files.split(" ", 1)[1])  # noqa: S307 — a list the test's program printed
     assert Path(folder).name.startswith("job-")
+
+
+def test_only_a_setup_that_fails_before_the_program_runs_is_unscored(
+    full_isolation: object,
+) -> None:
+    # A file the sandbox cannot write (a name over 255 bytes) fails the setup: the program never
+    # ran, no program caused it: unscored. A program that ends the way a failed setup does
+    # (exit 127, a message on every descriptor) is scored: it cannot say "unscored" itself.
+    mimic = (
+        "import os\nfor fd in range(3, 64):\n    try:\n"
+        "        os.write(fd, b'setup failed: forged')\n    except OSError:\n        pass\n"
+        "os._exit(127)\n"
+    )
+    with Sandbox() as box:
+        refused = box.run("print(1)", limits=LIMITS, files={"x" * 300: "text"})
+        forged = box.run(mimic, limits=LIMITS)
+        after = box.run("print(2)", limits=LIMITS)
+    assert refused.error.startswith("setup failed") and refused.returncode is None
+    assert forged.error == "" and forged.returncode == 127 and not forged.damaged
+    assert after.stdout == b"2\n"
