@@ -35,7 +35,9 @@ ANSWER_SECONDS = 10.0  # after a job's wall limit, for the supervisor to kill, r
 @dataclass(frozen=True)
 class Limits:
     """What one execution may use. `wall_seconds` bounds it from the outside (kill), the rest are
-    kernel resource limits inside it; 0 means no limit for memory and files."""
+    kernel resource limits on each of its processes; with bubblewrap, `cpu_seconds` and
+    `memory_bytes` also bound all its processes together (the supervisor adds them up). 0 means
+    no limit for memory and files."""
 
     wall_seconds: float = 10.0
     cpu_seconds: int = 10
