@@ -50,6 +50,7 @@ from scalerl.spec import (
     QUEUE_LABEL,
     SHM_CPU_POD_GIB,
     SHM_PER_GPU_GIB,
+    EnvironmentSpec,
     ReplicaSpec,
     ScaleRLRun,
 )
@@ -282,7 +283,7 @@ def _init_containers(
     inits = _run_directory_init(run, image).get("initContainers", [])
     environment = run.spec.environment
     if environment is not None and environment.packages and runs_rollouts(run, role_name):
-        inits.append(_packages_init(environment.packages, environment.index_url, image))
+        inits.append(_packages_init(environment, image))
         volumes.append({"name": "environment-packages", "emptyDir": {}})
         mount = {"name": "environment-packages", "mountPath": ENV_PACKAGES_DIR, "readOnly": True}
         container["volumeMounts"] = [*container["volumeMounts"], mount]
@@ -290,22 +291,29 @@ def _init_containers(
     return {"initContainers": inits} if inits else {}
 
 
-def _packages_init(packages: list[str], index_url: str | None, image: str) -> dict[str, Any]:
+def _packages_init(environment: EnvironmentSpec, image: str) -> dict[str, Any]:
     """pip of the process's own image installs the environment's packages into the pod's
     folder. Without their dependencies: whatever the image holds (torch, vLLM, verifiers) is
-    never shadowed by another version; a package's requirements the image lacks are listed too."""
+    never shadowed by another version; a package's requirements the image lacks are listed too.
+    A private index's URL (with its credentials) comes from its Secret as PIP_INDEX_URL, which
+    pip reads: it is in no command (pip masks its password in what it prints)."""
     command = ["python3", "-m", "pip", "install", "--no-cache-dir", "--no-deps"]
     command += ["--disable-pip-version-check", "--target", ENV_PACKAGES_DIR]
-    if index_url is not None:
-        command += ["--index-url", index_url]
-    return {
+    if environment.index_url is not None:  # never with credentials: the spec refuses them
+        command += ["--index-url", environment.index_url]
+    init: dict[str, Any] = {
         "name": "environment-packages",
         "image": image,
-        "command": [*command, *packages],
+        "command": [*command, *environment.packages],
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
         "volumeMounts": [{"name": "environment-packages", "mountPath": ENV_PACKAGES_DIR}],
         "securityContext": CONTAINER_SECURITY,
     }
+    secret = environment.index_secret
+    if secret is not None:
+        ref = {"name": secret.name, "key": secret.key}
+        init["env"] = [{"name": "PIP_INDEX_URL", "valueFrom": {"secretKeyRef": ref}}]
+    return init
 
 
 def _run_directory_init(run: ScaleRLRun, image: str) -> dict[str, Any]:

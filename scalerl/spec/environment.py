@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from scalerl.redact import redact_url
 from scalerl.spec.base import MAX_REPLICAS, Float, Int, _Model
 
 
@@ -22,6 +23,16 @@ class VerifiersEnvironment(_Model):
     )
     args: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of its load_environment."
+    )
+
+
+class IndexSecret(_Model):
+    name: str = Field(min_length=1, max_length=253, description="Secret in the run's namespace.")
+    key: str = Field(
+        "PIP_INDEX_URL",
+        min_length=1,
+        max_length=253,
+        description="The Secret's key holding the index URL.",
     )
 
 
@@ -106,11 +117,26 @@ class EnvironmentSpec(_Model):
     index_url: str | None = Field(
         None,
         pattern=r"^https?://[^\s]+$",
-        description="The package index `packages` are installed from; null: pip's default.",
+        description="The package index `packages` are installed from, without credentials (it "
+        "is in the pods' commands); null: pip's default. A private index: indexSecret.",
+    )
+    index_secret: IndexSecret | None = Field(
+        None,
+        description="On a cluster: the Secret (and key) whose value is the package index URL "
+        "with its credentials (https://user:token@host/simple); the packages' init container "
+        "reads it as PIP_INDEX_URL, so it is in no pod command, spec or tracker.",
     )
 
     @model_validator(mode="after")
     def _one_kind(self) -> EnvironmentSpec:
         if (self.verifiers is None) == (self.openenv is None):
             raise ValueError("set exactly one of verifiers and openenv")
+        if self.index_url is not None and self.index_secret is not None:
+            raise ValueError("set indexUrl or indexSecret, not both")
+        if self.index_url is not None and redact_url(self.index_url) != self.index_url:
+            raise ValueError(
+                f"indexUrl holds credentials ({redact_url(self.index_url)}), which every "
+                "reader of the run, its pods and its trackers would see: put the URL in a "
+                "Secret and name it in indexSecret"
+            )
         return self

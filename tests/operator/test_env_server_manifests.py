@@ -5,6 +5,7 @@ which is run here as its command says, against a package index on 127.0.0.1."""
 
 from __future__ import annotations
 
+import base64
 import functools
 import http.server
 import os
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from small_run import run_manifest
 
 from scalerl.environment import OPENENV_URL_VAR
+from scalerl.errors import SpecError
 from scalerl.operator import manifests, names
 from scalerl.operator.manifests import Images, Owner
 from scalerl.ports import free_port
@@ -187,9 +189,47 @@ def test_the_disaggregated_trainer_installs_nothing_and_a_colocated_pod_does() -
     assert [c["name"] for c in one["initContainers"]] == ["environment-packages"]
 
 
-@pytest.fixture
-def package_index(tmp_path: Path) -> Iterator[str]:
-    """The calculator package as a wheel in a PEP 503 index served on 127.0.0.1."""
+INDEX_PASSWORD = "idx-pass-6c1e0f"  # noqa: S105 - the test index's own
+
+
+def test_an_index_url_with_credentials_is_refused_for_the_secret() -> None:
+    """Anyone who reads the run or its pods would read the password: the spec says where the
+    URL goes instead, and never repeats the password."""
+    with pytest.raises(SpecError) as err:
+        agent_run(
+            environment={
+                "packages": ["calc==1"],
+                "indexUrl": f"https://bot:{INDEX_PASSWORD}@pypi.internal.example/simple",
+            }
+        )
+    said = " ".join(err.value.problems)
+    assert "indexUrl holds credentials" in said and "indexSecret" in said
+    assert INDEX_PASSWORD not in str(err.value)
+    with pytest.raises(SpecError, match="token"):
+        agent_run(environment={"packages": ["calc==1"], "indexUrl": f"{INDEX_URL}?token=abc123"})
+
+
+def test_a_private_index_reaches_pip_from_its_secret_and_no_command() -> None:
+    index = {"name": "pip-index", "key": "url"}
+    objs = children(agent_run(environment={"packages": ["calc==1"], "indexSecret": index}))
+    pod = pod_of(find(objs, "Job", "generator"))["spec"]
+    (init,) = pod["initContainers"]
+    assert init["env"] == [
+        {
+            "name": "PIP_INDEX_URL",
+            "valueFrom": {"secretKeyRef": {"name": "pip-index", "key": "url"}},
+        }
+    ]
+    assert "--index-url" not in init["command"]
+    assert "env" not in pod["containers"][0] or all(
+        e["name"] != "PIP_INDEX_URL" for e in pod["containers"][0]["env"]
+    )  # the generator itself never holds it
+    for obj in objs:
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+def _index_folder(tmp_path: Path) -> Path:
+    """The calculator package as a wheel in a PEP 503 index folder."""
     project = tmp_path / "index" / "openenv-calculator"
     project.mkdir(parents=True)
     subprocess.run(
@@ -201,13 +241,72 @@ def package_index(tmp_path: Path) -> Iterator[str]:
     )
     (wheel,) = project.glob("*.whl")
     (project / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>')
+    return tmp_path / "index"
+
+
+@pytest.fixture
+def package_index(tmp_path: Path) -> Iterator[str]:
+    """The calculator package as a wheel in a PEP 503 index served on 127.0.0.1."""
     handler = functools.partial(
-        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "index")
+        http.server.SimpleHTTPRequestHandler, directory=str(_index_folder(tmp_path))
     )
     server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
+
+
+class _PasswordIndex(http.server.SimpleHTTPRequestHandler):
+    """An index that answers only requests with its user and password (HTTP Basic)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        wanted = base64.b64encode(f"bot:{INDEX_PASSWORD}".encode()).decode()
+        if self.headers.get("Authorization") != f"Basic {wanted}":
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="index"')
+            self.end_headers()
+            return
+        super().do_GET()
+
+
+def test_pip_installs_from_the_private_index_the_secret_names_and_prints_no_password(
+    tmp_path: Path,
+) -> None:
+    """The init container as the pod runs it, PIP_INDEX_URL set as the kubelet sets it from the
+    Secret: the package installs from an index that wants the password, and nothing pip prints
+    holds it."""
+    handler = functools.partial(_PasswordIndex, directory=str(_index_folder(tmp_path)))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://bot:{INDEX_PASSWORD}@127.0.0.1:{server.server_address[1]}/"
+    try:
+        index = {"name": "pip-index"}
+        run = agent_run(
+            environment={"packages": ["openenv-calculator==0.1.0"], "indexSecret": index}
+        )
+        (init,) = pod_of(find(children(run), "Job", "generator"))["spec"]["initContainers"]
+        folder = tmp_path / "pod-packages"
+        command = [sys.executable if part == "python3" else part for part in init["command"]]
+        command = [str(folder) if part == manifests.ENV_PACKAGES_DIR else part for part in command]
+        (variable,) = init["env"]
+        assert variable["valueFrom"]["secretKeyRef"] == {
+            "name": "pip-index",
+            "key": "PIP_INDEX_URL",
+        }
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        done = subprocess.run(
+            [*command, "-v"],
+            env={**clean, variable["name"]: url},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list(folder.glob("openenv_calculator*"))
+    assert "Looking in indexes: http://bot:****@127.0.0.1" in done.stdout
+    assert INDEX_PASSWORD not in done.stdout + done.stderr
 
 
 def test_the_init_containers_command_installs_what_the_process_then_imports(
