@@ -266,10 +266,13 @@ def add_evaluate_parser(subparsers: Subparsers) -> None:
         description="Sample k completions for each held-out prompt of a run from CHECKPOINT with "
         "transformers' generate (not the run's vLLM engines), under the run's length budgets, "
         "interruption and temperature, and score them with its reward. A sample passes when "
-        "its reward is > 0 and it is not truncated; the pass rate is mean@k, with the standard "
-        "error of the per-prompt means. A run with spec.environment plays each held-out prompt "
+        "its reward is > 0 and it is not truncated; the pass rate is mean@k, passes / (prompts "
+        "x k), with the standard error of the per-prompt means. A sample that could not be "
+        "scored (the code sandbox failed, the reward function raised) counts as not passed and "
+        "is reported as unscored. A run with spec.environment plays each held-out prompt "
         "through its environment (turns, tools, rubric); a rollout passes at a reward of at "
-        "least environment.passThreshold, not truncated.",
+        "least environment.passThreshold, not truncated; one the environment failed, or whose "
+        "rubric raised, is unscored.",
     )
     p.add_argument(
         "checkpoint",
