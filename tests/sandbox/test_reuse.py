@@ -155,3 +155,30 @@ def test_only_a_setup_that_fails_before_the_program_runs_is_unscored(
     assert refused.error.startswith("setup failed") and refused.returncode is None
     assert forged.error == "" and forged.returncode == 127 and not forged.damaged
     assert after.stdout == b"2\n"
+
+
+def test_a_supervisor_that_dies_while_a_program_runs_fails_that_program(
+    full_isolation: object,
+) -> None:
+    import threading
+    import time
+
+    with Sandbox() as box:
+        assert box.run("print(1)", limits=LIMITS).stdout == b"1\n"
+        inner = box._inner
+
+        def crash() -> None:
+            time.sleep(1.0)
+            os.kill(inner, signal.SIGKILL)  # as the host's OOM killer would, mid-program
+
+        killer = threading.Thread(target=crash)
+        killer.start()
+        crashed = box.run(
+            "import time\nprint('started', flush=True)\ntime.sleep(20)\n", limits=LIMITS
+        )
+        killer.join()
+        after = box.run("print(2)", limits=LIMITS)
+    # The program's own failure (damaged, never unscored); the next one gets a new sandbox.
+    assert crashed.error == "" and crashed.damaged.startswith("the sandbox ended"), crashed
+    assert crashed.stdout == b"started\n" and crashed.wall_seconds < 15
+    assert after.stdout == b"2\n" and not after.error and not after.damaged
