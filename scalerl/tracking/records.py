@@ -22,6 +22,9 @@ from typing import Any, Literal
 TRACKING_DIR = "tracking"
 # On a cluster the operator sets the run's uid in the pods that log: the tracker run's identity.
 RUN_UID_ENV = "SCALERL_RUN_UID"
+# The run directory (the run's folder on its volume), where a pod that logs has it mounted: the
+# fit Job's, for W&B's offline files (scalerl.tracking.fit_job).
+RUN_DIR_ENV = "SCALERL_RUN_DIR"
 
 Kind = Literal["params", "step", "eval", "fit"]
 # Kinds a resumed process redoes after its checkpoint's step (a fit is remade from the history,

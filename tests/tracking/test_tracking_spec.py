@@ -117,15 +117,18 @@ def test_the_trainer_pod_gets_the_run_uid_and_the_secret_and_the_generator_does_
     assert RUN_UID_ENV not in {e["name"] for e in untracked["env"]}
 
 
-def test_the_fit_job_logs_to_the_trackers_it_can_reach(caplog: pytest.LogCaptureFixture) -> None:
-    """TensorBoard's files are on the run's volume, which the fit Job does not mount; a tracker
-    whose library is not installed (here trackio: see trackio_venv.py) is left out by name, the
-    others still get the fit."""
+def test_the_fit_job_logs_to_the_trackers_it_can_reach(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """TensorBoard's files belong to the trainer's folder; W&B offline needs the run's folder
+    (tests/tracking/test_fit_job); a tracker whose library is not installed (here trackio: see
+    trackio_venv.py) is left out by name, the others still get the fit."""
     spec = TrackingSpec.model_validate(BLOCKS)
-    assert job_trackers(spec).trackers == ["mlflow", "wandb"]
+    assert job_trackers(spec, tmp_path).trackers == ["mlflow", "wandb"]
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "not logged to tensorboard" in warned
     assert "not logged to trackio: trackio is not installed in this image" in warned
+    assert job_trackers(spec).trackers == ["mlflow"]  # no folder for W&B's offline files
 
 
 def _container(obj: dict[str, Any]) -> dict[str, Any]:
