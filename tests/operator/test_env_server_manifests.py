@@ -209,6 +209,37 @@ def test_an_index_url_with_credentials_is_refused_for_the_secret() -> None:
         agent_run(environment={"packages": ["calc==1"], "indexUrl": f"{INDEX_URL}?token=abc123"})
 
 
+HOSTS = st.sampled_from(["pypi.internal.example", "10.0.0.7:8080", "idx.example"])
+WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=4, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    host=HOSTS,
+    user=WORDS,
+    password=WORDS.map(lambda w: f"pw-{w}"),  # never a word of the error's own text
+    param=st.sampled_from(["token", "api_key", "access_token", "password"]),
+    shape=st.sampled_from(["userinfo", "user", "query"]),
+)
+def test_no_credentialed_index_url_reaches_a_pod(
+    host: str, user: str, password: str, param: str, shape: str
+) -> None:
+    """However the credentials sit in the URL, the spec refuses it; the same URL without them
+    is the init container's --index-url as written."""
+    plain = f"https://{host}/simple"
+    url = {
+        "userinfo": f"https://{user}:{password}@{host}/simple",
+        "user": f"https://{user}@{host}/simple",
+        "query": f"{plain}?{param}={password}",
+    }[shape]
+    with pytest.raises(SpecError) as err:
+        agent_run(environment={"packages": ["calc==1"], "indexUrl": url})
+    assert password not in str(err.value)
+    objs = children(agent_run(environment={"packages": ["calc==1"], "indexUrl": plain}))
+    (init,) = pod_of(find(objs, "Job", "generator"))["spec"]["initContainers"]
+    assert init["command"][-3:] == ["--index-url", plain, "calc==1"]
+
+
 def test_a_private_index_reaches_pip_from_its_secret_and_no_command() -> None:
     index = {"name": "pip-index", "key": "url"}
     objs = children(agent_run(environment={"packages": ["calc==1"], "indexSecret": index}))
