@@ -16,7 +16,7 @@ from scalerl.errors import FitError, InputError
 if TYPE_CHECKING:
     from scalerl.cli_args import Subparsers
     from scalerl.fit import Curve, FitResult
-    from scalerl.fit.report import FitReport
+    from scalerl.fit.outlook import FitReport
     from scalerl.status.kubernetes import RunStatus
 
 
@@ -204,15 +204,35 @@ def _fit_file(path: str, args: argparse.Namespace) -> tuple[Curve, FitReport]:
 
 
 def _prediction(result: FitResult, compute: float) -> dict[str, Any]:
-    """The curve at `compute`, its band, and what an evaluation there would read."""
-    out: dict[str, Any] = {"compute": compute, "pass_rate": result.forecast(compute)}
+    """The law and the forecast at `compute` (audit F5: they differ beyond the data and were
+    shown under one name), the forecast's band, what an evaluation there would read, and the
+    forecast's notes there (`scalerl.fit.decision.forecast_notes`)."""
+    from scalerl.fit.decision import forecast_notes
+
+    forecast = float(result.forecast(compute))
     band, reads = result.predict_interval(compute), result.predictive_interval(compute)
-    out["curveInterval"] = None if band is None else list(band)
-    out["evaluationInterval"] = None if reads is None else list(reads)
+    out: dict[str, Any] = {
+        "compute": compute,
+        "law": float(result.predict(compute)),
+        "forecast": forecast,
+        "model": result.forecast_model()["model"],
+        "forecastInterval": None if band is None else list(band),
+        "evaluationInterval": None if reads is None else list(reads),
+        "reach": result.reach(compute),
+    }
+    interval = None if reads is None else (float(reads[0]), float(reads[1]))
+    out["forecastNotes"] = forecast_notes(result, compute, forecast, interval)
     return out
 
 
 FILE_UNIT = "in the file's units"  # a curve file's compute has no unit we know
+
+
+def target_words(fit: dict[str, Any], unit: str, target: float | None) -> str:
+    """The target line (`scalerl.fit.decision.target_words`)."""
+    from scalerl.fit.decision import target_words as words
+
+    return words(fit, unit, target)
 
 
 def _fit_summary(
@@ -247,8 +267,9 @@ def _fit_summary(
         )
     for p in predicted:
         lines.append(_predicted_line(p))
+    lines.append(_forecast_line(fitted.outlook))
     if target is not None:
-        lines.append(f"  {_target_words(fitted.outlook, FILE_UNIT, target)[2:]}")
+        lines.append(f"  {target_words(fitted.outlook, FILE_UNIT, target)[2:]}")
     lines.append(_confidence_line(fitted.outlook))
     if result.bootstrap_failed:
         lines.append(_bootstrap_note(result))
@@ -275,31 +296,42 @@ def _falls(curve: Curve, result: FitResult) -> bool:
 
 
 def _predicted_line(p: dict[str, Any]) -> str:
-    """The curve at a compute with its band, and the wider interval an evaluation would read."""
-    curve, reads = p["curveInterval"], p["evaluationInterval"]
-    band = f" [{curve[0]:.4f}, {curve[1]:.4f}]" if curve else ""
+    """The forecast at a compute (its model named) with its band, the wider interval an
+    evaluation would read, the law there where the forecast is not the law, and the notes."""
+    from scalerl.fit.decision import notes_words
+
+    band_of, reads = p["forecastInterval"], p["evaluationInterval"]
+    band = f" [{band_of[0]:.4f}, {band_of[1]:.4f}]" if band_of else ""
     evaluation = (
         f"; an evaluation there would read [{reads[0]:.4f}, {reads[1]:.4f}]" if reads else ""
     )
-    return f"  at compute {p['compute']:.6g}: curve {p['pass_rate']:.4f}{band}{evaluation}"
+    law = "" if p["model"] == "law" else f"; the law alone {p['law']:.4f}"
+    return (
+        f"  at compute {p['compute']:.6g}: forecast ({p['model']}) {p['forecast']:.4f}{band}"
+        f"{evaluation}{law}{notes_words(p)}"
+    )
+
+
+def _forecast_line(outlook: dict[str, Any]) -> str:
+    """Which model the forecast is, and the evidence it was chosen by."""
+    chosen = outlook.get("forecast") or {}
+    evidence = chosen.get("evidence")
+    if not evidence:
+        why = "fewer than two earlier fits to judge the law by"
+    else:
+        why = (
+            f"of {evidence['compared']} later evaluations its {evidence['origins']} earlier fits "
+            f"were judged at, {evidence['above']} read above and {evidence['below']} below "
+            "their own intervals"
+        )
+    return f"  forecast {chosen.get('model')} (drift weight {chosen.get('weight', 0.0):.2f}): {why}"
 
 
 def _confidence_line(outlook: dict[str, Any]) -> str:
     """What is known of the fit, in fit.json's words."""
-    return f"  confidence{_confidence_words(outlook)[1:]}"
+    from scalerl.fit.decision import confidence_words
 
-
-def _confidence_words(fit: dict[str, Any]) -> str:
-    """'; <confidence>: <why>' (a Misfit's: `misfit_note`), '' for a fit without a confidence."""
-    from scalerl.operator.prediction import misfit_note
-    from scalerl.spec import MISFIT
-
-    confidence = fit.get("confidence")
-    if confidence == MISFIT:
-        return misfit_note(fit)
-    if confidence is None:
-        return ""
-    return f"; {confidence}: {fit.get('confidenceReason') or 'the half-run check held'}"
+    return f"  confidence{confidence_words(outlook)[1:]}"
 
 
 def _bootstrap_note(result: FitResult) -> str:
@@ -341,12 +373,16 @@ def prediction_line(report: dict[str, Any], unit: str, target: float | None = No
     """fit.json in one line: the law, where the run ends (compute in `unit`), the target pass
     rate `target` (budget.targetPassRate) and whether the run gets there, and what is known of
     the fit: its confidence, and why."""
+    from scalerl.fit.decision import confidence_words, notes_words
+
+    model = (report.get("forecast") or {}).get("model", "law")
     parts = [
         f"prediction: {asymptote_text(report)}, C_mid = {report['C_mid']:.4g} {unit}, "
-        f"B = {report['B']:.2f}, pass rate at budget {report['budget']:.4g} {unit}: "
+        f"B = {report['B']:.2f}, forecast ({model}) at budget {report['budget']:.4g} {unit}: "
         f"{report['predictedAtBudget']:.3f} {_interval(report['predictedAtBudgetInterval'])}",
-        _target_words(report, unit, target),
-        _confidence_words(report),
+        notes_words(report),
+        target_words(report, unit, target),
+        confidence_words(report),
     ]
     return "".join(parts)
 
@@ -356,17 +392,6 @@ def asymptote_text(fit: dict[str, Any]) -> str:
     if fit.get("A_atLeast") is not None:
         return f"A >= {fit['A_atLeast']:.3f} (the points bound it from below only)"
     return f"A = {fit['A']:.3f} {_interval(fit.get('A_interval'))}".rstrip()
-
-
-def _target_words(fit: dict[str, Any], unit: str, target: float | None) -> str:
-    """Where the curve reaches the target: within the budget, beyond it, or never (A below)."""
-    at = fit.get("computeToTarget")
-    name = "the target" if target is None else f"target {target:g}"
-    if at is None:
-        return "" if target is None else f", A is below {name}"
-    if at <= fit["budget"]:
-        return f", {name} reached at compute {at:.4g} {unit}"
-    return f", {name} lies beyond the budget (the curve reaches it at compute {at:.4g} {unit})"
 
 
 def _interval(pair: list[float] | None) -> str:
@@ -379,7 +404,7 @@ def _interval(pair: list[float] | None) -> str:
 def cmd_fit_run(args: argparse.Namespace) -> int:
     """The fit Job: status.evaluations of a run -> status.prediction and its Predicted condition."""
     from scalerl.kube import Kube, KubeError
-    from scalerl.operator.prediction import describe, fit_run
+    from scalerl.operator.prediction import describe, fit_run  # the operator's own fit Job
     from scalerl.status.kubernetes import RunStatus
 
     if args.file is not None or args.plot or args.predict_at or args.budget or args.target:

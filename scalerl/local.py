@@ -303,16 +303,20 @@ class LocalRun:
 
     def judge(self, report: dict[str, Any] | None) -> None:
         """Raise PredictedStop when budget.stopWhen condemns the run on this fit: the cluster's
-        rule (`stop_reason`: a checked, in-law fit whose whole A interval lies below the target)."""
-        from scalerl.operator.prediction import stop_reason
+        rule (`scalerl.fit.decision.stop_reason`: a fit whose forecast passed its half-run check,
+        whose whole interval at the budget lies below the threshold)."""
+        from scalerl.fit.decision import stop_reason
 
         reason = stop_reason(self.run.spec.budget, report)
         if reason is not None:
             raise PredictedStop(reason)
 
-    def refit(self, history: list[dict[str, Any]], ended: bool = False) -> dict[str, Any] | None:
+    def refit(
+        self, history: list[dict[str, Any]], ended: bool = False, stopped: str | None = None
+    ) -> dict[str, Any] | None:
         """Fit the history so far (fit.json, its track); once the run has `ended`, the last fit
-        also scores every prediction the run kept (fit.json's trackRecord)."""
+        also scores every prediction the run kept (fit.json's trackRecord); a run `stopped` by
+        its prediction keeps them as censored."""
         from scalerl.fit.report import FIT_FILE, write_fit
 
         self.fitted_at = len(history)
@@ -325,6 +329,7 @@ class LocalRun:
                 budget=self.run.spec.budget,
                 units=self.run.spec.cluster_compute_units,  # as the trainer counts compute
                 ended=ended,
+                stopped=stopped,
             )
         except ScaleRLError as err:  # too few points yet, or a flat curve: try again later
             self.fit_skipped = str(err)
@@ -371,6 +376,8 @@ class LocalRun:
             # restart. Written once the gang has stopped (attempt's finally), so that no
             # trainer rewrites status.json after it.
             FileStatus(self.out).condition("Stopped", True, PREDICTED_BELOW_TARGET, stop.reason)
+            # Its predictions are kept as censored (scalerl.fit.track): a wrong stop shows.
+            self.refit(read_history(self.out / HISTORY_FILE), stopped=stop.reason)
             raise
         except KeyboardInterrupt as interrupt:
             signum = getattr(interrupt, "signum", signal.SIGINT)

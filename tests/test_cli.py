@@ -43,7 +43,7 @@ def test_fit_json_prints_one_object_with_the_fit_and_predictions(capsys) -> None
     lo, hi = data["A_interval"]
     assert lo <= data["A"] <= hi
     assert [p["compute"] for p in data["predicted"]] == [20000.0, 100000.0]
-    assert all(abs(p["pass_rate"] - data["A"]) < 0.02 for p in data["predicted"])
+    assert all(abs(p["forecast"] - data["A"]) < 0.02 for p in data["predicted"])
 
 
 def test_fit_prints_a_readable_summary(capsys) -> None:

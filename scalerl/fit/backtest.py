@@ -10,6 +10,14 @@ has already measured, twice the compute, as far as a half-run prediction reaches
 evaluation lies outside the interval the first half gave for it, the prediction's confidence is
 `Misfit` (`scalerl.fit.outlook`). On runs drawn from the law, that happens about as often as a
 95 % predictive interval misses (under 10 % of draws, `bench/calibration.py`).
+
+Two questions are asked of the same first-half fit, and answered apart (audit F2):
+
+- the forecast's check (`inside`, `confidence`): the first half's forecast (the law, moved by as
+  much of its drift as its own history supports: `scalerl.fit.drift`) and its interval, as a
+  user would have read them half-way: did the forecast shown hold?
+- the law's check (`law_inside`, `lawCheck`): the first half's law alone and its own interval:
+  does the run follow the law?
 """
 
 from __future__ import annotations
@@ -38,13 +46,23 @@ class Backtest:
     actual: float  # what the last evaluation read
     # The first half's fit itself (None where built by hand), for callers that show more of it.
     fit: FitResult | None = field(default=None, repr=False, compare=False)
+    # The first half's law alone there, and the law's own interval (None: not asked).
+    law_predicted: float | None = None
+    law_interval: Interval | None = None
 
     @property
     def inside(self) -> bool | None:
-        """Whether the last evaluation read within the interval (None without one)."""
+        """Whether the last evaluation read within the forecast's interval (None without one)."""
         if self.interval is None:
             return None
         return self.interval[0] <= self.actual <= self.interval[1]
+
+    @property
+    def law_inside(self) -> bool | None:
+        """Whether it read within the law's own interval (None without one)."""
+        if self.law_interval is None:
+            return None
+        return self.law_interval[0] <= self.actual <= self.law_interval[1]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +73,11 @@ class Backtest:
             "actual": self.actual,
             "error": self.predicted - self.actual,
             "inside": self.inside,
+            "law": {
+                "predicted": self.law_predicted,
+                "interval": None if self.law_interval is None else list(self.law_interval),
+                "inside": self.law_inside,
+            },
         }
 
 
@@ -97,11 +120,14 @@ def backtest(
         return None
     if early.points < PREDICTION_MIN_POINTS:
         return None
+    last = float(c[-1])
     return Backtest(
         fitted_on=int(half.sum()),
-        compute=float(c[-1]),
-        predicted=float(early.forecast(float(c[-1]))),
-        interval=early.predictive_interval(float(c[-1])),
+        compute=last,
+        predicted=float(early.forecast(last)),
+        interval=early.predictive_interval(last),
         actual=float(y[-1]),
         fit=early,
+        law_predicted=float(early.predict(last)),
+        law_interval=early.law_interval(last, early.noise or 0.0),
     )

@@ -20,7 +20,8 @@ from scalerl.errors import ScaleRLError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from scalerl.fit.report import Columns, FitReport
+    from scalerl.fit.outlook import FitReport
+    from scalerl.fit.points import Columns
 
 
 def domains_of(rows: Sequence[Mapping[str, Any]], by_domain: str) -> list[str]:

@@ -1,47 +1,57 @@
-"""How far a run's curve drifts from the law beyond its data, measured on the run itself.
+"""How far a run's curve drifts from the law beyond its data, measured on the run itself, and how
+much of that drift its own history says to believe.
 
 A half-run prediction extrapolates the law twice as far in compute as the data reach. On runs
-that follow it the law's bootstrap and profile intervals hold; on real runs they do not: fitted
-on the first half, published RL curves and our own runs ended above the interval more often than
-not (`bench/calibration.py --external --kept`: 6 of 10 inside, every miss an underprediction).
-Early curves that have not bent are steeper than the law's shape lets a fit extrapolate (the
-demo's rises almost linearly in compute), and no parameter of the law says how much.
+that follow it the law's bootstrap and profile intervals hold; on real runs they sometimes do
+not: fitted on the first half, published RL curves and our own runs ended above the interval
+more often than 2.5 % (the demo's curve rises almost linearly in compute, JustRL's rises late),
+and no parameter of the law says how much.
 
 So the run is asked. Rolling origins: the law is fitted again on its first k points (for up to
 MAX_ORIGINS values of k, each prefix holding at least MIN_ORIGIN_POINTS trained evaluations past
-its own floor), and each prefix fit's extrapolation to every later fitted point is compared with
-the whole fit's curve there (the curve, not the noisy point: the whole fit is the best
-estimate of where the run was). Each comparison gives an error e (whole curve minus prefix
-extrapolation) at a distance d = ln(compute / the prefix's last compute). The errors are
-modelled as
+its own floor, and half of the whole fit's), with intervals of its own. Each prefix fit is then
+judged at every later evaluation twice:
 
-    e ~ N(rate * d, spread^2 * d^2)
+- **the drift**: its extrapolation against the whole fit's curve there (the curve, not the
+  noisy point: the whole fit is the best estimate of where the run was). Each comparison gives
+  an error e at a distance d = ln(compute / the prefix's last compute), modelled as
+  e ~ N(rate * d, spread^2 * d^2): a drift linear in log compute, whose scatter grows with the
+  distance; `rate` and `spread` are their restricted-maximum-likelihood values (REML: plain
+  maximum likelihood takes the spread of a few origins' errors to 0), `rate_se` the rate's
+  standard error.
+- **the evidence**: whether the later evaluation lies within the prefix fit's *own* 95 %
+  predictive interval for it (`FitResult.law_interval`), above it or below it. On a run that
+  follows the law about 2.5 % of them lie outside on each side; a curve that keeps leaving the
+  law in one direction puts many more outside on that side. (The errors above cannot tell the
+  two apart: a prefix fitted before the bend misses by a lot on a run that follows the law too,
+  and its own interval, which spans every ceiling its points allow, says so.)
 
-a drift linear in log compute, whose scatter grows with the distance. `rate` and `spread` are
-the restricted-maximum-likelihood values (rate in closed form for each spread; REML, because
-plain maximum likelihood takes the spread of a few origins' errors to 0), `rate_se` the
-standard error of the rate. A prediction at distance D beyond the data moves by rate * D, and
-its interval widens, in quadrature, by z * sqrt(spread^2 + rate_se^2) * D. On a run that
-follows the law the rate comes out near 0 and the widening small; on one whose early fits kept
-underpredicting, the prediction moves up by what they missed.
+The evidence is taken from the latest half of the origins (RECENT_ORIGINS), the prefix fits
+nearest the fit being extrapolated: early prefixes that missed where later ones no longer do
+show the law converging as more of the bend is seen, not the run leaving it (on Table 1's
+8B row, seed 0, the first four prefixes put 26 of 66 later evaluations above their intervals,
+the last four none of 22), while a run that keeps leaving the law shows it in its latest fits
+too (JustRL's first half: the last four put 9 of 56 above, 1 below).
+
+`Drift.weight` turns the evidence into how much of the drift the forecast takes: the share of
+the comparisons outside on the drift's side, less the share outside on the other side (what
+noise puts outside falls on both), beyond CHANCE_SHARE, scaled to 1 at FULL_SHARE; 0 when the
+misses' side disagrees with the rate's sign. The forecast is then a mixture of the two models
+with that weight (`Drift.shift`, `Drift.sd`): the law with probability 1 - w, the law plus the
+drift with probability w, so its mean moves by w * rate * D and its variance adds
+w * (spread^2 + rate_se^2) * D^2 + w (1 - w) (rate * D)^2.
 
 The origins' errors are not independent (later prefixes hold the earlier ones' points), so
-`rate_se` is optimistic; `spread` carries most of the widening. Measured effect on the 10
-half-run backtests of the development set and six of our runs: 6 -> 10 inside, median signed
-error -0.056 -> +0.011, median width 0.27 (README, "How far to trust a prediction").
-
-The price is width on runs that do follow the law: a prefix fit holds fewer points than the
-whole fit, so what it misses also counts the noise of its own parameters, which the whole fit's
-band already holds. Taking each prefix's own band variance out of the errors' (the spread then
-counts only what the prefixes' intervals did not expect) brought law-following intervals back
-to the law's width but held 9 of the 10 ends, with a median error of +0.054: not kept.
+`rate_se` is optimistic; `spread` carries most of the widening. The constants were set on the
+development set (`bench/calibration.py --external`, the published curves) and the law-following
+synthetic set (Table 1's rows): figures quoted under those names in docs/predictions.md.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -62,6 +72,17 @@ ORIGIN_C_MID_VALUES = 30
 # the small errors of the nearest extrapolations the weight of noise, and halved the coverage
 # gain on the development set (10 -> 8 of 10 inside).
 VARIANCE_FLOOR = 1e-8
+# Bootstrap replicates of each prefix fit: enough for its interval's ends to judge later points
+# by (its profile of A, which makes most of the width before the bend, needs none).
+ORIGIN_BOOTSTRAP = 50
+# The evidence's scale: a net one-sided share of comparisons outside the prefixes' intervals up
+# to CHANCE_SHARE is what noise and the comparisons' correlation give on runs that follow the
+# law (twice the 2.5 % one side of a 95 % interval holds); at FULL_SHARE the drift is taken
+# whole.
+CHANCE_SHARE = 0.05
+FULL_SHARE = 0.35
+# The share of the origins, the latest, whose misses are the evidence.
+RECENT_ORIGINS = 0.5
 
 
 @dataclass(frozen=True)
@@ -72,17 +93,57 @@ class Drift:
     spread: float  # scatter of that gain per unit of ln compute
     rate_se: float
     origins: int  # prefix fits it rests on
+    # Later evaluations the prefix fits were judged at, and how many of them lay above and
+    # below those fits' own 95 % predictive intervals (None: not judged, the drift is taken
+    # whole, as built by hand).
+    compared: int = 0
+    above: int = 0
+    below: int = 0
+    judged: bool = False
+    judged_origins: int = 0  # the latest origins whose misses these are
+
+    @property
+    def weight(self) -> float:
+        """How much of the drift the forecast takes, in [0, 1] (the module's rule)."""
+        if not self.judged:
+            return 1.0
+        if self.compared == 0:
+            return 0.0
+        same, other = (self.above, self.below) if self.rate >= 0 else (self.below, self.above)
+        net = (same - other) / self.compared
+        return float(min(max((net - CHANCE_SHARE) / (FULL_SHARE - CHANCE_SHARE), 0.0), 1.0))
+
+    @property
+    def model(self) -> str:
+        """`law` where the history says the law holds (weight 0), `law+drift` otherwise."""
+        return "law" if self.weight == 0.0 else "law+drift"
 
     def shift(self, distance: ArrayLike) -> FloatArray:
-        """What to add to the law's prediction `distance` (ln compute) beyond the data."""
-        out: FloatArray = self.rate * np.maximum(np.asarray(distance, dtype=float), 0.0)
+        """What to add to the law's prediction `distance` (ln compute) beyond the data: the
+        mixture's mean, weight * rate * distance."""
+        out: FloatArray = (
+            self.weight * self.rate * np.maximum(np.asarray(distance, dtype=float), 0.0)
+        )
         return out
 
     def sd(self, distance: ArrayLike) -> FloatArray:
-        """The standard deviation of that shift."""
+        """The standard deviation the mixture adds there: w (spread^2 + rate_se^2) D^2 for the
+        drift's own scatter and w (1 - w) (rate D)^2 for not knowing which model holds."""
         d = np.maximum(np.asarray(distance, dtype=float), 0.0)
-        out: FloatArray = math.hypot(self.spread, self.rate_se) * d
+        w = self.weight
+        variance = w * (self.spread**2 + self.rate_se**2) + w * (1.0 - w) * self.rate**2
+        out: FloatArray = math.sqrt(variance) * d
         return out
+
+    def evidence(self) -> dict[str, float | int]:
+        """What the weight rests on: the later evaluations the prefix fits were judged at, how
+        many lay above and below those fits' own intervals, the prefix fits (origins)."""
+        return {
+            "origins": self.judged_origins,
+            "compared": self.compared,
+            "above": self.above,
+            "below": self.below,
+        }
 
     def to_dict(self) -> dict[str, float | int]:
         return {
@@ -116,6 +177,7 @@ def measure(inputs: DriftInputs, curve: FloatArray, *, refit: Refit, floor: Floo
     values at each input compute). None with fewer than two usable origins."""
     c, y, se = inputs.compute, inputs.pass_rate, inputs.sigma
     distances, errors, origins = [], [], 0
+    judged: list[tuple[int, int, int]] = []  # per origin: compared, above, below
     for k in _origins(c, inputs.min_compute, floor):
         head = slice(0, k + 1)
         positive = c[head][c[head] > 0]
@@ -126,7 +188,7 @@ def measure(inputs: DriftInputs, curve: FloatArray, *, refit: Refit, floor: Floo
                 sigma=None if se is None else se[head],
                 r0=inputs.r0,
                 min_compute=inputs.min_compute,
-                bootstrap=0,
+                bootstrap=ORIGIN_BOOTSTRAP,
                 a_grid=np.round(np.arange(0.0, 1.0 + 1e-9, ORIGIN_A_STEP), 3),
                 c_mid_grid=np.geomspace(
                     positive[0] / 10.0, 100.0 * positive[-1], ORIGIN_C_MID_VALUES
@@ -141,9 +203,21 @@ def measure(inputs: DriftInputs, curve: FloatArray, *, refit: Refit, floor: Floo
         origins += 1
         distances.append(np.log(c[later] / c[k]))
         errors.append(curve[later] - early.predict(c[later]))
+        band = early.law_interval(c[later], early.noise or 0.0)
+        if band is not None:
+            up, down = int(np.sum(y[later] > band[1])), int(np.sum(y[later] < band[0]))
+            judged.append((int(later.size), up, down))
     if origins < 2:
         return None
-    return _fit_drift(np.concatenate(distances), np.concatenate(errors), origins)
+    drift = _fit_drift(np.concatenate(distances), np.concatenate(errors), origins)
+    # The latest origins' evidence: see the module's text (RECENT_ORIGINS).
+    recent = judged[len(judged) - math.ceil(RECENT_ORIGINS * len(judged)) :] if judged else []
+    compared, above, below = (
+        (sum(column) for column in zip(*recent, strict=True)) if recent else (0, 0, 0)
+    )
+    return replace(
+        drift, compared=compared, above=above, below=below, judged=True, judged_origins=len(recent)
+    )
 
 
 def _origins(c: FloatArray, min_compute: float | None, floor: Floor) -> list[int]:

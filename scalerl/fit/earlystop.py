@@ -19,10 +19,12 @@ highest floor below):
     - the yardstick's measured floor is its last RECENT evaluations' mean - Z SE: a run reaches
       at least what it measured, and a Misfit run, whose law underpredicts, still defends that;
     - measured bounds are tried first; where they do not decide, a trusted fit's bounds may:
-      the variant's fit's upper A bound (never below its mean + Z SE) as its ceiling, and the
-      yardstick's fit's lower A bound (or `A_atLeast`), where higher, as its floor. A fit
-      bounds A from above only when trusted (`OK`, `Unchecked`, of minPoints points) and not
-      `A_atLeast`. So a variant still rising, without such a fit, is never stopped.
+      the ends of its forecast's interval at its budget (`scalerl.fit.decision.fit_bounds`, the
+      interval stopWhen reads: what the run reaches within what it may spend), the upper end
+      (never below its mean + Z SE) as the variant's ceiling, the lower end, where higher, as
+      the yardstick's floor. A fit is trusted when `OK` or `Unchecked`, of minPoints points,
+      and its interval says something (narrower than [0, 1]). So a variant still rising,
+      without such a fit, is never stopped.
 
 It never stops: a variant with fewer than `minPoints` evaluations past the floor, or beside a
 yardstick with fewer; one whose evaluations lack standard errors (nothing to weigh the gap
@@ -42,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 
 from scalerl.fit.compare import A_MARGIN
+from scalerl.fit.decision import fit_bounds
 from scalerl.fit.fitter import compute_floor
 from scalerl.fit.leaderboard import Standing, compute_left
 from scalerl.fit.outlook import OK, UNCHECKED
@@ -150,40 +153,49 @@ def _measured_gap(v: Standing, lead: Standing) -> tuple[float, float] | None:
     return lead_rate - mean_v, math.hypot(se_v, se_lead)
 
 
-def _trusted(s: Standing, min_points: int) -> Mapping[str, Any] | None:
-    """Its run's own fit when its confidence lets its intervals speak."""
+def _trusted(s: Standing, min_points: int) -> tuple[Mapping[str, Any], tuple[float, float]] | None:
+    """Its run's own fit and the bounds it gives (`scalerl.fit.decision.fit_bounds`: the
+    forecast's interval at the run's budget, the one stopWhen reads) when its confidence lets
+    its intervals speak."""
     fit = s.prediction or {}
     ok = fit.get("confidence") in (OK, UNCHECKED) and int(fit.get("points") or 0) >= min_points
-    return fit if ok and fit.get("A_interval") else None
+    bounds = fit_bounds(fit) if ok else None
+    return None if bounds is None else (fit, bounds)
 
 
 def _floor(s: Standing, min_points: int) -> list[Bound]:
-    """What its A is at least: its measured floor; then, where its trusted fit's lower bound
-    (or A_atLeast) is higher, that."""
+    """What it reaches at least: its measured floor; then, where its trusted fit's lower bound
+    (the forecast interval's low end at its budget) is higher, that."""
     recent = _recent(s)
     assert recent is not None  # judged variants have >= minPoints >= RECENT evaluations
     _, mean, se = recent
     floors = [Bound(mean - Z * se, "measured", f"last {RECENT} evaluations' mean - {Z:g} SE")]
-    fit = _trusted(s, min_points)
-    if fit is not None:
-        low = float(fit["A_atLeast"] if fit.get("A_atLeast") is not None else fit["A_interval"][0])
+    trusted = _trusted(s, min_points)
+    if trusted is not None:
+        fit, (low, _) = trusted
         if low > floors[0].value:
-            floors.append(Bound(low, "fit", f"its fit's lower A bound, {fit['confidence']}"))
+            floors.append(
+                Bound(low, "fit", f"its forecast's lower bound at its budget, {fit['confidence']}")
+            )
     return floors
 
 
 def _ceilings(s: Standing, min_points: int) -> list[Bound | None]:
-    """What its A is at most: its measured ceiling (None: still rising); then, with a trusted
-    fit that bounds A from above, that fit's upper bound (never below what it measured)."""
+    """What it reaches at most within its budget: its measured ceiling (None: still rising);
+    then, with a trusted fit, the upper end of its forecast's interval at its budget (never
+    below what it measured)."""
     measured = _measured_ceiling(s)
-    fit = _trusted(s, min_points)
-    if fit is None or fit.get("A_atLeast") is not None:
+    trusted = _trusted(s, min_points)
+    if trusted is None:
         return [measured]
+    fit, (_, high) = trusted
     recent = _recent(s)
     assert recent is not None
     seen = recent[1] + Z * recent[2]
-    high = max(float(fit["A_interval"][1]), seen)
-    return [measured, Bound(high, "fit", f"its fit's upper A bound, {fit['confidence']}")]
+    bound = Bound(
+        max(high, seen), "fit", f"its forecast's upper bound at its budget, {fit['confidence']}"
+    )
+    return [measured, bound]
 
 
 def _measured_ceiling(s: Standing) -> Bound | None:

@@ -7,24 +7,49 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import brentq
 
+from scalerl.fit import decision
 from scalerl.fit.backtest import Backtest
 from scalerl.fit.fitter import compute_floor
-from scalerl.fit.law import compute_to_reach
 from scalerl.fit.result import FitResult
 from scalerl.spec import MISFIT, OK, PREDICTION_MIN_POINTS, TOO_EARLY, UNCHECKED, BudgetSpec
 
-__all__ = ["MISFIT", "OK", "TOO_EARLY", "UNCHECKED", "outlook", "seconds_per_compute"]
+__all__ = [
+    "MISFIT",
+    "OK",
+    "TOO_EARLY",
+    "UNCHECKED",
+    "FitReport",
+    "outlook",
+    "seconds_per_compute",
+]
 
-# How far past its data a run's forecast is followed to find where it reaches the target: the
-# drift is a line in ln compute measured over the data's own span, and carried a thousand times
-# further it says nothing a user should plan on.
-TARGET_HORIZON = 1000.0
+
+@dataclass(frozen=True)
+class FitReport:
+    """A fit of a run's evaluations and the run's outlook from it (`scalerl.fit.outlook`)."""
+
+    result: FitResult
+    outlook: dict[str, Any]
+    evaluations: int
+    last_step: int | None
+    # The evaluations the fit left out, each {step, compute, reason} (too many unscored samples).
+    left_out: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """fit.json's fields (without the run's track)."""
+        return {
+            **self.result.to_dict(),
+            **self.outlook,
+            "evaluations": self.evaluations,
+            "lastStep": self.last_step,
+            "leftOut": [dict(row) for row in self.left_out],
+        }
 
 
 def outlook(
@@ -38,68 +63,61 @@ def outlook(
     unchecked: str = "",
     wall_per_compute: float | None = None,
 ) -> dict[str, Any]:
-    """The run's outlook from `result`, for a run at `step` having spent `compute`.
+    """The run's outlook from `result`, for a run at `step` having spent `compute`: the one
+    object every decision reads (`scalerl.fit.decision`, which holds the rules).
 
-    - predictedAtBudget: the forecast (the law, moved by the run's measured drift from it:
-      `FitResult.forecast`) where the run will end (the first budget it hits, `budget`,
-      named by `budgetLimit`); predictedAtBudgetInterval: what an evaluation there will read
-      (`FitResult.predictive_interval`).
-    - computeToTarget: the compute at which the run reaches budget.targetPassRate: where the law
-      does within the data, beyond it where the forecast does (as predictedAtBudget, up to
-      TARGET_HORIZON times the last fitted compute); 0 where the curve starts there; null
-      where neither reaches it, or without a target.
+    - predictedAtBudget: the forecast (`FitResult.forecast`: the law, moved by as much of the
+      run's drift as its own history supports) where the run will end (the first budget it
+      hits, `budget`, named by `budgetLimit`); predictedAtBudgetInterval: what an evaluation
+      there will read (`FitResult.predictive_interval`); budgetSet: the budget as set
+      (`budget_set`); forecast: which model it is and why
+      (`FitResult.forecast_model`); reach: the budget over the last fitted compute;
+      forecastNotes: what the numbers cannot carry (`decision.forecast_notes`).
+    - computeToTarget: where the forecast reaches budget.targetPassRate and stays there up to
+      the budget (`decision.compute_to_target`).
     - etaSeconds: seconds from the last evaluation to the budget and to the target (null where
       there is none or it lies beyond the budget): wall seconds at `wall_per_compute` (the run's
       measured wall seconds per unit of compute, `seconds_per_compute`); without a measure,
       training seconds at `units` compute per hour (the run's GPUs, or processes); null
       without either.
-    - confidence, and confidenceReason saying why it is not OK: TooEarly with fewer than
-      PREDICTION_MIN_POINTS trained points past the floor; Unchecked when the half-run
-      `backtest` could not run (`unchecked` says why); Misfit when it ran and its interval
-      missed the last evaluation (the run is not following the law, and the intervals assume
-      it does); OK only when it ran and held.
+    - confidence, and confidenceReason saying why it is not OK (`decision.confidence`): the
+      forecast's half-run check; lawCheck: the law's own (`decision.law_check`).
     - backtest: that check, as `Backtest.to_dict` (null until there is one).
     """
     end, limit = budget.end(step, compute)
+    predicted = float(result.forecast(end))
     reads = result.predictive_interval(end)
-    to_target = _compute_to(result, budget.target_pass_rate)
+    interval = None if reads is None else (float(reads[0]), float(reads[1]))
+    to_target = decision.compute_to_target(result, budget.target_pass_rate, end)
     per_compute = wall_per_compute
     if per_compute is None and units:
         per_compute = 3600.0 / units
-
-    def eta(at: float | None) -> float | None:
-        if at is None or at > end or per_compute is None:
-            return None
-        return max(0.0, at - compute) * per_compute
-
-    confidence, reason = _confidence(result, backtest, unchecked)
+    word, reason = decision.confidence(result, backtest, unchecked)
     return {
-        "predictedAtBudget": result.forecast(end),
-        "predictedAtBudgetInterval": None if reads is None else [reads[0], reads[1]],
+        "predictedAtBudget": predicted,
+        "predictedAtBudgetInterval": None if interval is None else list(interval),
         "budget": end,
         "budgetLimit": limit,
+        "budgetSet": budget_set(budget),
+        "reach": result.reach(end),
+        "forecast": result.forecast_model(),
+        "forecastNotes": decision.forecast_notes(result, end, predicted, interval),
         "computeToTarget": to_target,
-        "etaSeconds": {"budget": eta(end), "target": eta(to_target)},
-        "confidence": confidence,
+        "etaSeconds": {
+            "budget": decision.eta(end, end, compute, per_compute),
+            "target": decision.eta(to_target, end, compute, per_compute),
+        },
+        "confidence": word,
         "confidenceReason": reason,
+        "lawCheck": decision.law_check(result, backtest),
         "backtest": None if backtest is None else backtest.to_dict(),
     }
 
 
-def _confidence(
-    result: FitResult, backtest: Backtest | None, unchecked: str
-) -> tuple[str, str | None]:
-    if result.points < PREDICTION_MIN_POINTS:
-        return TOO_EARLY, (
-            f"{result.points} trained evaluations past the compute floor "
-            f"{result.min_compute:.4g}; a prediction needs {PREDICTION_MIN_POINTS}"
-        )
-    if backtest is None or backtest.inside is None:
-        why = unchecked or "the half-run check has no interval (no bootstrap)"
-        return UNCHECKED, why
-    if backtest.inside is False:
-        return MISFIT, "the half-run check's interval missed the last evaluation"
-    return OK, None
+def budget_set(budget: BudgetSpec) -> dict[str, float]:
+    """The budget a prediction is made for, as set (`budgetSet`): a kept prediction is scored
+    only against a run that ended under the same one (`scalerl.fit.track`)."""
+    return {"maxSteps": budget.max_steps, "maxComputeHours": budget.max_compute_hours}
 
 
 def unchecked_reason(compute: ArrayLike, min_compute: float | None) -> str:
@@ -131,25 +149,3 @@ def seconds_per_compute(times: Sequence[float | None], compute: Sequence[float])
         if c1 > c0 and t1 >= t0
     ]
     return statistics.median(ratios) if ratios else None
-
-
-def _compute_to(result: FitResult, target: float | None) -> float | None:
-    if target is None:
-        return None
-    if target <= result.R0:
-        return 0.0
-    last = result.fit_range[1]
-    law = float(compute_to_reach(target, result.A, result.B, result.C_mid, result.R0))
-    if result.drift is None or law <= last:  # within the data the forecast is the law
-        return law if np.isfinite(law) else None
-    # Beyond the data: the first compute at which the forecast reads the target.
-    grid = last * np.geomspace(1.0, TARGET_HORIZON, 400)
-    above = np.flatnonzero(np.asarray(result.forecast(grid)) >= target)
-    if above.size == 0 or above[0] == 0:  # never, or (rounding) already at the data's end
-        return None if above.size == 0 else float(last)
-
-    def short(log_c: float) -> float:
-        return float(result.forecast(np.exp(log_c))) - target
-
-    lo, hi = np.log(grid[above[0] - 1]), np.log(grid[above[0]])
-    return float(np.exp(brentq(short, lo, hi, xtol=1e-12)))

@@ -31,6 +31,27 @@ JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 
 
 @dataclass(frozen=True)
+class Columns:
+    """The names an evaluation's numbers have in a list of rows."""
+
+    compute: str
+    pass_rate: str
+    se: str
+    time: str  # unix seconds of the evaluation's end
+    # Each domain's {pass rate, se} under these same names, in a run of several domains.
+    by_domain: str = ""
+    # Why the fit leaves an evaluation out (too many unscored samples); absent or empty: fitted.
+    excluded: str = ""
+
+
+# history.jsonl (and curve files), status.evaluations
+HISTORY = Columns(
+    "compute", "pass_rate", "pass_rate_se", "time", "pass_rate_by_domain", FIT_EXCLUDED
+)
+STATUS = Columns("computeHours", "passRate", "passRateSE", "time", "byDomain", "fitExcluded")
+
+
+@dataclass(frozen=True)
 class Curve:
     """A run's evaluations, sorted by compute. An optional column (`step`, `pass_rate_se`,
     `time`) is None when no row of the file has it."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,58 +16,14 @@ from scalerl.errors import FitError
 from scalerl.fit.backtest import backtest
 from scalerl.fit.domains import a_by_domain, as_dicts, draw_domains, fit_domains
 from scalerl.fit.fitter import fit_curve
-from scalerl.fit.outlook import outlook, seconds_per_compute, unchecked_reason
+from scalerl.fit.outlook import FitReport, outlook, seconds_per_compute, unchecked_reason
 from scalerl.fit.plot import figure_of_fit, plot_fit
-from scalerl.fit.points import FIT_EXCLUDED, standard_errors
-from scalerl.fit.result import FitResult
+from scalerl.fit.points import HISTORY, Columns, standard_errors
 from scalerl.fit.track import Outcome, keep, kept_prediction, score
 from scalerl.spec import BudgetSpec
 
 FIT_FILE = "fit.json"
 PLOT_FILE = "curve.png"
-
-
-@dataclass(frozen=True)
-class Columns:
-    """The names an evaluation's numbers have in a list of rows."""
-
-    compute: str
-    pass_rate: str
-    se: str
-    time: str  # unix seconds of the evaluation's end
-    # Each domain's {pass rate, se} under these same names, in a run of several domains.
-    by_domain: str = ""
-    # Why the fit leaves an evaluation out (too many unscored samples); absent or empty: fitted.
-    excluded: str = ""
-
-
-# history.jsonl (and curve files), status.evaluations
-HISTORY = Columns(
-    "compute", "pass_rate", "pass_rate_se", "time", "pass_rate_by_domain", FIT_EXCLUDED
-)
-STATUS = Columns("computeHours", "passRate", "passRateSE", "time", "byDomain", "fitExcluded")
-
-
-@dataclass(frozen=True)
-class FitReport:
-    """A fit of a run's evaluations and the run's outlook from it (`scalerl.fit.outlook`)."""
-
-    result: FitResult
-    outlook: dict[str, Any]
-    evaluations: int
-    last_step: int | None
-    # The evaluations the fit left out, each {step, compute, reason} (too many unscored samples).
-    left_out: tuple[dict[str, Any], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """fit.json's fields (without the run's track)."""
-        return {
-            **self.result.to_dict(),
-            **self.outlook,
-            "evaluations": self.evaluations,
-            "lastStep": self.last_step,
-            "leftOut": [dict(row) for row in self.left_out],
-        }
 
 
 def split_excluded(
@@ -154,11 +109,13 @@ def write_fit(
     budget: BudgetSpec,
     units: int,
     ended: bool = False,
+    stopped: str | None = None,
 ) -> dict[str, Any]:
     """Fit the evaluations so far (`fit_report`); write fit.json and curve.png in `out`; return
     fit.json's data: the fit and the run's outlook, and its `track` (`scalerl.fit.track`): the
     predictions kept so far, this one added, and once the run has `ended`, `trackRecord`: each
-    scored against the last evaluation."""
+    scored against the last evaluation, under the budget it ended with (`budget`); a run
+    `stopped` by its prediction (the reason) has its predictions kept as censored."""
     options: dict[str, Any] = {"min_compute": min_compute, "budget": budget, "units": units}
     fitted = fit_report(history, **options)
     report = fitted.to_dict()
@@ -166,7 +123,7 @@ def write_fit(
     if domains:  # a run of several domains: one fit each (scalerl.fit.domains)
         report["domains"] = as_dicts(domains)
         report["A_byDomain"] = a_by_domain(report["domains"])
-    report.update(_track(out, report, history, ended=ended))
+    report.update(_track(out, report, history, ended=ended, stopped=stopped))
     tmp = out / (FIT_FILE + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out / FIT_FILE)
@@ -183,16 +140,26 @@ def write_fit(
 
 
 def _track(
-    out: Path, report: dict[str, Any], history: list[dict[str, Any]], *, ended: bool
+    out: Path,
+    report: dict[str, Any],
+    history: list[dict[str, Any]],
+    *,
+    ended: bool,
+    stopped: str | None = None,
 ) -> dict[str, Any]:
     """fit.json's `track` (the previous fit.json's, with this fit's prediction kept) and, once
-    the run has ended, its `trackRecord`."""
+    the run has ended (or was `stopped` by its prediction), its `trackRecord`."""
     last = history[-1]
     kept = kept_prediction(report, compute=float(last["compute"]), step=int(last["step"]))
     track = keep(_previous_track(out / FIT_FILE), kept)
-    if not ended:
+    if not ended and stopped is None:
         return {"track": track}
-    outcome = Outcome(pass_rate=float(last["pass_rate"]), compute=float(last["compute"]))
+    outcome = Outcome(
+        pass_rate=float(last["pass_rate"]),
+        compute=float(last["compute"]),
+        budget_set=report.get("budgetSet"),
+        stopped=stopped,
+    )
     return {"track": track, "trackRecord": score(track, outcome)}
 
 

@@ -19,6 +19,12 @@ from scalerl.fit.profile import Profile
 
 Interval = tuple[float, float]
 
+# The forecast's band beyond the data is an envelope over a grid of this step in ln compute (so
+# that it never narrows with distance), up to ENVELOPE_REACH (e^40 times the data: further out
+# the band stays as it is there).
+ENVELOPE_STEP = 0.02
+ENVELOPE_REACH = 40.0
+
 
 @dataclass(frozen=True)
 class FitResult:
@@ -131,30 +137,86 @@ class FitResult:
             return np.maximum(np.log(np.maximum(c, 1e-300) / self.fit_range[1]), 0.0)
 
     def forecast(self, compute: ArrayLike) -> Any:
-        """What the run will read at `compute`: the law, moved beyond the data by the run's
-        measured drift from it (`drift`), within [0, 1]. Equal to `predict` within the data or
-        without a drift."""
+        """What the run will read at `compute`: the law, moved beyond the data by as much of the
+        run's measured drift from it as its own history supports (`drift`, `Drift.weight`),
+        within [0, 1]. Equal to `predict` within the data, without a drift, or at weight 0."""
         out = np.asarray(self.predict(compute), dtype=float)
         if self.drift is not None:
             out = np.clip(out + self.drift.shift(self.beyond(compute)), 0.0, 1.0)
         return float(out) if out.ndim == 0 else out
 
+    def law_interval(
+        self, compute: ArrayLike, observation_se: float | ObservationNoise = 0.0
+    ) -> tuple[Any, Any] | None:
+        """The law's own band at `compute` (None without bootstrap draws), whatever the run's
+        drift: the bootstrap's percentile band, stretched to hold every curve the profile of A
+        kept (the curves the points allow; before the bend they part far more than the
+        bootstrap's), with `observation_se` added as `predict_interval` adds it. Within [0, 1].
+        What the rolling origins judge later points by (`scalerl.fit.drift`)."""
+        parts = self._law_parts(compute)
+        if parts is None:
+            return None
+        lo, mid, hi = parts
+        lo, hi = self._widen(lo, mid, hi, np.zeros_like(mid), observation_se)
+        lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+        if np.ndim(compute) == 0:
+            return float(lo), float(hi)
+        return lo, hi
+
     def predict_interval(
         self, compute: ArrayLike, observation_se: float | ObservationNoise = 0.0
     ) -> tuple[Any, Any] | None:
-        """The curve's band at `compute` (None without bootstrap draws): the bootstrap's
-        percentile band, stretched to hold every curve the profile of A kept (the curves the
-        points allow; before the bend they part far more than the bootstrap's).
+        """The forecast's band at `compute` (None without bootstrap draws).
+
+        Within the data it is the law's (`law_interval`). Beyond it the band is centred on
+        `forecast` and widens, in quadrature, by the drift's own uncertainty there
+        (`Drift.sd`: the mixture's), and the curve's band never shrinks with distance: each
+        side's half-width is the largest the raw band had anywhere between the data's end and
+        `compute` (on a fixed grid of ENVELOPE_STEP in ln compute, so every caller reads the
+        same band), and where it would cross 0 or 1 it is moved inside whole rather than cut,
+        so it never collapses to a point (audit F3). An evaluation's noise is then added at
+        that band's ends, as within the data (near 0 or 1 an evaluation scatters less).
 
         With `observation_se` (one evaluation's standard error there: an ObservationNoise, whose
         error depends on the pass rate read, or a number), the interval is for what that
         evaluation will read, not for the curve: each end moves out by the evaluation's
         two-sided `level` quantile at that end's pass rate, added in quadrature to the band's
-        half-width on that side. Always within [0, 1].
-
-        Beyond the fitted data the band is centred on `forecast` and widens by the drift's
-        own uncertainty there (`scalerl.fit.drift`), in quadrature.
+        half-width on that side.
         """
+        law = self.law_interval(compute, observation_se)
+        if law is None:
+            return None
+        c = np.asarray(compute, dtype=float)
+        distance = np.asarray(self.beyond(c), dtype=float)
+        if not np.any(distance > 0):
+            return law
+        reach = float(min(distance.max(), ENVELOPE_REACH))
+        grid = np.arange(0.0, reach + ENVELOPE_STEP, ENVELOPE_STEP)
+        at = self.fit_range[1] * np.exp(grid)
+        parts = self._law_parts(at)
+        assert parts is not None  # there are draws: law_interval above was not None
+        lo, mid, hi = parts
+        shift = self.drift.shift(grid) if self.drift is not None else np.zeros_like(grid)
+        spread = self.drift.sd(grid) if self.drift is not None else np.zeros_like(grid)
+        lo, hi = self._widen(lo + shift, mid + shift, hi + shift, spread, 0.0)
+        below = np.maximum.accumulate(mid + shift - lo)
+        above = np.maximum.accumulate(hi - mid - shift)
+        d = np.minimum(distance, ENVELOPE_REACH)
+        width = np.minimum(np.interp(d, grid, below) + np.interp(d, grid, above), 1.0)
+        centre = np.asarray(self.forecast(c), dtype=float)
+        band_lo = np.clip(centre - np.interp(d, grid, below), 0.0, 1.0 - width)
+        band_hi = band_lo + width
+        # One evaluation's noise at each end's pass rate, as within the data (`_widen`).
+        mid = np.clip(centre, band_lo, band_hi)
+        lo, hi = self._widen(band_lo, mid, band_hi, np.zeros_like(mid), observation_se)
+        out_lo = np.where(distance > 0, np.clip(lo, 0.0, 1.0), law[0])
+        out_hi = np.where(distance > 0, np.clip(hi, 0.0, 1.0), law[1])
+        if c.ndim == 0:
+            return float(out_lo), float(out_hi)
+        return out_lo, out_hi
+
+    def _law_parts(self, compute: ArrayLike) -> tuple[Any, Any, Any] | None:
+        """The law's band at `compute` before any noise: (lo, the law clipped into it, hi)."""
         if self.draws.shape[0] == 0:
             return None
         c = np.asarray(compute, dtype=float)
@@ -163,24 +225,43 @@ class FitResult:
         if self.profile.shape[0]:
             allowed = self._curves(self.profile, c)
             lo, hi = np.minimum(lo, allowed.min(axis=0)), np.maximum(hi, allowed.max(axis=0))
+        mid = np.clip(self.predict(c), lo, hi)
+        return lo, mid, hi
+
+    def _widen(
+        self,
+        lo: Any,
+        mid: Any,
+        hi: Any,
+        spread: Any,
+        observation_se: float | ObservationNoise,
+    ) -> tuple[Any, Any]:
+        """Each side's half-width about `mid`, with `spread` (a standard deviation) and one
+        evaluation's noise at that end's pass rate added in quadrature."""
         noise = (
             observation_se
             if isinstance(observation_se, ObservationNoise)
             else ObservationNoise.constant(float(observation_se))
         )
         z = float(norm.ppf(0.5 + self.level / 2.0))
-        mid = np.clip(self.predict(c), lo, hi)
-        drift_sd = np.zeros_like(mid)
-        if self.drift is not None:
-            distance = self.beyond(c)
-            shift = self.drift.shift(distance)
-            lo, mid, hi, drift_sd = lo + shift, mid + shift, hi + shift, self.drift.sd(distance)
-        lo = mid - np.sqrt((mid - lo) ** 2 + (z * drift_sd) ** 2 + (z * noise.se(lo)) ** 2)
-        hi = mid + np.sqrt((hi - mid) ** 2 + (z * drift_sd) ** 2 + (z * noise.se(hi)) ** 2)
-        lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
-        if c.ndim == 0:
-            return float(lo), float(hi)
+        lo = mid - np.sqrt((mid - lo) ** 2 + (z * spread) ** 2 + (z * noise.se(lo)) ** 2)
+        hi = mid + np.sqrt((hi - mid) ** 2 + (z * spread) ** 2 + (z * noise.se(hi)) ** 2)
         return lo, hi
+
+    def forecast_model(self) -> dict[str, Any]:
+        """Which model the forecast is and why: `model` (`law`, or `law+drift` where the run's
+        out-of-sample history shows the law missing in one direction beyond its own intervals),
+        `weight` (the drift's share, 0-1) and `evidence` (`Drift.evidence`; null where fewer
+        than two prefix fits could be made: the law alone)."""
+        drift = self.drift
+        if drift is None:
+            return {"model": "law", "weight": 0.0, "evidence": None}
+        return {"model": drift.model, "weight": drift.weight, "evidence": drift.evidence()}
+
+    def reach(self, compute: float) -> float:
+        """`compute` over the last fitted compute: how far a prediction there extrapolates."""
+        last = self.fit_range[1]
+        return float(compute) / last if last > 0 else math.inf
 
     def predictive_interval(self, compute: ArrayLike) -> tuple[Any, Any] | None:
         """What an evaluation at `compute` will read: the band widened by the noise the fitted
@@ -221,6 +302,7 @@ class FitResult:
             "bootstrap_failed": self.bootstrap_failed,
             "weighted": self.sigma is not None,
             "drift": None if self.drift is None else self.drift.to_dict(),
+            "forecast": self.forecast_model(),
         }
 
 

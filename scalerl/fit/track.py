@@ -7,9 +7,18 @@ asymptote (`A`, `A_interval`, `A_atLeast`), the `confidence` word, and when it w
 `step` and `fractionSeen`, the compute so far over the compute of the budget the run was heading
 for at that time (the run's own estimate then: compute per step can change later).
 
+Each kept prediction also records the budget it was for (`budgetSet`: the run's maxSteps and
+maxComputeHours then). A run whose budget was changed afterwards (a cluster's spec edited, a
+local run resumed with a new spec) ended somewhere the prediction never aimed at: `score` marks
+such a prediction `void` (with the reason), not a hit or a miss (audit F6). A run stopped by its
+own prediction (`budget.stopWhen`) never reached its budget either: its predictions are kept as
+`censored`, with what the run read when it stopped, and never counted as hits or misses; they
+are counted and shown apart, so that a wrong stop cannot hide.
+
 `summarise` pools the scored predictions of many runs by fraction seen (SEEN: 25, 50, 75 % of a
 run), taking from each run the latest prediction made at or before that fraction: the
-prediction a user had in hand at that point. Pure: no I/O, no fitting.
+prediction a user had in hand at that point; and within each fraction by confidence word (a
+Misfit prediction's coverage says nothing of an OK one's). Pure: no I/O, no fitting.
 """
 
 from __future__ import annotations
@@ -40,6 +49,9 @@ FIT_KEYS = (
     "predictedAtBudget",
     "predictedAtBudgetInterval",
     "confidence",
+    "lawCheck",
+    "budget",
+    "budgetSet",
 )
 
 
@@ -81,23 +93,48 @@ def _bin(fraction: float, bins: int) -> int:
 
 @dataclass(frozen=True)
 class Outcome:
-    """Where a run ended: its last evaluation's pass rate, at `compute`."""
+    """Where a run ended: its last evaluation's pass rate, at `compute`; the budget it ended
+    under (`budget_set`, as a kept prediction's `budgetSet`; None: unknown), and why it was
+    stopped by its prediction (`stopped`; None: it ran to its end)."""
 
     pass_rate: float
     compute: float
+    budget_set: Mapping[str, Any] | None = None
+    stopped: str | None = None
 
 
 def score(track: Iterable[Kept], outcome: Outcome) -> list[Kept]:
     """Each kept prediction with how it fared: `actual` (the last evaluation's pass rate),
     `error` (predicted minus actual) and `inside` (actual within predictedAtBudgetInterval; null
-    where the prediction had no interval), `width` of that interval."""
+    where the prediction had no interval), `width` of that interval. A prediction made for
+    another budget than the run ended under is `void` (`voidReason` says which), one of a run
+    its prediction stopped `censored` (`censoredReason`): both with error and inside null."""
     rows = []
     for kept in track:
         interval = kept.get("predictedAtBudgetInterval")
         row = {**kept, "actual": outcome.pass_rate, "actualCompute": outcome.compute}
-        row["error"] = float(kept["predictedAtBudget"]) - outcome.pass_rate
-        row["inside"] = None if not interval else interval[0] <= outcome.pass_rate <= interval[1]
         row["width"] = None if not interval else float(interval[1]) - float(interval[0])
+        made_for = kept.get("budgetSet")
+        if outcome.budget_set is not None and made_for is not None:
+            changed = dict(made_for) != dict(outcome.budget_set)
+        else:
+            changed = False
+        row["void"] = changed
+        row["censored"] = outcome.stopped is not None
+        if changed:
+            row["voidReason"] = (
+                f"made for the budget {dict(made_for or {})}; the run ended under "
+                f"{dict(outcome.budget_set or {})}"
+            )
+        if outcome.stopped is not None:
+            row["censoredReason"] = f"the run was stopped by its prediction: {outcome.stopped}"
+        if changed or outcome.stopped is not None:
+            row["error"], row["inside"] = None, None
+        else:
+            row["error"] = float(kept["predictedAtBudget"]) - outcome.pass_rate
+            row["inside"] = (
+                None if not interval else interval[0] <= outcome.pass_rate <= interval[1]
+            )
         rows.append(row)
     return rows
 
@@ -120,7 +157,10 @@ def summarise(runs: Iterable[Sequence[Kept]], seen: Sequence[float] = SEEN) -> l
     """The scored rows of many runs (one sequence per run) pooled by fraction seen: per fraction,
     `runs` (how many runs had a prediction by then), `withInterval`, `held` (of those, how many
     intervals held the actual), `coverage` (held / withInterval), `medianError`,
-    `medianAbsError`, `medianWidth` (null where nothing to take a median of)."""
+    `medianAbsError`, `medianWidth` (null where nothing to take a median of), over the scored
+    predictions only; `void` (predictions made for another budget), `censored` (of runs their
+    prediction stopped) and `censoredReads` (what those runs read when stopped) apart; and
+    `byConfidence`: per confidence word, withInterval, held and coverage."""
     picked: dict[float, list[Kept]] = {fraction: [] for fraction in seen}
     for rows in runs:
         for fraction, row in at_seen(rows, seen).items():
@@ -129,9 +169,16 @@ def summarise(runs: Iterable[Sequence[Kept]], seen: Sequence[float] = SEEN) -> l
 
 
 def _bucket(fraction: float, rows: list[Kept]) -> dict[str, Any]:
-    held = [row["inside"] for row in rows if row.get("inside") is not None]
-    widths = [row["width"] for row in rows if row.get("width") is not None]
-    errors = [float(row["error"]) for row in rows]
+    void = [row for row in rows if row.get("void")]
+    censored = [row for row in rows if row.get("censored") and not row.get("void")]
+    scored = [row for row in rows if not row.get("void") and not row.get("censored")]
+    held = [row["inside"] for row in scored if row.get("inside") is not None]
+    widths = [row["width"] for row in scored if row.get("width") is not None]
+    errors = [float(row["error"]) for row in scored if row.get("error") is not None]
+    words: dict[str, list[bool]] = {}
+    for row in scored:
+        if row.get("inside") is not None:
+            words.setdefault(str(row.get("confidence")), []).append(bool(row["inside"]))
     return {
         "seen": fraction,
         "runs": len(rows),
@@ -141,6 +188,13 @@ def _bucket(fraction: float, rows: list[Kept]) -> dict[str, Any]:
         "medianError": statistics.median(errors) if errors else None,
         "medianAbsError": statistics.median(abs(e) for e in errors) if errors else None,
         "medianWidth": statistics.median(widths) if widths else None,
+        "void": len(void),
+        "censored": len(censored),
+        "censoredReads": [float(row["actual"]) for row in censored],
+        "byConfidence": {
+            word: {"withInterval": len(hits), "held": sum(hits), "coverage": sum(hits) / len(hits)}
+            for word, hits in sorted(words.items())
+        },
     }
 
 

@@ -87,9 +87,22 @@ def table(records: Records) -> str:
             f"{_num(b['coverage'], '.0%'):>8}  {_num(b['medianError'], '+.3f'):>12}  "
             f"{_num(b['medianAbsError'], '.3f'):>14}  {_num(b['medianWidth'], '.3f'):>12}"
         )
+    for b in records.summary():
+        words = ", ".join(
+            f"{word} {c['held']}/{c['withInterval']}" for word, c in b["byConfidence"].items()
+        )
+        apart = ""
+        if b["void"] or b["censored"]:
+            reads = ", ".join(f"{r:.3f}" for r in b["censoredReads"])
+            apart = (
+                f"; {b['void']} void (made for another budget), {b['censored']} censored "
+                f"(stopped by their prediction{': read ' + reads if reads else ''})"
+            )
+        lines.append(f"{b['seen']:>5.0%}  by confidence: {words or '-'}{apart}")
     lines.append(
         "seen: the latest prediction each run made by that fraction of its budget; error: "
-        "predicted minus its last evaluation; inside: the prediction's 95 % interval held it"
+        "predicted minus its last evaluation; inside: the prediction's 95 % interval held it; "
+        "void and censored predictions are not scored"
     )
     lines += [f"skipped {folder}: {why}" for folder, why in records.skipped.items()]
     return "\n".join(lines)
@@ -133,9 +146,10 @@ def _draw_coverage(ax: Axes, summary: list[dict[str, Any]]) -> None:
 
 def _draw_errors(ax: Axes, records: Records, summary: list[dict[str, Any]]) -> None:
     for name, rows in records.runs.items():
+        scored = [r for r in rows if r.get("error") is not None]
         ax.plot(
-            [100 * r["fractionSeen"] for r in rows],
-            [r["error"] for r in rows],
+            [100 * r["fractionSeen"] for r in scored],
+            [r["error"] for r in scored],
             marker=".",
             alpha=0.5,
             label=Path(name).name,

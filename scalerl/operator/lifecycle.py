@@ -24,8 +24,9 @@ Failed with that reason.
 Succeeded means trainer 0 exited 0: it reached the budget (its own last evaluation and checkpoint
 written). Every earlier end is Failed with a reason, as Kubernetes Jobs end Failed on
 `activeDeadlineSeconds`: a gang that failed more often than `failurePolicy.maxRestarts`, a start
-past its timeout, or a run stopped by `budget.stopWhen` because the A interval of a checked fit
-(confidence OK) lies below the target (`prediction.stop_reason`; Stopped=True says so).
+past its timeout, or a run stopped by `budget.stopWhen` because the forecast's interval at the
+budget of a checked fit (confidence OK) lies below the threshold (`scalerl.fit.decision.
+stop_reason`; Stopped=True says so).
 Automation that promotes Succeeded checkpoints must not promote those.
 
 Each status change is a guarded transition: read, check the guard, write with a resourceVersion
@@ -45,7 +46,6 @@ from scalerl.errors import SpecError
 from scalerl.kube import Kube, KubeError
 from scalerl.operator import children, initializer, names, sources, trackrecord
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
-from scalerl.operator.prediction import stop_reason
 from scalerl.operator.schema import PHASES
 from scalerl.spec import ScaleRLRun, parse_run
 from scalerl.status.conditions import now_rfc3339, set_condition
@@ -703,6 +703,8 @@ def wants_action(run_obj: dict[str, Any]) -> bool:
     run, _ = parse(run_obj)
     if run is None:
         return False
+    from scalerl.fit.decision import stop_reason  # late: scalerl.fit loads scipy
+
     stop = status.get("phase") != SUCCEEDED and stop_reason(
         run.spec.budget, status.get("prediction")
     )
@@ -718,6 +720,8 @@ def on_status(ctx: Context) -> None:
     run, _ = parse(run_obj)
     assert run is not None  # wants_action parsed it
     status = status_of(run_obj)
+    from scalerl.fit.decision import stop_reason  # late: scalerl.fit loads scipy
+
     reason = stop_reason(run.spec.budget, status.get("prediction"))
     if reason is not None and status.get("phase") != SUCCEEDED:
         stop(ctx, run_obj, reason)

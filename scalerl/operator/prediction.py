@@ -2,7 +2,8 @@
 
 `scalerl fit --run NAME --namespace NS` (the fit Job) calls `fit_run`. A fit that cannot be made
 (too few points past fit.minCompute, a flat curve) keeps the previous prediction and sets
-Predicted=False with the reason. `stop_reason` is the prediction-driven stop the operator applies.
+Predicted=False with the reason. The decisions a prediction drives (the stop rule, the target,
+the confidence words) are `scalerl.fit.decision`'s, shared with `scalerl run`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from scalerl.errors import DataError, FitError, InputError, ScaleRLError, SpecError
 from scalerl.operator.trackrecord import TRACK_RECORD, with_prediction
-from scalerl.spec import MISFIT, OK, BudgetSpec, RunSpec, parse_run
+from scalerl.spec import BudgetSpec, RunSpec, parse_run
 from scalerl.status.conditions import now_rfc3339, set_condition
 from scalerl.status.kubernetes import RunStatus, round_value
 
@@ -36,7 +37,8 @@ def predict(
     confidence and the half-run backtest it rests on.
     """
     from scalerl.fit.domains import a_by_domain  # late: scipy, only in the fit Job
-    from scalerl.fit.report import STATUS, fit_report
+    from scalerl.fit.points import STATUS
+    from scalerl.fit.report import fit_report
 
     points = sorted(evaluations, key=lambda e: e["computeHours"])
     if not points:
@@ -77,7 +79,8 @@ def _domains(points: list[dict[str, Any]], options: dict[str, Any]) -> dict[str,
     """Each domain's fit of its own pass rates (`scalerl.fit.domains`), its main numbers only;
     {} for a run of one domain."""
     from scalerl.fit.domains import fit_domains
-    from scalerl.fit.report import STATUS, fit_report
+    from scalerl.fit.points import STATUS
+    from scalerl.fit.report import fit_report
 
     out: dict[str, Any] = {}
     for domain, fitted in fit_domains(points, fit_report, STATUS, **options).items():
@@ -91,7 +94,7 @@ def _domains(points: list[dict[str, Any]], options: dict[str, Any]) -> dict[str,
 
 
 # The fit's numbers status.prediction carries (fit.json has them all).
-_FIT_KEYS = ("A", "B", "C_mid", "R0", "A_interval", "A_atLeast", "drift")
+_FIT_KEYS = ("A", "B", "C_mid", "R0", "A_interval", "A_atLeast", "drift", "forecast")
 
 
 def _rounded(value: Any) -> Any:
@@ -106,6 +109,8 @@ def _rounded(value: Any) -> Any:
 def describe(prediction: dict[str, Any], unit: str = "") -> str:
     """The Predicted condition's message: the law, where the run ends (compute in `unit`), and
     what is known of the fit (its confidence, and why when it is not OK)."""
+    from scalerl.fit.decision import confidence_note, law_words, misfit_note, notes_words
+
     interval = prediction.get("A_interval")
     band = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
     at_least = prediction.get("A_atLeast")
@@ -117,30 +122,8 @@ def describe(prediction: dict[str, Any], unit: str = "") -> str:
         f"fit.minCompute of {prediction['evaluations']} in status.evaluations; "
         f"{prediction['predictedAtBudget']:.3f} predicted at the run's end "
         f"({prediction['budgetLimit']}, compute {prediction['budget']:.4g}{unit})"
-        f"{confidence_note(prediction)}{misfit_note(prediction)}"
-    )
-
-
-def confidence_note(fit: dict[str, Any]) -> str:
-    """'; <confidence>: <why>' for a TooEarly or Unchecked fit ('' for any other), to add to its
-    summary (a Misfit's says more: `misfit_note`)."""
-    confidence, why = fit.get("confidence"), fit.get("confidenceReason")
-    if confidence in (None, OK, MISFIT) or not why:
-        return ""
-    return f"; {confidence}: {why}"
-
-
-def misfit_note(fit: dict[str, Any]) -> str:
-    """What a Misfit confidence means for this fit ('' for any other), to add to its summary."""
-    test = fit.get("backtest")
-    if fit.get("confidence") != MISFIT or not test or not test.get("interval"):
-        return ""
-    lo, hi = test["interval"]
-    return (
-        f"; Misfit: fitted on the first half of the compute, the law predicted "
-        f"{test['predicted']:.3f} [{lo:.3f}, {hi:.3f}] for the last evaluation, which read "
-        f"{test['actual']:.3f}: the run is not following the law yet, and its intervals are "
-        f"too narrow"
+        f"{notes_words(prediction)}{confidence_note(prediction)}{misfit_note(prediction)}"
+        f"{law_words(prediction)}"
     )
 
 
@@ -203,28 +186,3 @@ def _conditions(run: dict[str, Any], ok: bool, reason: str, message: str) -> dic
 
 def _reason(err: ScaleRLError) -> str:
     return "InvalidSpec" if isinstance(err, SpecError) else "FitFailed"
-
-
-def stop_reason(budget: BudgetSpec, prediction: dict[str, Any] | None) -> str | None:
-    """Why the run should stop now (spec.budget.stopWhen), or None; the one rule for a cluster
-    and for `scalerl run`.
-
-    Only on a checked fit in the law (confidence OK: its half-run backtest ran and held) of at
-    least stopWhen.minPoints trained evaluations, and only when its whole A interval lies below
-    the target: a TooEarly fit rests on too little, an Unchecked one was never tested, a Misfit
-    one's intervals are too narrow (its prediction is at best a lower bound), and a point
-    estimate below the target is not enough evidence to throw away the compute already spent.
-    """
-    rule = budget.stop_when
-    if rule is None or not prediction or prediction.get("confidence") != OK:
-        return None
-    interval = prediction.get("A_interval")
-    if interval is None or prediction.get("points", 0) < rule.min_points:
-        return None
-    if interval[1] >= rule.predicted_a_below:
-        return None
-    return (
-        f"predicted A interval [{interval[0]:.3f}, {interval[1]:.3f}] from "
-        f"{prediction['points']} points (confidence OK) lies below stopWhen.predictedABelow "
-        f"{rule.predicted_a_below}"
-    )

@@ -336,21 +336,71 @@ def _prediction() -> dict[str, Any]:
             "B": _num("Scaling exponent (compute efficiency)."),
             "C_mid": _num(f"Compute ({COMPUTE_UNIT}) at half of the gain from R0 to A."),
             "R0": _num("Pass rate at the start."),
-            "A_interval": _interval("Bootstrap interval of A."),
+            "A_interval": _interval(
+                "Profile-likelihood interval of A: every A whose best curve fits the points "
+                "within the 95 % likelihood-ratio threshold."
+            ),
             "A_atLeast": _num(
                 "A lower bound of A where the points bound it from below only (the curve has "
                 "not bent yet: C_mid beyond the data); null otherwise.",
                 nullable=True,
             ),
             "predictedAtBudget": _num(
-                "Predicted pass rate where the run will end (at the first budget it will hit): "
-                "the law there, moved by the run's measured drift from it (drift)."
+                "The forecast where the run will end (at the first budget it will hit): the "
+                "law there, moved by as much of the run's measured drift from it as the run's "
+                "own earlier fits support (forecast). Every decision reads it: stopWhen, "
+                "computeToTarget, etaSeconds."
             ),
             "predictedAtBudgetInterval": _interval(
                 "What an evaluation at the run's end will read: the band of the curves the "
                 "points allow there, widened by the drift's uncertainty and by one evaluation's "
-                "noise at that pass rate."
+                "noise at that pass rate; never narrower further out, never a point."
             ),
+            "forecast": {
+                "type": "object",
+                "description": "Which model predictedAtBudget is and why: model (law, or "
+                "law+drift where the run's earlier fits kept missing its later evaluations in "
+                "one direction beyond their own intervals), weight (the drift's share, 0-1), "
+                "evidence (origins: the latest earlier fits judged; compared: the later "
+                "evaluations they were judged at; above, below: how many lay outside their "
+                "intervals on each side; null: fewer than two earlier fits, the law alone).",
+                "properties": {
+                    "model": {"type": "string", "enum": ["law", "law+drift"]},
+                    "weight": _num("The drift's share of the forecast, 0-1."),
+                    "evidence": {
+                        "type": "object",
+                        "nullable": True,
+                        "properties": {
+                            name: {"type": "integer"}
+                            for name in ("origins", "compared", "above", "below")
+                        },
+                    },
+                },
+            },
+            "forecastNotes": {
+                "type": "array",
+                "description": "What the numbers cannot carry: AboveA (the forecast reads "
+                "above A's interval: the drift carries it past the law's ceiling), "
+                "BeyondEvidence (the budget lies more than 3x the fitted compute, past what "
+                "the calibration evidence covers), SaysNothing (the interval spans [0, 1]).",
+                "items": {"type": "string", "enum": ["AboveA", "BeyondEvidence", "SaysNothing"]},
+            },
+            "reach": _num("The budget's compute over the last fitted compute."),
+            "budgetSet": {
+                "type": "object",
+                "description": "The budget as set when the prediction was made (maxSteps, "
+                "maxComputeHours): the track record scores a prediction only against a run "
+                "that ended under the same one.",
+                "properties": {
+                    "maxSteps": _num("spec.budget.maxSteps then."),
+                    "maxComputeHours": _num("spec.budget.maxComputeHours then."),
+                },
+            },
+            "lawCheck": {
+                "type": "string",
+                "nullable": True,
+                "description": _spec.LAW_CHECK_DESCRIPTION,
+            },
             "drift": {
                 "type": "object",
                 "nullable": True,
@@ -375,8 +425,9 @@ def _prediction() -> dict[str, Any]:
                 "description": "The budget the run will hit first.",
             },
             "computeToTarget": _num(
-                f"Compute ({COMPUTE_UNIT}) at which the run reaches budget.targetPassRate: the "
-                "law within the data, the forecast (predictedAtBudget's) beyond it, up to 1000x "
+                f"Compute ({COMPUTE_UNIT}) at which the forecast (predictedAtBudget's) reaches "
+                "budget.targetPassRate and stays at or above it up to the budget; where it is "
+                "below the target at the budget, where it reaches it past the budget, up to 3x "
                 "the last fitted compute; 0 where it starts there, null where it does not get "
                 "there or without a target.",
                 nullable=True,
@@ -401,14 +452,7 @@ def _prediction() -> dict[str, Any]:
             "confidence": {
                 "type": "string",
                 "enum": [_spec.TOO_EARLY, _spec.UNCHECKED, _spec.MISFIT, _spec.OK],
-                "description": f"TooEarly while fewer than {_spec.PREDICTION_MIN_POINTS} "
-                "trained evaluations lie past fit.minCompute: the numbers are an extrapolation "
-                "that rests on too little. Unchecked while the half-run backtest cannot run "
-                f"(its first half holds fewer than {_spec.PREDICTION_MIN_POINTS} such "
-                "evaluations, about twice as many in the whole run): nothing has tested the "
-                "fit yet. Misfit when the backtest's interval missed the last evaluation: the "
-                "run is not following the law (yet), and the intervals, which assume it does, "
-                "are too narrow. OK only when the backtest ran and held.",
+                "description": _spec.CONFIDENCE_DESCRIPTION,
             },
             "confidenceReason": {
                 "type": "string",
@@ -425,9 +469,11 @@ def _prediction() -> dict[str, Any]:
                 "properties": {
                     "fittedOn": _int("Evaluations at compute up to half the last one's."),
                     "compute": _num(f"The last evaluation's compute ({COMPUTE_UNIT})."),
-                    "predicted": _num("The first half's curve there."),
+                    "predicted": _num(
+                        "The first half's forecast there (law and drift, as predictedAtBudget)."
+                    ),
                     "interval": _interval(
-                        "What an evaluation there would read, by the first half's fit."
+                        "What an evaluation there would read, by the first half's forecast."
                     ),
                     "actual": _num("What the last evaluation read."),
                     "error": _num("predicted - actual."),
@@ -435,6 +481,15 @@ def _prediction() -> dict[str, Any]:
                         "type": "boolean",
                         "nullable": True,
                         "description": "Whether actual lies in interval (null without one).",
+                    },
+                    "law": {
+                        "type": "object",
+                        "description": "The first half's law alone there (lawCheck's).",
+                        "properties": {
+                            "predicted": _num("The law's value there.", nullable=True),
+                            "interval": _interval("The law's own interval there."),
+                            "inside": {"type": "boolean", "nullable": True},
+                        },
                     },
                 },
             },
@@ -455,12 +510,12 @@ def _prediction() -> dict[str, Any]:
                     "B": _num("Scaling exponent of this domain."),
                     "C_mid": _num(f"Compute midpoint of this domain ({COMPUTE_UNIT})."),
                     "R0": _num("This domain's pass rate at the start."),
-                    "A_interval": _interval("Bootstrap interval of this domain's A."),
+                    "A_interval": _interval("Profile-likelihood interval of this domain's A."),
                     "A_atLeast": _num(
                         "Where this domain's points bound A from below only, that bound.",
                         nullable=True,
                     ),
-                    "predictedAtBudget": _num("This domain's curve where the run will end."),
+                    "predictedAtBudget": _num("This domain's forecast where the run will end."),
                     "confidence": {"type": "string", "description": "As the run's, per domain."},
                     "points": _int("This domain's evaluations the fit used."),
                     "error": {"type": "string", "description": "Why no fit could be made."},

@@ -41,7 +41,9 @@ from scalerl.spec.data import (
 )
 from scalerl.spec.environment import EnvironmentSpec, OpenEnvEnvironment, VerifiersEnvironment
 from scalerl.spec.evaluation import (
+    CONFIDENCE_DESCRIPTION,
     FIT_MIN_POINTS,
+    LAW_CHECK_DESCRIPTION,
     LAW_HOLDS,
     LAW_MISSES,
     MISFIT,
@@ -194,6 +196,8 @@ __all__ = [
     "OK",
     "LAW_HOLDS",
     "LAW_MISSES",
+    "CONFIDENCE_DESCRIPTION",
+    "LAW_CHECK_DESCRIPTION",
     "StopWhenSpec",
     "BudgetSpec",
     "FailurePolicySpec",

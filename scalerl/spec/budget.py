@@ -15,8 +15,10 @@ class StopWhenSpec(_Model):
         alias="predictedABelow",
         gt=0,
         le=1,
-        description="Stop when the whole A interval of a checked fit (confidence OK: its "
-        "half-run backtest ran and held) lies below this pass rate.",
+        description="Stop when the whole interval of the forecast at the budget "
+        "(predictedAtBudgetInterval, the one the status shows) of a checked fit (confidence OK: "
+        "its half-run check ran and held) lies below this pass rate: the run cannot reach it "
+        "within what it may spend. Never on an interval as wide as [0, 1].",
     )
     min_points: Int = Field(
         PREDICTION_MIN_POINTS,

@@ -69,3 +69,20 @@ FIT_MIN_POINTS = 4
 TOO_EARLY, UNCHECKED, MISFIT, OK = "TooEarly", "Unchecked", "Misfit", "OK"
 # The law's own half-run check (scalerl.fit.decision.law_check), apart from the forecast's.
 LAW_HOLDS, LAW_MISSES = "Holds", "Misses"
+# What each word means, defined once: the CRD's descriptions and docs/predictions.md read these.
+CONFIDENCE_DESCRIPTION = (
+    f"Whether the forecast shown (predictedAtBudget and its interval) passed its half-run "
+    f"check. {TOO_EARLY} while fewer than {PREDICTION_MIN_POINTS} trained evaluations lie past "
+    f"fit.minCompute: the numbers rest on too little. {UNCHECKED} while the half-run check "
+    f"cannot run (the first half of the compute holds fewer than {PREDICTION_MIN_POINTS} such "
+    f"evaluations). {MISFIT} when the forecast made from the first half (law and drift, as "
+    f"shown now) missed the last evaluation with its interval: its intervals did not hold on "
+    f"this run. {OK} only when that check ran and held. Whether the run follows the law alone "
+    f"is lawCheck."
+)
+LAW_CHECK_DESCRIPTION = (
+    f"Whether the run follows the law alone: {LAW_HOLDS} when the first half's law, without "
+    f"any drift, held the last evaluation within its own interval; {LAW_MISSES} when it did "
+    f"not (the forecast may still hold, by the drift: confidence says); null while the "
+    f"half-run check cannot run."
+)

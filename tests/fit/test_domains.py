@@ -11,7 +11,8 @@ import pytest
 
 from scalerl.fit import fit_curve, sample_curve
 from scalerl.fit.domains import a_by_domain, domain_rows, domains_of
-from scalerl.fit.report import HISTORY, STATUS, write_fit
+from scalerl.fit.points import HISTORY, STATUS
+from scalerl.fit.report import write_fit
 from scalerl.spec import BudgetSpec
 
 COMPUTE = np.linspace(0.0, 3.0, 18)

@@ -79,7 +79,10 @@ def test_a_flat_variant_beside_two_good_ones_is_stopped_on_measured_evidence() -
         rows = {name: history(curve, 13, rng) for name, curve in [("p", good), ("q", good)]}
         rows["lr"] = history(flat, 13, rng)
         for n in range(9, 14):
-            stuck = {"A": 0.205, "A_interval": [0.205, 0.205], "points": n - 1, "confidence": "OK"}
+            stuck = {
+                "A": 0.205, "A_interval": [0.205, 0.205], "points": n - 1, "confidence": "OK",
+                "predictedAtBudget": 0.205, "predictedAtBudgetInterval": [0.2, 0.21],
+            }  # fmt: skip
             judged = [
                 standing("p", rows["p"][:n], misfit(0.79)),
                 standing("q", rows["q"][:n], misfit(0.76)),
@@ -136,9 +139,15 @@ def test_a_trusted_fit_decides_when_its_bound_binds() -> None:
     rng = np.random.default_rng(2)
     lead = history(good, 10, rng)
     low = history(lambda c: np.asarray(sigmoid(c, 0.45, 3.0, 0.04, 0.2)), 10, rng)
-    checked = {"A": 0.45, "A_interval": [0.43, 0.47], "points": 9, "confidence": "OK"}
+    checked = {
+        "A": 0.45, "A_interval": [0.43, 0.47], "points": 9, "confidence": "OK",
+        "predictedAtBudget": 0.45, "predictedAtBudgetInterval": [0.43, 0.47],
+    }  # fmt: skip
     (stop,) = losers([standing("lead", lead), standing("low", low, checked)], 8).values()
-    assert stop.evidence == "fit" and "its fit's upper A bound, OK" in stop.reason
+    assert stop.evidence == "fit" and "its forecast's upper bound at its budget, OK" in stop.reason
+    # A's interval alone bounds nothing: the rule reads the forecast at the budget.
+    law_only = {k: v for k, v in checked.items() if not k.startswith("predictedAtBudget")}
+    assert losers([standing("lead", lead), standing("low", low, law_only)], 8) == {}
     # Misfit, the same fit bounds nothing: a rising variant without a trusted fit runs on.
     off = {**checked, "confidence": "Misfit"}
     assert losers([standing("lead", lead), standing("low", low, off)], 8) == {}

@@ -126,9 +126,10 @@ def test_fit_json_of_a_history_is_its_fit_json(tmp_path: Path, capsys) -> None:
     path = write_history(run / "evaluations.jsonl", rows)
     assert main(["fit", str(path), "--json", "--min-compute", "0", "--budget", "0.5"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    run_only = {"track", "trackRecord"}  # what the run keeps over its fits
+    # What the run keeps over its fits, and its budget as set (the file has no maxSteps).
+    run_only = {"track", "trackRecord", "budgetSet"}
     assert {k: v for k, v in fit_json.items() if k not in run_only} == {
-        k: v for k, v in printed.items() if k not in ("file", "predicted")
+        k: v for k, v in printed.items() if k not in ("file", "predicted", *run_only)
     }
     # The half-run backtest, as fit.json has it.
     assert set(printed["backtest"]) >= {"fittedOn", "compute", "predicted", "interval", "actual",
@@ -160,7 +161,7 @@ def test_predict_at_says_what_is_known_of_an_early_fit(tmp_path: Path, capsys) -
     out = capsys.readouterr().out
     assert "  confidence TooEarly: 5 trained evaluations past the compute floor 0" in out
     [line] = [row for row in out.splitlines() if row.startswith("  at compute 0.2:")]
-    assert "curve 0." in line and "; an evaluation there would read [" in line
+    assert "forecast (law" in line and "; an evaluation there would read [" in line
     # Enough points, but a first half too short to check them.
     unchecked = write_history(tmp_path / "demo.jsonl", demo_history(every=10))
     assert main(["fit", str(unchecked), "--min-compute", "0"]) == 0
@@ -179,3 +180,38 @@ def test_a_falling_curve_is_said_not_to_fit_the_law(tmp_path: Path, capsys) -> N
     # A rising one does not.
     assert main(["fit", str(EXAMPLE_CURVE), "--bootstrap", "0"]) == 0
     assert "falls" not in capsys.readouterr().out
+
+
+def test_f5_predict_at_names_the_forecast_and_the_law_apart(tmp_path: Path, capsys) -> None:
+    # S6: the late-rise curve (the law, then +0.05 per ln compute past 0.1). Before, the
+    # forecast 0.8535 was printed as the "curve" beside A = 0.727, and was --json's pass_rate.
+    c = np.geomspace(1e-3, 1.0, 24)
+    c[0] = 0.0
+    y = np.asarray(sigmoid(c, 0.6, 2.0, 0.03, 0.1), dtype=float)
+    y += np.where(c > 0.1, 0.05 * np.log(np.maximum(c, 1e-12) / 0.1), 0.0)
+    path = tmp_path / "late_rise.csv"
+    path.write_text(
+        "step,compute,pass_rate,pass_rate_se\n"
+        + "".join(
+            f"{i},{float(x)!r},{float(v)!r},0.01\n"
+            for i, (x, v) in enumerate(zip(c, y, strict=True))
+        )
+    )
+    args = ["fit", str(path), "--predict-at", "30", "--target", "0.8", "--budget", "30"]
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    [at] = data["predicted"]
+    law = fit_curve(c, y, sigma=np.full(c.size, 0.01))
+    assert at["law"] == pytest.approx(float(law.predict(30.0)), abs=1e-9)
+    assert at["law"] <= data["A"] + 1e-12  # no sigmoid with that A goes higher
+    assert at["model"] == data["forecast"]["model"]
+    if at["model"] == "law":
+        assert at["forecast"] == pytest.approx(at["law"], abs=1e-12)
+    assert "BeyondEvidence" in at["forecastNotes"]  # 30 is 30x the data
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    [line] = [row for row in out.splitlines() if row.startswith("  at compute 30:")]
+    assert f"forecast ({at['model']}) {at['forecast']:.4f}" in line
+    assert "curve" not in line
+    assert "the budget lies 30x the fitted compute" in line
+    assert "  forecast " in out and "drift weight" in out

@@ -75,13 +75,16 @@ def test_a_straight_early_curve_reads_a_lower_bound_not_a_tight_interval() -> No
     for A, B, C_mid, R0 in result.profile:
         assert band[0] - 1e-12 <= sigmoid(0.0064, A, B, C_mid, R0) <= band[1] + 1e-12
     assert result.profile[:, 0].max() == 1.0
-    # ... yet none of them reaches where the straight run goes (0.91): its own earlier fits
-    # kept falling short, so the forecast moves up by what they missed, and its band with it.
+    # ... yet none of them reaches where the straight run goes (0.91). The forecast moves up
+    # only as far as the run's own earlier fits missed beyond their own intervals
+    # (scalerl.fit.drift): here they held, so the forecast is the law, and the run's half-run
+    # check is what says it missed (Misfit, tests/fit/test_backtest.py).
     assert band[1] < 0.91
-    assert result.drift is not None and result.drift.rate > 0
+    chosen = result.forecast_model()
+    assert chosen["model"] == ("law" if chosen["weight"] == 0.0 else "law+drift")
     forecast = result.predict_interval(0.0064)
-    assert forecast is not None and forecast[1] > band[1]
-    assert law_only.predict(0.0064) < result.forecast(0.0064) < 0.91
+    assert forecast is not None and forecast[1] >= band[1] - 1e-12
+    assert law_only.predict(0.0064) <= result.forecast(0.0064) < 0.91
     # Within the data the forecast is the law.
     assert result.forecast(0.0032) == result.predict(0.0032)
 

@@ -88,7 +88,8 @@ def check(inside: bool | None) -> Backtest:
         (None, "the half-run check needs 8 ...; it has 5", "Unchecked",
          "the half-run check needs 8 ...; it has 5"),
         (check(None), "", "Unchecked", "the half-run check has no interval (no bootstrap)"),
-        (check(False), "", "Misfit", "the half-run check's interval missed the last evaluation"),
+        (check(False), "", "Misfit",
+         "the half-run check's forecast interval missed the last evaluation"),
         (check(True), "", "OK", None),
     ],
 )  # fmt: skip
@@ -112,11 +113,13 @@ def test_too_early_says_how_many_points_it_has() -> None:
 
 
 def test_a_target_beyond_the_budget_has_no_time() -> None:
-    # The curve reaches 0.8 past compute 0.6, but the budget ends the run at 0.6.
+    # The curve reaches 0.8 past compute 0.6, but the budget ends the run at 0.6: beyond it the
+    # crossing is followed only as far as the evidence reaches (3x the data), or not at all.
     result = fitted(last=0.6)
     budget = BudgetSpec(max_compute_hours=0.6, target_pass_rate=0.8)
     said = outlook(result, budget, step=60, compute=0.6, units=2)
-    assert said["computeToTarget"] > 0.6
+    assert said["computeToTarget"] is None or said["computeToTarget"] > 0.6
+    assert said["predictedAtBudget"] < 0.8
     assert said["etaSeconds"] == {"budget": 0.0, "target": None}
 
 
@@ -133,14 +136,16 @@ def test_wall_pace_is_the_median_over_evaluations() -> None:
 
 def test_a_target_beyond_the_data_is_where_the_forecast_reaches_it() -> None:
     # The demo's straight early curve (tests/fit/test_intervals.py): the law bends below where
-    # the run goes, and the run's own drift from it lifts the forecast, predictedAtBudget's.
+    # the run goes; with a drift taken whole (as a history that kept missing upwards gives it)
+    # the forecast, predictedAtBudget's, is lifted, and computeToTarget follows it.
     compute = np.linspace(0.0, 0.0064, 21)[:11]
     rates = 0.18 + (0.91 - 0.18) * compute / 0.0064
-    result = fit_curve(compute, rates, sigma=np.full(rates.size, 0.012))
-    assert result.drift is not None and result.drift.rate > 0
-    rate, last = result.drift.rate, float(compute[-1])
+    measured = fit_curve(compute, rates, sigma=np.full(rates.size, 0.012))
+    rate, last = 0.05, float(compute[-1])
+    result = dataclasses.replace(measured, drift_probe=lambda: Drift(rate, 0.01, 0.001, 4))
     target = 0.8
-    said = outlook(result, BudgetSpec(target_pass_rate=target), step=50, compute=last, units=1)
+    budget = BudgetSpec(target_pass_rate=target, max_compute_hours=100 * last)
+    said = outlook(result, budget, step=50, compute=last, units=1)
     at = said["computeToTarget"]
 
     def by_hand(c: float) -> float:  # the law plus the drift's line in ln compute past the data

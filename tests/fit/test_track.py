@@ -52,6 +52,9 @@ def test_a_kept_prediction_says_when_it_was_made_and_what_it_bet() -> None:
         "predictedAtBudget": 0.75,
         "predictedAtBudgetInterval": [0.5, 1.0],
         "confidence": "OK",
+        "lawCheck": None,
+        "budget": 100.0,  # the budget it was for: compute, and as set
+        "budgetSet": None,
     }
 
 
@@ -178,6 +181,66 @@ def test_summarise_pools_runs_by_fraction_seen() -> None:
             "medianError": None,
             "medianAbsError": None,
             "medianWidth": None,
+            "void": 0,
+            "censored": 0,
+            "censoredReads": [],
+            "byConfidence": {},
         }
         for f in (0.25, 0.5, 0.75)
     ]
+
+
+def budget_set(hours: float) -> dict[str, float]:
+    return {"maxSteps": 10_000, "maxComputeHours": hours}
+
+
+def test_f6_a_prediction_made_for_another_budget_is_void_not_a_miss() -> None:
+    # S8: predictions made for budget 1.0 (right there at 0.60), the budget then raised to 4.0,
+    # the run ended at 0.80. Before: each scored as a -0.20 miss.
+    track: list[dict[str, Any]] = []
+    for compute, predicted in [(0.25, 0.60), (0.5, 0.61), (0.75, 0.61)]:
+        made = {**report(predicted, budget=1.0), "budgetSet": budget_set(1.0)}
+        track = keep(track, kept_prediction(made, compute=compute, step=int(compute * 100)))
+    for compute, predicted in [(1.2, 0.70), (2.0, 0.75), (3.0, 0.78)]:
+        made = {**report(predicted, budget=4.0), "budgetSet": budget_set(4.0)}
+        track = keep(track, kept_prediction(made, compute=compute, step=int(compute * 100)))
+    rows = score(track, Outcome(pass_rate=0.80, compute=4.0, budget_set=budget_set(4.0)))
+    # The later predictions replaced the earlier ones of their bins of fraction seen; the one
+    # at 25 % of budget 1.0 is left, made for it.
+    early = [r for r in rows if r["budgetSet"] == budget_set(1.0)]
+    late = [r for r in rows if r["budgetSet"] == budget_set(4.0)]
+    assert len(early) == 1 and len(late) == 3
+    assert all(r["void"] and r["inside"] is None and r["error"] is None for r in early)
+    assert all("ended under" in r["voidReason"] for r in early)
+    assert [r["void"] for r in late] == [False, False, False]
+    assert [round(r["error"], 3) for r in late] == [-0.1, -0.05, -0.02]
+    [quarter, half, three_quarters] = summarise([rows])
+    # The 25 % bucket's latest prediction is void: nothing scored there, one void shown.
+    assert quarter["void"] == 1 and quarter["withInterval"] == 0 and quarter["coverage"] is None
+    assert three_quarters["void"] == 0 and three_quarters["withInterval"] == 1
+
+
+def test_f6_a_run_stopped_by_its_prediction_is_kept_censored_and_shown() -> None:
+    track = [
+        kept_prediction({**report(0.40), "budgetSet": budget_set(100.0)}, compute=c, step=s)
+        for c, s in [(20.0, 20), (40.0, 40)]
+    ]
+    rows = score(track, Outcome(pass_rate=0.42, compute=45.0, stopped="forecast below 0.5"))
+    assert all(r["censored"] and r["inside"] is None for r in rows)
+    assert "stopped by its prediction: forecast below 0.5" in rows[0]["censoredReason"]
+    [quarter, half, _] = summarise([rows])
+    assert quarter["censored"] == 1 and quarter["censoredReads"] == [0.42]
+    assert quarter["withInterval"] == 0
+
+
+def test_f6_coverage_is_reported_per_confidence_word() -> None:
+    ok = score([kept_prediction(report(0.5), compute=25.0, step=25)], Outcome(0.52, 100.0))
+    misfit = score(
+        [kept_prediction({**report(0.5), "confidence": "Misfit"}, compute=25.0, step=25)],
+        Outcome(0.70, 100.0),
+    )
+    [bucket, *_] = summarise([ok, misfit])
+    assert bucket["byConfidence"] == {
+        "Misfit": {"withInterval": 1, "held": 0, "coverage": 0.0},
+        "OK": {"withInterval": 1, "held": 1, "coverage": 1.0},
+    }

@@ -1,5 +1,6 @@
-"""The prediction's rules that need no server: when a run stops on its prediction, and what the
-fit Job's event says it reads (tests/cluster/test_fit_run.py runs the fit on a real server)."""
+"""The prediction's rules that need no server: what the fit Job's event says it reads
+(tests/cluster/test_fit_run.py runs the fit on a real server). When a run stops on its
+prediction is `scalerl.fit.decision`'s rule: tests/fit/test_decision.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from scalerl.errors import SpecError
 from scalerl.fit import sigmoid
 from scalerl.operator.lifecycle import fitted
-from scalerl.operator.prediction import describe, predict, stop_reason
+from scalerl.operator.prediction import describe, predict
 from scalerl.spec import BudgetSpec, parse_run
 from scalerl.status.kubernetes import status_evaluation
 
@@ -20,32 +21,6 @@ def run(spec: dict) -> dict:  # type: ignore[type-arg]
         "metadata": {"name": "r"},
         "spec": {"model": {"path": "m"}, "data": {"train": "t.jsonl"}, **spec},
     }
-
-
-@pytest.mark.parametrize(
-    ("interval", "points", "stops"),
-    [([0.30, 0.40], 8, True), ([0.30, 0.55], 8, False), ([0.30, 0.40], 7, False)],
-)
-def test_the_stop_rule_needs_the_whole_interval_below_and_enough_points(
-    interval: list[float], points: int, stops: bool
-) -> None:
-    budget = BudgetSpec.model_validate({"stopWhen": {"predictedABelow": 0.5, "minPoints": 8}})
-    prediction = {"A": 0.35, "A_interval": interval, "points": points, "confidence": "OK"}
-    assert (stop_reason(budget, prediction) is not None) == stops
-    assert stop_reason(BudgetSpec(), prediction) is None
-
-
-@pytest.mark.parametrize("confidence", ["TooEarly", "Unchecked", "Misfit", None])
-def test_only_a_checked_fit_in_the_law_stops_a_run(confidence: str | None) -> None:
-    # The audit's S5: a Misfit fit of 20 points and a TooEarly one (once minPoints 4 was
-    # allowed) both stopped runs; so did a fit nothing had checked.
-    budget = BudgetSpec.model_validate({"stopWhen": {"predictedABelow": 0.5}})
-    hopeless = {"A": 0.35, "A_interval": [0.30, 0.40], "points": 20, "confidence": confidence}
-    assert stop_reason(budget, hopeless) is None
-    assert stop_reason(budget, {**hopeless, "confidence": "OK"}) == (
-        "predicted A interval [0.300, 0.400] from 20 points (confidence OK) lies below "
-        "stopWhen.predictedABelow 0.5"
-    )
 
 
 @pytest.mark.parametrize("points", [4, 7])
