@@ -72,3 +72,36 @@ def test_a_submission_matches_the_number_however_it_is_written(value: int) -> No
         assert arithmetic.same_number(written, str(value))
     assert not arithmetic.same_number(str(value + 1), str(value))
     assert not arithmetic.same_number(f"about {value}", str(value))
+
+
+@pytest.mark.asyncio
+async def test_with_calculate_scored_only_the_first_right_calculation_earns_the_reward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OPENENV_CALCULATOR_SCORE_CALCULATE: the adapter sums an episode's step rewards, so a right
+    `calculate` repeated must not earn more than once (a policy would learn to repeat it)."""
+    pytest.importorskip("openenv")
+    from openenv.core.env_server.mcp_types import CallToolAction
+
+    monkeypatch.setenv("OPENENV_CALCULATOR_SCORE_CALCULATE", "1")
+    server = _server_module()
+    env = server.CalculatorEnvironment()
+    rewards = []
+    for episode in range(2):  # a new episode pays again
+        env.reset(answer="408")
+        for expression in ["12*30", "12*34", "12*34", "400+8", "1"]:
+            action = CallToolAction(tool_name="calculate", arguments={"expression": expression})
+            rewards.append((episode, (await env.step_async(action)).reward))
+    assert rewards == [(e, r) for e in range(2) for r in [0.0, 1.0, 0.0, 0.0, 0.0]]
+
+
+def _server_module() -> ModuleType:
+    """The server's module, read again under the environment this test set (it reads its
+    settings at import)."""
+    spec = importlib.util.spec_from_file_location(
+        "calculator_server_scored", SOURCE.with_name("server.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,9 +4,11 @@ Settings, from the server's environment:
 - OPENENV_CALCULATOR_SESSIONS: concurrent episodes (WebSocket sessions) at most, 64 by default.
 - OPENENV_CALCULATOR_DELAY_S: seconds each `calculate` waits before it answers, 0 by default (a
   slow tool, for clients' timeouts).
-- OPENENV_CALCULATOR_SCORE_CALCULATE: "1" offers `calculate` alone and scores one whose value is
-  the episode's answer 1.0 with the step (a reward inline with a tool call), for a model that
-  answers by calculating (builtin:tool-arith); unset, `submit` ends the episode and scores.
+- OPENENV_CALCULATOR_SCORE_CALCULATE: "1" offers `calculate` alone and scores the episode's first
+  one whose value is its answer 1.0 with the step (a reward inline with a tool call), for a model
+  that answers by calculating (builtin:tool-arith); every other step scores 0, so repeating a
+  right calculation earns nothing more (the adapter sums an episode's rewards). Unset, `submit`
+  ends the episode and scores.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class CalculatorEnvironment(MCPEnvironment):
         self._expected: str | None = None
         self._reward: float | None = None  # set by submit, read by step_async
         self._calculated: str | None = None  # the last calculate's value, read by step_async
+        self._paid = False  # the episode's right calculate was scored (SCORE_CALCULATE)
         self._state = State(episode_id=None, step_count=0)
 
         @mcp.tool()
@@ -80,6 +83,7 @@ class CalculatorEnvironment(MCPEnvironment):
     ) -> Observation:
         self._expected = None if answer is None else str(answer)
         self._reward = None
+        self._paid = False
         self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
         return Observation(done=False, reward=None)
 
@@ -106,8 +110,13 @@ class CalculatorEnvironment(MCPEnvironment):
             observation.reward = self._reward
             observation.done = True
         elif action.tool_name == "calculate" and SCORE_CALCULATE:
-            hit = self._expected is not None and self._calculated is not None
-            observation.reward = float(hit and same_number(self._calculated, self._expected))
+            hit = (
+                self._expected is not None
+                and self._calculated is not None
+                and same_number(self._calculated, self._expected)
+            )
+            observation.reward = float(hit and not self._paid)  # once per episode
+            self._paid = self._paid or hit
         else:
             observation.reward = 0.0
         self._calculated = None
