@@ -34,6 +34,13 @@ half of the run's compute, does the interval for what the last evaluation will r
 read? And what the half-run fit's own check said: the runs it calls Misfit are those a user
 was told not to trust. A few minutes per run on 2 cores.
 
+`--table1 SEED ...` runs the Table 1 protocol (the law-following synthetic set): each of the ten
+curves of the paper's Table 1 with R0 0.25, an evaluation every 100 steps (145 GPU-hours; the two
+rows with C_mid ~ 11k GPU-hours proportionally more), Gaussian noise sigma 0.006, fitted on
+compute <= 3 C_mid with min_compute 1500 GPU-hours, the forecast and its band at 6 C_mid against
+the true curve there: per curve and in total, the largest error, the median band width and the
+band's coverage of the truth; the law alone beside it.
+
 `--external DIR` runs the product's half-run backtest (`scalerl.fit.backtest`: fit the
 evaluations at compute <= half the last one's, predict the last) on every CSV curve of DIR
 (columns compute, pass_rate; no SEs: the noise is read from the first half's residuals), and
@@ -46,6 +53,7 @@ synthetic scenarios.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import subprocess
@@ -59,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from scalerl.errors import ScaleRLError
-from scalerl.fit import FitResult, fit_curve, sigmoid
+from scalerl.fit import FitResult, fit_curve, sample_curve, sigmoid
 from scalerl.fit.backtest import Backtest
 from scalerl.fit.backtest import backtest as self_check
 from scalerl.fit.points import load_curve
@@ -188,6 +196,106 @@ def _fit(
         return None
 
 
+# (run, C_mid GPU-h, B, A): Table 1 of the paper.
+TABLE_1 = (
+    ("8B batch 768 14k gen", 2542.0, 1.92, 0.610),
+    ("32k thinking", 11272.0, 1.89, 0.645),
+    ("8 generations per prompt", 2542.0, 2.44, 0.585),
+    ("24 generations per prompt", 3054.0, 2.22, 0.590),
+    ("32 generations per prompt", 2936.0, 2.07, 0.595),
+    ("Scout 17Bx16 MoE", 4242.0, 1.65, 0.710),
+    ("batch 512", 2818.0, 1.77, 0.605),
+    ("batch 2048 the 100k run", 10909.0, 1.70, 0.645),
+    ("math+code math curve", 2896.0, 2.05, 0.595),
+    ("math+code code curve", 1675.0, 1.09, 0.615),
+)
+TABLE_1_R0 = 0.25
+TABLE_1_NOISE = 0.006
+TABLE_1_MIN_COMPUTE = 1500.0
+
+
+def table1_points(c_mid: float, b: float, a: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The protocol's evaluations of one row up to 3 C_mid: every 100 steps (145 GPU-hours, or
+    proportionally more for the rows with C_mid ~ 11k), Gaussian noise, R0 0.25."""
+    per_eval = 145.0 if c_mid < 5000 else 145.0 * c_mid / 2542.0
+    compute = np.arange(0.0, 3 * c_mid + 1e-9, per_eval)
+    return compute, sample_curve(compute, a, b, c_mid, TABLE_1_R0, noise=TABLE_1_NOISE, seed=seed)
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """One prediction against the truth: the value, its band, and the truth."""
+
+    value: float
+    band: tuple[float, float] | None
+    truth: float
+
+    @property
+    def error(self) -> float:
+        return self.value - self.truth
+
+    @property
+    def inside(self) -> bool:
+        return self.band is not None and self.band[0] <= self.truth <= self.band[1]
+
+    @property
+    def width(self) -> float:
+        return math.nan if self.band is None else self.band[1] - self.band[0]
+
+
+def law_alone(fit: FitResult) -> FitResult:
+    """The same fit with no drift measured: its forecast is the law."""
+    return dataclasses.replace(fit, drift_probe=None)
+
+
+def table1(seeds: list[int]) -> dict[str, list[Predicted]]:
+    """The Table 1 protocol (module text) per seed: the forecast and the law alone at 6 C_mid."""
+    print(
+        f"law-following synthetic, Table 1 protocol, seeds {seeds}: R0 {TABLE_1_R0}, an "
+        "evaluation every 100 steps, "
+        f"noise {TABLE_1_NOISE}, fitted on compute <= 3 C_mid with min_compute "
+        f"{TABLE_1_MIN_COMPUTE:g}, predicted at 6 C_mid (the curve's 95 % band against the truth)"
+    )
+    print(
+        f"  {'run':<28}{'seed':>5}{'truth':>8}{'forecast':>10}  {'band':<17}{'error':>8}"
+        f"{'law':>8}{'law err':>9}  {'model':<10}{'weight':>7}"
+    )
+    out: dict[str, list[Predicted]] = {"forecast": [], "law": []}
+    for seed in seeds:
+        for name, c_mid, b, a in TABLE_1:
+            compute, pass_rate = table1_points(c_mid, b, a, seed)
+            fit = fit_curve(compute, pass_rate, min_compute=TABLE_1_MIN_COMPUTE, seed=seed)
+            at = 6 * c_mid
+            truth = float(sigmoid(at, a, b, c_mid, TABLE_1_R0))
+            forecast = Predicted(float(fit.forecast(at)), fit.predict_interval(at), truth)
+            law = law_alone(fit)
+            alone = Predicted(float(law.predict(at)), law.predict_interval(at), truth)
+            out["forecast"].append(forecast)
+            out["law"].append(alone)
+            model = getattr(fit, "forecast_model", None)
+            chosen = model() if model is not None else {"model": "law+drift", "weight": 1.0}
+            lo, hi = forecast.band or (math.nan, math.nan)
+            print(
+                f"  {name:<28}{seed:>5}{truth:>8.3f}{forecast.value:>10.3f}  "
+                f"[{lo:.3f}, {hi:.3f}]{forecast.error:>+8.3f}{alone.value:>8.3f}"
+                f"{alone.error:>+9.3f}  {chosen['model']:<10}{chosen['weight']:>7.2f}"
+            )
+    for label, rows in out.items():
+        print(_predicted_total(f"Table 1 protocol, {label}", rows))
+    return out
+
+
+def _predicted_total(label: str, rows: list[Predicted]) -> str:
+    errors = [abs(r.error) for r in rows]
+    widths = [r.width for r in rows if r.band is not None]
+    return (
+        f"  {label}: {len(rows)} predictions, largest |error| {max(errors):.3f}, "
+        f"{sum(e <= 0.02 for e in errors)} within 0.02; band holds the truth in "
+        f"{sum(r.inside for r in rows)} ({sum(r.inside for r in rows) / len(rows):.0%}); "
+        f"median width {statistics.median(widths):.4f}"
+    )
+
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 REAL_RUNS = {
     "demo": (EXAMPLES / "colocated.yaml", {}),
@@ -254,6 +362,7 @@ class Checked:
     check: Backtest | None  # None: too few points in the first half
     said: str = "-"  # OK / Misfit / - (the half's own check could not run)
     at_least: float | None = None
+    law: Backtest | None = None  # the same first-half fit's law alone, without any drift
 
     def row(self) -> str:
         if self.check is None:
@@ -261,10 +370,19 @@ class Checked:
         b = self.check
         lo, hi = b.interval if b.interval is not None else (math.nan, math.nan)
         bound = "" if self.at_least is None else f"  A>={self.at_least:.3f}"
+        law = ""
+        if self.law is not None and self.law.interval is not None:
+            llo, lhi = self.law.interval
+            law = f"  law {self.law.predicted:.3f} [{llo:.3f}, {lhi:.3f}]"
+        model = ""
+        chosen = getattr(b.fit, "forecast_model", None)
+        if chosen is not None:
+            m = chosen()
+            model = f"  {m['model']} w {m['weight']:.2f}"
         return (
             f"  {self.name:<58}{self.points:>5}{b.fitted_on:>5}{b.predicted:>10.3f}  "
             f"[{lo:.3f}, {hi:.3f}]{b.actual:>9.3f}  {'yes' if b.inside else 'NO':<4}"
-            f"{b.predicted - b.actual:>+8.3f}{hi - lo:>8.3f}  {self.said:<7}{bound}"
+            f"{b.predicted - b.actual:>+8.3f}{hi - lo:>8.3f}  {self.said:<7}{bound}{law}{model}"
         )
 
 
@@ -274,7 +392,16 @@ def _checked(name: str, c: np.ndarray, y: np.ndarray, se: np.ndarray | None) -> 
     said = "-" if own is None or own.inside is None else "OK" if own.inside else "Misfit"
     check = self_check(c, y, sigma=se)  # its fit is the half-run fit
     at_least = None if check is None or check.fit is None else check.fit.A_at_least
-    return Checked(name, c.size, check, said, at_least)
+    law = None
+    if check is not None and check.fit is not None:
+        alone = law_alone(check.fit)
+        law = dataclasses.replace(
+            check,
+            predicted=float(alone.predict(check.compute)),
+            interval=alone.predictive_interval(check.compute),
+            fit=alone,
+        )
+    return Checked(name, c.size, check, said, at_least, law)
 
 
 def check_curves(curves: list[CurveRow]) -> list[Backtest]:
@@ -293,6 +420,9 @@ def check_curves(curves: list[CurveRow]) -> list[Backtest]:
         print("  no curve holds enough points for the check")
         return done
     print(_total(done))
+    alone = [r.law for r in rows if r.law is not None and r.law.interval is not None]
+    if alone:
+        print(_total(alone).replace("total:", "law alone:"))
     return done
 
 
@@ -354,6 +484,13 @@ def main() -> None:
         help="keep the real runs here; a run already there is read, not run again",
     )
     parser.add_argument(
+        "--table1",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help="the Table 1 protocol (law-following synthetic), one pass per seed",
+    )
+    parser.add_argument(
         "--external",
         type=Path,
         metavar="DIR",
@@ -368,19 +505,28 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     checked: list[Backtest] = []
+    if args.table1:
+        table1(args.table1)
     if args.external:
-        print(f"published curves in {args.external}: half-run backtest (fit compute <= half "
-              "the last, predict the last)")  # fmt: skip
+        print(f"development set (the published curves the forecast's rules were tuned on) in "
+              f"{args.external}: half-run backtest (fit compute <= half the last, predict the "
+              "last)")  # fmt: skip
         checked += check_curves(external_curves(args.external))
     if args.kept:
-        print(f"kept runs in {args.kept}: half-run backtest, weighted by each evaluation's SE")
+        print(f"own runs kept in {args.kept}: half-run backtest, weighted by each evaluation's SE")
         checked += check_curves(kept_runs(args.kept))
+    else:
+        print(
+            "own runs: none given (--kept DIR; the repository keeps no history.jsonl of its own "
+            "runs: make them with --runs 1 2 3 --work DIR)"
+        )
     if args.external and args.kept and checked:
-        print(f"published and kept together:\n{_total(checked)}")
+        print(f"development set and own runs together:\n{_total(checked)}")
     for scenario in SCENARIOS if args.draws else ():  # --draws 0: the curves above only
         noise = math.sqrt(0.25 / (scenario.prompts * scenario.samples))
         print(
-            f"{scenario.name}: A {scenario.A}, B {scenario.B}, C_mid {scenario.C_mid:g}, "
+            f"law-following synthetic, binomial noise: {scenario.name}: A {scenario.A}, "
+            f"B {scenario.B}, C_mid {scenario.C_mid:g}, "
             f"R0 {scenario.R0}; {scenario.evaluations} evaluations to {scenario.end:g}, "
             f"mean@{scenario.samples} over {scenario.prompts} prompts (noise <= {noise:.4f}); "
             f"{args.draws} draws"
