@@ -91,3 +91,28 @@ def test_slow_code_curve_is_recovered_once_it_covers_as_much_of_its_gain() -> No
     assert abs(result.A - a) <= MARGIN
     predicted, truth = result.predict(16 * c_mid), sigmoid(16 * c_mid, a, b, c_mid, R0)
     assert abs(predicted - truth) <= MARGIN
+
+
+# The issue-43 protocol: R0 0.25, min_compute 1500 GPU-hours (the paper's), the forecast (what
+# predictedAtBudget reads) and its 95 % band at 6 C_mid. Before the forecast was chosen by the
+# run's own evidence, seed 0 read up to 0.035 off (8B: its early prefix fits had missed, and the
+# whole drift was taken) with bands 0.03-0.13 wide.
+FORECAST_R0 = 0.25
+
+
+def test_the_forecast_at_6_c_mid_is_the_law_s_precision_on_table1_curves() -> None:
+    errors, widths, held = [], [], 0
+    for run, c_mid, b, a in TABLE_1:
+        compute = evaluations(c_mid, 3 * c_mid)
+        pass_rate = sample_curve(compute, a, b, c_mid, FORECAST_R0, noise=NOISE, seed=SEED)
+        result = fit_curve(compute, pass_rate, min_compute=PAPER_MIN_COMPUTE, seed=SEED)
+        at = 6 * c_mid
+        truth = float(sigmoid(at, a, b, c_mid, FORECAST_R0))
+        band = result.predict_interval(at)
+        assert band is not None
+        errors.append(abs(float(result.forecast(at)) - truth))
+        widths.append(band[1] - band[0])
+        held += band[0] <= truth <= band[1]
+        assert errors[-1] <= MARGIN, f"{run}: forecast {result.forecast(at):.4f}, truth {truth:.4f}"
+    assert float(np.median(widths)) <= 0.04
+    assert held >= 9  # coverage of the 95 % band: at least 90 %
