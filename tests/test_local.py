@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from consumed import assert_once_per_epoch, batches, small_train_set
+from consumed import assert_once_per_epoch, small_train_set
 from safetensors import safe_open
 
 from scalerl.cli import main
@@ -302,34 +302,9 @@ def test_the_demo_learns_colocated_in_one_process(tmp_path: Path) -> None:
     assert not alive(json.loads((out / "processes.json").read_text()))
 
 
-@pytest.mark.slow
-def test_colocated_ppo_off_policy_survives_a_kill_and_resumes(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    ppo = {
-        **COLOCATED,
-        "recipe": {"algorithm": "ppo-off-policy", "maxOffPolicySteps": 2},
-        "data": {"logConsumed": True},
-    }
-    # Not the demo's model: chat-arith's byte-level BPE chat model, which does not think and
-    # has its EOS only in generation_config.json.
-    with running(write_spec(tmp_path, "chat-arith.yaml", **ppo), out) as proc:
-        wait_for_step(out, 5, proc, timeout_s=300)
-        kill(out, "trainer-0")  # the whole run's one process: restart from the step-4 checkpoint
-        output = finish(proc, timeout_s=400)
-    assert "restarting from the last checkpoint (1/3): trainer-0 exited with code -9" in output
-    history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == [0, 4, 8, 12]
-    assert (out / "logs" / "trainer-0.log").read_text().count("resumed from") == 1
-    # PPO-off-policy-2: two batches from one policy, two steps, one hand-over; nothing is in
-    # flight when the weights change, so no sample mixes versions.
-    assert history[-1]["counters"]["mixed_version_samples"] == 0
-    assert history[-1]["counters"]["stale_groups"] == 0
-    # Every batch once (the killed attempt's batches after its checkpoint are not in the record),
-    # each of 8 prompts; a batch that updated nothing does not count as a step.
-    rows = batches(out)
-    assert len(rows) >= 12 and {len(r["prompts"]) for r in rows} == {8}
-    assert_once_per_epoch(out)
-    assert not alive(json.loads((out / "processes.json").read_text()))
+# Colocated PPO-off-policy killed and resumed (chat-arith's model; every batch once, no sample
+# mixing versions) is the run of tests/tracking/test_tracking_local_run.py, which reads its
+# trackers too: one run for both.
 
 
 @pytest.mark.slow

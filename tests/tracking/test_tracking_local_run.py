@@ -1,7 +1,12 @@
-"""End to end: `scalerl run` of the demo (colocated, one process) with MLflow, TensorBoard and W&B
-offline switched on, its process killed with SIGKILL mid-run and resumed from its checkpoint.
-Each tracker, read by its own reader, holds every step of the run exactly once, the run's held-out
-evaluations as history.jsonl has them, and the fit as fit.json has it."""
+"""End to end: `scalerl run` colocated (one process) with MLflow, TensorBoard and W&B offline
+switched on, its process killed with SIGKILL mid-run and resumed from its checkpoint. Each
+tracker, read by its own reader, holds every step of the run exactly once, the run's held-out
+evaluations as history.jsonl has them, and the fit as fit.json has it.
+
+The same run is the colocated PPO-off-policy kill-and-resume run (once
+tests/test_local.py::test_colocated_ppo_off_policy_survives_a_kill_and_resumes, a run of its own):
+chat-arith's byte-level BPE chat model, which does not think and has its EOS only in
+generation_config.json, every batch once, no sample mixing policy versions."""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from consumed import assert_once_per_epoch, batches
+from test_local import alive
 from tracker_readers import (
     mlflow_run,
     mlflow_series,
@@ -25,23 +32,31 @@ from tracker_readers import (
 
 from scalerl.fit.report import FIT_FILE
 from scalerl.runfile import run_command, write_variant
+from scalerl.spec import evaluation_steps
 from scalerl.status.history import read_history
 from scalerl.tracking import TrackedRun
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STEPS = 12
+ROUND = 2  # PPO-off-policy-2: two batches from one policy, two steps, one hand-over
 SMALL = {
     "placement": "colocated",
     "generators": {"replicas": 1},
     "trainers": {"replicas": 1},
-    "recipe": {"batch": {"prompts": 8, "generationsPerPrompt": 4}},
-    "data": {"validation": {"prompts": 32}},
-    # Every 3 steps: four evaluations past step 0, as many as a fit needs.
+    "recipe": {
+        "algorithm": "ppo-off-policy",
+        "maxOffPolicySteps": ROUND,
+        "batch": {"prompts": 8, "generationsPerPrompt": 4},
+    },
+    "data": {"validation": {"prompts": 32}, "logConsumed": True},
+    # Every 3 steps, a round evaluating at its end: steps 0, 4, 6, 10, 12, four evaluations past
+    # step 0, as many as a fit needs.
     "evaluation": {"everySteps": 3, "generationsPerPrompt": 2},
     "budget": {"maxSteps": STEPS},
     "checkpoint": {"everySteps": 2},
     "fit": {"everyEvaluations": 2},
 }
+EVALUATED = [0, 4, 6, 10, 12]
 # history.jsonl's train_* (the last batch before an evaluation) -> the tracker's name
 TRAIN = {
     "train_pass_rate": "train/pass_rate",
@@ -70,7 +85,10 @@ def wait_for_step(out: Path, step: int, proc: subprocess.Popen[str], timeout_s: 
 
 
 @pytest.mark.slow
-def test_each_tracker_holds_every_step_once_across_a_kill(tmp_path: Path) -> None:
+def test_a_colocated_ppo_run_survives_a_kill_and_each_tracker_holds_every_step_once(
+    tmp_path: Path,
+) -> None:
+    assert evaluation_steps(STEPS, 3, ROUND) == EVALUATED  # what the spec makes of the schedule
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     tracking = {
         "mlflow": {"uri": uri, "experiment": "demo"},
@@ -78,7 +96,7 @@ def test_each_tracker_holds_every_step_once_across_a_kill(tmp_path: Path) -> Non
         "wandb": {"project": "demo", "mode": "offline"},
     }
     spec = write_variant(
-        EXAMPLES / "local.yaml", tmp_path / "run.yaml", SMALL, {"tracking": tracking}
+        EXAMPLES / "chat-arith.yaml", tmp_path / "run.yaml", SMALL, {"tracking": tracking}
     )
     out = tmp_path / "run"
     env = {**os.environ, "SCALERL_PEER_TIMEOUT": "120"}
@@ -94,20 +112,31 @@ def test_each_tracker_holds_every_step_once_across_a_kill(tmp_path: Path) -> Non
         wait_for_step(out, 5, proc, timeout_s=300)
         trainer = json.loads((out / "processes.json").read_text())["trainer-0"]
         reached = json.loads((out / "progress.json").read_text())["step"]
-        os.kill(trainer["pid"], signal.SIGKILL)  # restarts from the step-4 (or -6) checkpoint
+        # The whole run's one process: restarts from the step-4 (or -6) checkpoint.
+        os.kill(trainer["pid"], signal.SIGKILL)
         output, _ = proc.communicate(timeout=400)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, output
-    assert "restarting from the last checkpoint (1/3)" in output
+    assert "restarting from the last checkpoint (1/3): trainer-0 exited with code -9" in output
     assert (out / FIT_FILE).exists(), output
+    assert trainer_log(out).count("resumed from") == 1
+    assert not alive(json.loads((out / "processes.json").read_text()))
     history = read_history(out / "history.jsonl")
     fit = json.loads((out / FIT_FILE).read_text())
-    run_id = TrackedRun.of("demo", "local", out, "trainer").id
+    run_id = TrackedRun.of("chat-arith", "local", out, "trainer").id
     steps = list(range(1, STEPS + 1))
     evaluations = [(row["step"], row["pass_rate"]) for row in history]
-    assert [s for s, _ in evaluations] == [0, 3, 6, 9, 12]
+    assert [s for s, _ in evaluations] == EVALUATED
+    # Nothing is in flight when the weights change, so no sample mixes versions.
+    assert history[-1]["counters"]["mixed_version_samples"] == 0
+    assert history[-1]["counters"]["stale_groups"] == 0
+    # Every batch once (the killed attempt's batches after its checkpoint are not in the record),
+    # each of 8 prompts; a batch that updated nothing does not count as a step.
+    rows_consumed = batches(out)
+    assert len(rows_consumed) >= STEPS and {len(r["prompts"]) for r in rows_consumed} == {8}
+    assert_once_per_epoch(out)
     # Steps the second attempt redid (after its checkpoint, up to where the first was killed, a
     # step later at most): MLflow and W&B keep the values first logged, as W&B's own resume does;
     # TensorBoard and history.jsonl have the redone ones.
@@ -118,7 +147,7 @@ def test_each_tracker_holds_every_step_once_across_a_kill(tmp_path: Path) -> Non
 
     mlflow = mlflow_run(uri, "demo", run_id)
     assert [s for s, _ in mlflow_series(uri, mlflow, "train/reward")] == steps
-    assert [s for s, _ in mlflow_series(uri, mlflow, "eval/pass_rate")] == [0, 3, 6, 9, 12]
+    assert [s for s, _ in mlflow_series(uri, mlflow, "eval/pass_rate")] == EVALUATED
     assert set(mlflow_series(uri, mlflow, "eval/pass_rate")) >= {
         (r["step"], r["pass_rate"]) for r in kept
     }
@@ -128,7 +157,7 @@ def test_each_tracker_holds_every_step_once_across_a_kill(tmp_path: Path) -> Non
         for key, name in TRAIN.items():
             assert dict(mlflow_series(uri, mlflow, name))[row["step"]] == row[key], name
 
-    events = tensorboard_events(out / "tensorboard" / "demo")
+    events = tensorboard_events(out / "tensorboard" / "chat-arith")
     assert [s for s, _ in tensorboard_series(events, "train/reward")] == steps
     assert tensorboard_series(events, "eval/pass_rate") == [
         (s, pytest.approx(v, rel=1e-6)) for s, v in evaluations
@@ -141,6 +170,6 @@ def test_each_tracker_holds_every_step_once_across_a_kill(tmp_path: Path) -> Non
     rows: list[dict[str, Any]] = wandb_history(out, run_id)
     assert [r["_step"] for r in rows if "train/reward" in r] == steps
     logged = [(r["_step"], r["eval/pass_rate"]) for r in rows if "eval/pass_rate" in r]
-    assert [s for s, _ in logged] == [0, 3, 6, 9, 12]
+    assert [s for s, _ in logged] == EVALUATED
     assert set(logged) >= {(r["step"], r["pass_rate"]) for r in kept}
     assert wandb_history(out, f"{run_id}-fit")[-1]["fit/A"] == fit["A"]
