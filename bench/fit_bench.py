@@ -4,7 +4,10 @@ bootstrap), on the same 100 synthetic points drawn from Table 1's 8B row with no
 
     .venv/bin/python bench/fit_bench.py [--repeats N]
 
-Prints the median wall time of each, their ratio, and both fits' A, B, C_mid.
+Prints the median wall time of each, their ratio, and both fits' A, B, C_mid; and what the
+forecast's evidence costs on top of our fit (`FitResult.forecast_model`: up to 8 prefix fits
+with 50 bootstrap draws each, judged at the later points; measured once per fit, when a
+prediction beyond the data first asks for it), with the model it chose.
 """
 
 from __future__ import annotations
@@ -62,6 +65,14 @@ def ours(compute: np.ndarray, pass_rate: np.ndarray) -> dict[str, float]:
     return {"sse": result.sse, "A": result.A, "B": result.B, "C_mid": result.C_mid}
 
 
+def with_forecast(compute: np.ndarray, pass_rate: np.ndarray) -> dict[str, float]:
+    """Our fit and the forecast's choice of model (the drift and its evidence)."""
+    result = fit_curve(compute, pass_rate, min_compute=MIN_COMPUTE, bootstrap=200, seed=0)
+    chosen = result.forecast_model()
+    return {"sse": result.sse, "A": result.A, "B": result.B, "C_mid": result.C_mid,
+            "weight": float(chosen["weight"])}  # fmt: skip
+
+
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, float, Any]:
     """Median wall and CPU time over `repeats` runs, and the last run's value.
 
@@ -100,6 +111,11 @@ def main() -> None:
             f"{fit['C_mid']:>8.0f}{fit['sse']:>11.3e}"
         )
     print(f"ratio paper / ours: {t_paper / t_ours:.1f}x wall, {cpu_paper / cpu_ours:.1f}x cpu")
+    t_full, cpu_full, full = timed(lambda: with_forecast(compute, pass_rate), args.repeats)
+    print(
+        f"ours with the forecast's evidence: {t_full:.3f} s wall, {cpu_full:.3f} s cpu "
+        f"({t_full / t_ours:.1f}x the fit alone); drift weight {full['weight']:.2f}"
+    )
 
 
 if __name__ == "__main__":
