@@ -408,6 +408,7 @@ class Generator:
                 "reward": sample.reward,
                 "passed": sample.passed,
                 "truncated": sample.truncated,
+                **({"reward_error": sample.reward_error} if sample.reward_error else {}),
             }
             for example, sample in pairs
         ]
