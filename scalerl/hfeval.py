@@ -44,8 +44,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +56,7 @@ from scalerl.generator.code_reward import SandboxFailure
 from scalerl.generator.prompts import Example, PromptEncoder, train_and_validation
 from scalerl.generator.rewards import RewardFn, load_reward
 from scalerl.generator.tokens import ModelTokens
+from scalerl.hfeval_result import Evaluation, domain_rates, plain_generation_config
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.status.history import REWARD_ERROR, SANDBOX, PromptScore, add_reasons
 from scalerl.trainer.adapter import ADAPTER_CONFIG, is_adapter, merged_model
@@ -66,48 +66,6 @@ if TYPE_CHECKING:
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BATCH_ROWS = 1024  # rows (prompt x sample) per `generate` call
-
-
-# --- results -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """Mean@k held-out pass rate of one model; totals are counted over the samples themselves."""
-
-    checkpoint: str
-    k: int
-    seed: int
-    temperature: float
-    per_prompt: tuple[PromptScore, ...]
-    prompts: int
-    samples: int
-    correct: int
-    truncated: int
-    pass_rate: float  # correct / samples, samples = prompts x k
-    stderr: float  # std of the per-prompt means (ddof 1) / sqrt(prompts); 0.0 for one prompt
-    seconds: float  # wall time of the sampling and scoring
-    # Prompts of several domains: each one's {pass_rate, pass_rate_se, prompts, samples,
-    # correct}, counted the same way over its own prompts ({} for one domain).
-    by_domain: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Samples that could not be scored (among `samples`, counted as not passed), and why.
-    unscored: int = 0
-    unscored_reasons: dict[str, int] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        domains = "".join(
-            f"; {d} {part['pass_rate']:.3f} ± {part['pass_rate_se']:.3f} ({part['prompts']})"
-            for d, part in self.by_domain.items()
-        )
-        why = ", ".join(f"{reason} {n}" for reason, n in self.unscored_reasons.items())
-        unscored = f", {self.unscored} unscored ({why}) counted as failed" if self.unscored else ""
-        return (
-            f"pass rate {self.pass_rate:.3f} ± {self.stderr:.3f} (mean@{self.k} over "
-            f"{self.prompts} prompts, {self.samples} samples{unscored}){domains}"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # --- what is sampled ---------------------------------------------------------------------------
@@ -389,27 +347,6 @@ class HeldOut:
         return self.rewards[example.reward] if example.reward else next(iter(self.rewards.values()))
 
 
-def domain_rates(per_prompt: Sequence[PromptScore]) -> dict[str, dict[str, Any]]:
-    """Each domain's rates when the prompts span several ({} for one domain)."""
-    domains = sorted({p.domain for p in per_prompt})
-    if len(domains) < 2:
-        return {}
-    return {d: _domain_rate([p for p in per_prompt if p.domain == d]) for d in domains}
-
-
-def _domain_rate(scores: list[PromptScore]) -> dict[str, Any]:
-    """One domain's mean@k over its prompts, its standard error and counts."""
-    means = [p.correct / p.samples for p in scores if p.samples]
-    samples, correct = sum(p.samples for p in scores), sum(p.correct for p in scores)
-    return {
-        "pass_rate": correct / samples,
-        "pass_rate_se": statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else 0.0,
-        "prompts": len(scores),
-        "samples": samples,
-        "correct": correct,
-    }
-
-
 class ThinkingStop(StoppingCriteria):
     """Ends each row at its own cutoff while its thinking is open, or `answer_budget` tokens
     after its first `</think>`; `generate` stops rows at EOS itself."""
@@ -429,18 +366,6 @@ class ThinkingStop(StoppingCriteria):
         open_ = self.closed_at < 0
         done = torch.where(open_, made >= self.cutoffs, made >= self.closed_at + self.budget)
         return done.to(input_ids.device)
-
-
-@contextmanager
-def plain_generation_config(model: Any) -> Iterator[None]:
-    """The model's own generation_config.json could add sampling settings (top_k 50, a
-    repetition penalty) to ours; `generate` sees the library's defaults instead meanwhile."""
-    saved = model.generation_config
-    model.generation_config = GenerationConfig()
-    try:
-        yield
-    finally:
-        model.generation_config = saved
 
 
 # --- loading -----------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from scalerl.errors import DataError, InputError
 from scalerl.generator.length import Allowance, LengthControl, Sampler, Segment
 from scalerl.generator.prompts import Example
 from scalerl.generator.tokens import ModelTokens
-from scalerl.hfeval import Evaluation, domain_rates, plain_generation_config
+from scalerl.hfeval_result import Evaluation, domain_rates, plain_generation_config
 from scalerl.preflight import model_limit
 from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
