@@ -129,9 +129,17 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "name": "Confidence",
         "type": "string",
         "jsonPath": ".status.prediction.confidence",
-        "description": "How far the prediction can be trusted: TooEarly (too few points past "
-        "fit.minCompute), Unchecked (the half-run backtest could not run yet), Misfit (its "
-        "interval missed the last evaluation) or OK (it held).",
+        "description": "Whether the forecast shown passed its half-run check: TooEarly (too "
+        "few points past fit.minCompute), Unchecked (the check could not run yet), Misfit (the "
+        "first half's forecast interval missed the last evaluation) or OK (it held).",
+    },
+    {
+        "name": "Law",
+        "type": "string",
+        "jsonPath": ".status.prediction.lawCheck",
+        "priority": 1,  # kubectl get -o wide
+        "description": "Whether the run follows the law alone: Holds or Misses (the first "
+        "half's law against the last evaluation); empty until the check can run.",
     },
     {
         "name": "Trunc",

@@ -78,12 +78,14 @@ def test_printer_columns_show_phase_progress_and_prediction() -> None:
         "A>=": ".status.prediction.A_atLeast",  # a curve not yet bent bounds A only from below
         "C_mid": ".status.prediction.C_mid",
         "Confidence": ".status.prediction.confidence",  # TooEarly says the numbers are not
+        "Law": ".status.prediction.lawCheck",  # -o wide only: the law alone, apart (Holds)
         "Trunc": ".status.progress.truncationRate",
         "Age": ".metadata.creationTimestamp",
         "Message": ".status.message",  # -o wide only: why the run is in its phase
         "A by domain": ".status.prediction.A_byDomain",  # -o wide only: one A per domain
     }
     assert [c["name"] for c in VERSION["additionalPrinterColumns"] if c.get("priority")] == [
+        "Law",
         "Message",
         "A by domain",
     ]
