@@ -258,6 +258,11 @@ def _fit_summary(
         row("C_mid", f"{result.C_mid:.4g}", result.C_mid_interval, ".4g"),
         row("R0", f"{result.R0:.4f}", None, ""),
     ]
+    # Evaluations the file marks fit_excluded (too many unscored samples): not fitted, said why.
+    lines[1:1] = [
+        f"  left out: step {e['step']} at compute {e['compute']:.4g}: {e['reason']}"
+        for e in fitted.left_out
+    ]
     if result.A_at_least is not None:
         lines.append(f"  A >= {result.A_at_least:.4f}: the points bound it from below only")
     if _falls(curve, result):

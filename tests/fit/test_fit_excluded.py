@@ -100,6 +100,20 @@ def test_a_curve_file_carries_the_mark_to_scalerl_fit(tmp_path: Path, suffix: st
     assert [e["step"] for e in fitted.left_out] == [60]
 
 
+def test_scalerl_fit_says_which_evaluations_it_left_out_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scalerl.cli import main
+
+    path = tmp_path / "curve.jsonl"  # a history.jsonl would be checked as a run's (conftest)
+    path.write_text("".join(json.dumps(r) + "\n" for r in marked(history(), [6])))
+    assert main(["fit", str(path), "--bootstrap", "0"]) == 0
+    said = capsys.readouterr().out
+    assert f"  left out: step 60 at compute {history()[6]['compute']:.4g}: {REASON}" in said
+    assert main(["fit", str(path), "--bootstrap", "0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["leftOut"][0]["reason"] == REASON
+
+
 def test_a_mark_that_is_not_text_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "curve.jsonl"
     path.write_text(json.dumps({"compute": 0.0, "pass_rate": 0.2, "fit_excluded": 3}) + "\n")
