@@ -151,3 +151,31 @@ def test_eta_is_wall_seconds_at_the_run_s_measured_pace(tmp_path: Path) -> None:
     untimed = [{k: v for k, v in r.items() if k != "time"} for r in rows]
     report = write_fit(untimed, tmp_path, min_compute=0.0, budget=budget(200, 0.5), units=3)
     assert report["etaSeconds"]["budget"] == pytest.approx(0.071 / 3 * 3600)
+
+
+def test_f6_fit_json_voids_a_prediction_for_another_budget_and_keeps_a_stopped_run_censored(
+    tmp_path: Path,
+) -> None:
+    # A run's fits along the way under maxComputeHours 6, its budget then raised to 12 (a local
+    # run resumed with a new spec) before it ends: the earlier prediction aimed elsewhere.
+    rows = history(18, se=0.01)
+    early = tmp_path / "raised"
+    early.mkdir()
+    write_fit(rows[:14], early, min_compute=0.0, budget=budget(), units=1)
+    end = write_fit(rows, early, min_compute=0.0, budget=budget(max_compute_hours=12.0), units=1,
+                    ended=True)  # fmt: skip
+    made_for_6, made_for_12 = end["trackRecord"]
+    assert made_for_6["budgetSet"] == {"maxSteps": 10_000, "maxComputeHours": 6.0}
+    assert made_for_6["void"] and made_for_6["inside"] is None and made_for_6["error"] is None
+    assert not made_for_12["void"] and made_for_12["inside"] is not None
+    # A run its prediction stopped: every prediction kept, censored, with what it read then.
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    write_fit(rows[:14], stopped, min_compute=0.0, budget=budget(), units=1)
+    last = write_fit(rows[:16], stopped, min_compute=0.0, budget=budget(), units=1,
+                     stopped="the forecast at the budget lies below 0.95")  # fmt: skip
+    assert len(last["trackRecord"]) == 2
+    for row in last["trackRecord"]:
+        assert row["censored"] and row["inside"] is None
+        assert row["actual"] == pytest.approx(rows[15]["pass_rate"])
+        assert "stopped by its prediction" in row["censoredReason"]
