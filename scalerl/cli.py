@@ -117,7 +117,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     _check_hub_ids(runs)
     if args.deep:
         from scalerl import preflight
-        from scalerl.local import resolve_paths
+        from scalerl.runpaths import resolve_paths
 
         for run in runs:
             preflight.check(resolve_paths(run))

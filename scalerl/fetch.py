@@ -32,7 +32,7 @@ from scalerl.status.kubernetes import RunStatus
 
 def fetch(run: ScaleRLRun, out: Path) -> list[dict[str, Any]]:
     """Resolve and download every hf:// value of `run` (the fields and order of
-    scalerl.local.resolve_paths); sources.json in `out`; the records."""
+    scalerl.runpaths.resolve_paths); sources.json in `out`; the records."""
     hub = RunSources.of_run(out)
     for want in wanted(run):
         if want.field == MODEL_FIELD:

@@ -374,7 +374,7 @@ class ThinkingStop(StoppingCriteria):
 def load_spec(path: str | Path) -> ScaleRLRun:
     """A ScaleRLRun file with its paths resolved as `scalerl run` resolves them (`builtin:`
     names built and cached, hf:// ids resolved and downloaded)."""
-    from scalerl.local import resolve_paths
+    from scalerl.runpaths import resolve_paths
 
     return resolve_paths(load_run(path))
 

@@ -25,12 +25,13 @@ from scalerl import preflight
 from scalerl.agents.openenv_server import URL_VARIABLE, LocalServer
 from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError
-from scalerl.hub import TRAIN_SPLITS, VALIDATION_SPLITS, RunSources, is_hub
+from scalerl.hub import RunSources
 from scalerl.metrics import RunMetrics
 from scalerl.ports import free_port
 from scalerl.progress import ProgressDisplay
 from scalerl.rollout.keys import StreamKeys
-from scalerl.spec import RunSpec, ScaleRLRun, parse_run
+from scalerl.runpaths import resolve_paths
+from scalerl.spec import RunSpec, ScaleRLRun
 from scalerl.status.files import STATUS_FILE, FileStatus, read_status
 from scalerl.status.history import HISTORY_FILE, PROGRESS_FILE, read_history
 from scalerl.tracking import open_trackers
@@ -42,50 +43,6 @@ PROCESSES_FILE = "processes.json"  # role -> pid and /metrics URL of the current
 TARGETS_FILE = "prometheus-targets.json"
 KEYS_DIR = "stream-keys"  # the rollout stream's CURVE keys, readable by the run's user only
 STOP_GRACE_S = 15.0
-
-
-def resolve_paths(run: ScaleRLRun, hub: RunSources | None = None) -> ScaleRLRun:
-    """Absolute paths for the processes: `builtin:` names are built (once) and cached; hf:// ids
-    are resolved to a commit and downloaded (once) by `hub` (`scalerl.hub`; a run's own keeps the
-    commits its run directory recorded), a data source becoming the files of its split."""
-    from scalerl.demo.builtins import is_builtin, resolve_builtin
-
-    hub = RunSources() if hub is None else hub
-    data = run.model_dump(by_alias=True, mode="json")
-    spec = data["spec"]
-
-    def resolve(value: str) -> str:
-        path = resolve_builtin(value) if is_builtin(value) else Path(value).expanduser().resolve()
-        return str(path)
-
-    def resolve_files(
-        value: str | list[dict[str, Any]], field: str, splits: tuple[str, ...]
-    ) -> str | list[dict[str, Any]]:
-        """A file, or each file of a list of sources; a Hub dataset's files each a source."""
-        if isinstance(value, str) and not is_hub(value):
-            return resolve(value)
-        if isinstance(value, str):
-            files = hub.dataset(field, value, default_splits=splits)
-            return files[0] if len(files) == 1 else [{"path": f} for f in files]
-        sources: list[dict[str, Any]] = []
-        for i, source in enumerate(value):
-            if not is_hub(source["path"]):
-                sources.append({**source, "path": resolve(source["path"])})
-                continue
-            selection = (source.get("split"), source.get("dataFiles") or ())
-            files = hub.dataset(f"{field}[{i}]", source["path"], *selection, splits)
-            sources += [{**source, "path": f, "split": None, "dataFiles": None} for f in files]
-        return sources
-
-    model = spec["model"]["path"]
-    spec["model"]["path"] = hub.model("model.path", model) if is_hub(model) else resolve(model)
-    if spec["data"].get("train") is not None:
-        spec["data"]["train"] = resolve_files(spec["data"]["train"], "data.train", TRAIN_SPLITS)
-    if spec["data"]["validation"].get("path"):
-        spec["data"]["validation"]["path"] = resolve_files(
-            spec["data"]["validation"]["path"], "data.validation.path", VALIDATION_SPLITS
-        )
-    return parse_run(data)  # a SpecError if a dataset's files are more than a list holds
 
 
 def _die_with_parent() -> None:

@@ -26,7 +26,7 @@ from scalerl import hub
 from scalerl.errors import InputError, SpecError
 from scalerl.generator.prompts import train_and_validation
 from scalerl.hub import RunSources
-from scalerl.local import resolve_paths
+from scalerl.runpaths import resolve_paths
 from scalerl.spec import parse_run
 
 ROWS = [{"id": f"q{i}", "prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(12)]

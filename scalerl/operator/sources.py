@@ -6,7 +6,7 @@ The gang never resolves an id: the operator writes the local paths into the run'
 spec the processes read) and the pods run with HF_HUB_OFFLINE=1, so a process cannot reach the
 Hub even by accident and every process loads the commit the initializer recorded. Pure: no
 huggingface_hub (the operator image has none); the same substitution as `scalerl run` makes
-locally (scalerl.local.resolve_paths), which tests/operator compares it against.
+locally (scalerl.runpaths.resolve_paths), which tests/operator compares it against.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from small_run import run_manifest
 
 from scalerl.hub import TRAIN_SPLITS, Resolved, RunSources
-from scalerl.local import resolve_paths
 from scalerl.operator import initializer, manifests, names, sources
 from scalerl.operator.manifests import Images, Owner
 from scalerl.rollout.keys import StreamKeys
+from scalerl.runpaths import resolve_paths
 from scalerl.spec import ScaleRLRun, parse_run
 
 OWNER = Owner("r1", "research", "0b7c5a52-3f3e-4c0e-9d8e-5b1f0c2d9a11")
