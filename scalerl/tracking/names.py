@@ -44,6 +44,7 @@ EVAL_COMPUTE = "eval/compute"
 EVAL_PROMPTS = "eval/prompts"
 EVAL_SAMPLES = "eval/samples"
 EVAL_TRUNCATION = "eval/truncation_rate"
+EVAL_UNSCORED = "eval/unscored"  # samples that could not be scored, counted as not passed
 # history.jsonl's name -> the tracker's
 EVAL_FIELDS = {
     "pass_rate": EVAL_PASS_RATE,
@@ -52,6 +53,7 @@ EVAL_FIELDS = {
     "eval_prompts": EVAL_PROMPTS,
     "eval_samples": EVAL_SAMPLES,
     "eval_truncation_rate": EVAL_TRUNCATION,
+    "eval_unscored": EVAL_UNSCORED,
 }
 
 # --- per fit (fit.json) -------------------------------------------------------------------------
