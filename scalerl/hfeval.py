@@ -332,8 +332,9 @@ class HeldOut:
         or whose reward function raised is not passed; the data's own faults (a reference that
         is no test) still raise."""
         answer = self.tokens.answer_text(completion.ids)
+        score = self._reward_of(example)  # outside the try: a missing reward is our bug
         try:
-            reward = self._reward_of(example)(answer, example.answer)
+            reward = score(answer, example.answer)
         except SandboxFailure:
             return False, SANDBOX
         except ScaleRLError:
