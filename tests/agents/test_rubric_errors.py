@@ -156,10 +156,8 @@ class Inbox:
         return True
 
 
-def test_an_agent_runs_pass_rate_counts_failed_rollouts_and_rubric_errors_as_not_passed(
-    tmp_path: Path,
-) -> None:
-    env = vf.ToolEnv(
+def evaluated_env() -> Any:
+    return vf.ToolEnv(
         dataset=rows([(12, 34)]),
         eval_dataset=rows(QUESTIONS),
         tools=[calculate],
@@ -167,6 +165,12 @@ def test_an_agent_runs_pass_rate_counts_failed_rollouts_and_rubric_errors_as_not
         rubric=vf.Rubric(funcs=[checker]),
         max_turns=4,
     )
+
+
+def test_an_agent_runs_pass_rate_counts_failed_rollouts_and_rubric_errors_as_not_passed(
+    tmp_path: Path,
+) -> None:
+    env = evaluated_env()
     agents, engine = rollouts(env, policy=policy)
     run = parse_run(
         {
@@ -213,3 +217,24 @@ def test_an_agent_runs_pass_rate_counts_failed_rollouts_and_rubric_errors_as_not
         "scalerl_reward_errors_total", {"namespace": "ns", "run": "tools"}
     )
     assert reward_errors == K
+
+
+def test_scalerl_evaluate_counts_an_agent_runs_rollouts_the_same_way() -> None:
+    """`scalerl evaluate`'s count (scalerl.hfeval_env) of the same rollouts."""
+    from scalerl.hfeval_env import count
+
+    env = evaluated_env()
+    agents, _ = rollouts(env, policy=policy)
+    _, validation = environment_examples(env, run_spec())
+
+    async def play() -> list[Any]:
+        return [await agents.play(e, K, f"0/{e.id}") for e in validation]
+
+    evaluation = count(validation, asyncio.run(play()), K, 0, 1.0, "scripted", 0.0)
+    assert (evaluation.samples, evaluation.correct) == (9, 3)
+    assert evaluation.pass_rate == 3 / 9
+    assert (evaluation.unscored, evaluation.unscored_reasons) == (
+        6,
+        {REWARD_ERROR: 3, ROLLOUT_FAILED: 3},
+    )
+    assert [p.samples for p in evaluation.per_prompt] == [K] * 3
