@@ -17,21 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from editable import install_editable
 
 from scalerl import local
 from scalerl.environment import OPENENV_URL_VAR
 from scalerl.errors import PeerError
 from scalerl.spec import ScaleRLRun, parse_run
 
-ROOT = Path(__file__).resolve().parents[1]
 APP = "openenv_calculator.server:app"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def calculator_installed() -> None:
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
-    command += ["--no-build-isolation", "-e", str(ROOT / "environments" / "openenv_calculator")]
-    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    install_editable("openenv_calculator")
 
 
 def calculator_run(tmp_path: Path) -> ScaleRLRun:

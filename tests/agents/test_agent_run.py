@@ -8,19 +8,17 @@ position exact; a ToolEnv and a MultiTurnEnv train in both placements and with b
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from consumed import assert_once_per_epoch
+from editable import install_editable
 from test_local import EXAMPLES, finish, kill, running, wait_for_step
 
 from scalerl.runfile import write_variant
 from scalerl.status.history import read_jsonl
 
 pytestmark = pytest.mark.slow
-ENVIRONMENTS = Path(__file__).resolve().parents[2] / "environments"
 
 TOOL_RUN = {
     "environment": {"verifiers": {"args": {"num_train": 400, "num_eval": 48, "max_turns": 3}}},
@@ -114,9 +112,7 @@ def test_an_openenv_server_on_this_machine_drives_a_run(
     steps. This model was never taught the server's `submit`: the server scores a `calculate` of
     the right value instead (a reward inline with the step)."""
     monkeypatch.setenv("OPENENV_CALCULATOR_SCORE_CALCULATE", "1")  # the server inherits it
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
-    command += ["--no-build-isolation", "-e", str(ENVIRONMENTS / "openenv_calculator")]
-    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    install_editable("openenv_calculator")
     rows = [
         {"prompt": f"What is {a}*{a + 13}?", "answer": str(a * (a + 13))} for a in range(20, 60)
     ]

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import verifiers as vf
+from editable import install_editable
 from scripted import scripted_response
 
 from scalerl.agents.client import RolloutLog, current
@@ -29,7 +27,6 @@ from scalerl.errors import DataError
 from scalerl.generator.length import Allowance
 from scalerl.spec import RunSpec, parse_run
 
-PACKAGE = Path(__file__).resolve().parents[2] / "environments" / "openenv_calculator"
 APP = "openenv_calculator.server:app"
 QUESTION = re.compile(r"What is (\d+)\*(\d+)\?")
 ROWS = [(37, 48), (12, 91), (55, 55), (99, 13), (21, 34), (70, 11)]
@@ -40,10 +37,7 @@ Policy = Callable[[list[Any], int], Any]  # a reply, or a coroutine of one
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalServer]]:
     """Three calculator servers, started together: `fast`, `slow` (each calculate waits 3 s)
     and `doomed` (a test kills it mid-episode)."""
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
-    command += ["--no-build-isolation", "-e", str(PACKAGE)]
-    subprocess.run(command, check=True, capture_output=True, timeout=300)
-    importlib.invalidate_caches()
+    install_editable("openenv_calculator")
     logs = tmp_path_factory.mktemp("servers")
     delays = {"fast": "0", "slow": "3", "doomed": "0"}
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
