@@ -45,13 +45,14 @@ from scalerl.agents.rollouts import AgentRollouts, Played
 from scalerl.errors import DataError, InputError
 from scalerl.generator.length import Allowance, LengthControl, Sampler, Segment
 from scalerl.generator.prompts import Example
+from scalerl.generator.tally import Group, score
 from scalerl.generator.tokens import ModelTokens
 from scalerl.hfeval_result import Evaluation, domain_rates, plain_generation_config
 from scalerl.preflight import model_limit
 from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.rollout.records import Sample
 from scalerl.spec import EnvironmentSpec, ScaleRLRun
-from scalerl.status.history import REWARD_ERROR, PromptScore, add_reasons
+from scalerl.status.history import add_reasons
 
 
 def turn_seed(seed: str) -> int:
@@ -197,29 +198,6 @@ class AgentHeldOut:
         return count(self.examples, groups, k, seed, self.temperature, label, started)
 
 
-def prompt_score(example: Example, played: Played, k: int) -> PromptScore:
-    """One prompt's `k` rollouts: passes by `Sample.passed`; a dropped rollout and one whose
-    rubric raised are unscored, counted as not passed."""
-    if len(played.samples) + len(played.dropped) != k:
-        raise DataError(
-            f"prompt {example.id}: {len(played.samples)} rollouts and {len(played.dropped)} "
-            f"dropped, not the {k} played"
-        )
-    errors = sum(bool(s.reward_error) for s in played.samples)
-    reasons: dict[str, int] = {}
-    for reason in played.dropped:
-        reasons[reason] = reasons.get(reason, 0) + 1
-    return PromptScore(
-        prompt_id=example.id,
-        samples=k,
-        correct=sum(s.passed for s in played.samples),
-        truncated=sum(s.truncated for s in played.samples),
-        domain=example.domain,
-        unscored=len(played.dropped) + errors,
-        unscored_reasons=add_reasons(reasons, {REWARD_ERROR: errors} if errors else {}),
-    )
-
-
 def count(
     examples: Sequence[Example],
     groups: Sequence[Played],
@@ -231,7 +209,11 @@ def count(
 ) -> Evaluation:
     """The evaluation of `groups` (each prompt's `k` rollouts): passed / (prompts x k), the
     rollouts that could not be scored counted as not passed."""
-    per_prompt = tuple(prompt_score(e, g, k) for e, g in zip(examples, groups, strict=True))
+    # Counted as the generators count an evaluation (a dropped rollout or a raising rubric:
+    # unscored, not passed).
+    per_prompt = tuple(
+        score(e, Group(g.samples, g.dropped), k) for e, g in zip(examples, groups, strict=True)
+    )
     samples = sum(p.samples for p in per_prompt)
     if samples == 0:
         raise DataError("no held-out prompts to evaluate")
