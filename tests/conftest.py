@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import string
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -43,6 +44,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker is not None:
         index = int(str(worker["workerid"]).removeprefix("gw"))
         os.environ[RANGE_VARIABLE] = split_range(index, int(worker["workercount"]))
+        # And a temporary directory of their own: what one worker's sandboxes and runs leave
+        # there (the sandbox's folders, checked by tests/sandbox) is never the other's.
+        own = Path(tempfile.gettempdir()) / f"scalerl-tests-{worker['workerid']}"
+        own.mkdir(mode=0o755, exist_ok=True)
+        own.chmod(0o755)  # the sandbox's user (nobody) goes through it to its folder
+        os.environ["TMPDIR"] = str(own)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 # Tests that run on one worker, one after the other, under `--dist loadgroup` (`make test`):

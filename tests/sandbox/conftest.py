@@ -30,8 +30,9 @@ def full_isolation() -> Isolation:
 def sandbox_processes() -> list[str]:
     """Processes that are the sandbox's: those of the user sandboxes run as when we are root;
     else bubblewrap or an interpreter running the sandbox's launcher (its text is on the
-    command line)."""
-    found = []
+    command line). Only this process's own (its descendants, and orphans, which init adopted):
+    under pytest-xdist another worker runs sandboxes of its own meanwhile."""
+    found, parent = [], {}
     uid = run_as()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -39,12 +40,27 @@ def sandbox_processes() -> list[str]:
         try:
             cmdline = (entry / "cmdline").read_bytes()
             owner = entry.stat().st_uid
+            stat = (entry / "stat").read_text()
         except OSError:
             continue
+        parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
         program = Path(cmdline.split(b"\0", 1)[0].decode(errors="replace")).name
         if (uid is not None and owner == uid) or program == "bwrap" or LAUNCHER_MARK in cmdline:
-            found.append(f"{entry.name}: {cmdline[:80]!r}")
-    return found
+            found.append((int(entry.name), f"{entry.name}: {cmdline[:80]!r}"))
+    candidates = {pid for pid, _ in found}
+    return [said for pid, said in found if _ours_or_orphaned(pid, parent, candidates)]
+
+
+def _ours_or_orphaned(pid: int, parent: dict[int, int], candidates: set[int]) -> bool:
+    """Whether `pid` descends from this process, or from a sandbox process init adopted."""
+    seen = set()
+    while pid not in seen and pid > 1:
+        seen.add(pid)
+        up = parent.get(pid, 0)
+        if up == os.getpid() or (up == 1 and pid in candidates):
+            return True
+        pid = up
+    return False
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import glob
 import os
 import signal
 import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -81,7 +80,8 @@ def test_a_connection_to_a_port_the_test_listens_on_never_arrives() -> None:
 
 def test_writes_to_home_and_to_tmp_outside_its_folder_go_nowhere() -> None:
     name = f"scalerl-escape-{uuid.uuid4().hex}"
-    targets = [Path.home() / name, Path(tempfile.gettempdir()) / name, Path("/") / name]
+    # /tmp by name: the sandbox mounts its own there, whatever TMPDIR says outside.
+    targets = [Path.home() / name, Path("/tmp") / name, Path("/") / name]
     program = "import sys\nfor path in sys.argv[1:] or %r:\n" % [str(t) for t in targets] + (
         "    try:\n"
         "        open(path, 'w').write('escaped')\n"
@@ -103,9 +103,16 @@ def test_a_run_cannot_read_another_runs_files() -> None:
     first = threading.Thread(target=execute, args=(sleeper,), kwargs={"limits": SHORT})
     first.start()
     try:
-        # It is there, on this machine, seen from outside through its supervisor's root.
-        found = _wait_for(lambda: glob.glob("/proc/[0-9]*/root/sandbox/job-*/main.py"))
-        assert found and secret in Path(found[0]).read_text()
+        # It is there, on this machine, seen from outside through its supervisor's root (among
+        # the programs of other tests running meanwhile, under pytest-xdist).
+        found = _wait_for(
+            lambda: [
+                path
+                for path in glob.glob("/proc/[0-9]*/root/sandbox/job-*/main.py")
+                if secret in _text(path)
+            ]
+        )
+        assert found
         reader = (
             "import glob\n"
             f"paths = [{found[0]!r}] + glob.glob('/proc/[0-9]*/root/sandbox/*/main.py')\n"
@@ -167,6 +174,14 @@ def _start_bystander():  # type: ignore[no-untyped-def]
     return subprocess.Popen(
         ["sleep", "30"], **as_sandbox_user()
     )  # the sandbox's user: a fair target
+
+
+def _text(path: str) -> str:
+    """The file's text, or "" when it is gone or refused (another test's program that ended)."""
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def _wait_for(found, seconds: float = 5.0):  # type: ignore[no-untyped-def]
