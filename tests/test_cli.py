@@ -53,9 +53,11 @@ def test_fit_prints_a_readable_summary(capsys) -> None:
     names = [line.split()[0] for line in lines[1:5]]
     assert names == ["A", "B", "C_mid", "R0"]
     assert "95% interval [" in lines[1]
-    # The curve's band, then the wider interval an evaluation there would read.
-    assert lines[5].strip().startswith("at compute 50000: curve 0.6")
+    # The forecast's band, then the wider interval an evaluation there would read, and that
+    # 50000 lies past what the calibration evidence covers (6.9x the fitted compute).
+    assert lines[5].strip().startswith("at compute 50000: forecast (law) 0.6")
     assert "; an evaluation there would read [" in lines[5]
+    assert "beyond the 3x the calibration evidence covers" in lines[5]
     assert lines[0].endswith("compute in the file's units")
 
 
@@ -231,18 +233,21 @@ FIT = {
 
 
 def test_the_last_line_says_a_target_beyond_the_budget_is_not_reached() -> None:
-    # The audit's S4: the demo's budget is 0.071 process-hours; the curve reaches 0.9 at 0.3048.
+    # The audit's S4: the demo's budget is 0.071 process-hours; the forecast reaches 0.9 at 0.3048.
     line = prediction_line({**FIT, "computeToTarget": 0.3048}, "process-hours", 0.9)
     assert "reached" not in line
     assert (
-        ", target 0.9 lies beyond the budget (the curve reaches it at compute 0.3048 process-hours)"
+        ", target 0.9 lies beyond the budget (the forecast reaches it at compute 0.3048 "
+        "process-hours)"
     ) in line
-    assert "pass rate at budget 0.071 process-hours: 0.830 [0.800, 0.850]" in line
+    assert "forecast (law) at budget 0.071 process-hours: 0.830 [0.800, 0.850]" in line
     assert "C_mid = 0.024 process-hours" in line
     within = prediction_line({**FIT, "computeToTarget": 0.05}, "process-hours", 0.8)
     assert ", target 0.8 reached at compute 0.05 process-hours" in within
+    # A's interval [0.90, 0.99] holds 0.97: not "A is below", the forecast at the budget is (F4).
     below = prediction_line({**FIT, "computeToTarget": None}, "GPU-hours", 0.97)
-    assert ", A is below target 0.97" in below
+    assert ", the forecast at the budget (0.830) is below target 0.97" in below
+    assert "A is below" not in below
 
 
 def test_the_last_line_says_why_a_fit_is_unchecked_and_shows_a_lower_bound() -> None:
@@ -283,7 +288,7 @@ def test_fit_says_whether_the_target_is_reached_within_the_budget(capsys) -> Non
     assert curve.compute[-1] < at < 1e5
     assert main(["fit", str(EXAMPLE), "--target", "0.6", "--bootstrap", "0"]) == 0
     assert (
-        f"  target 0.6 lies beyond the budget (the curve reaches it at compute {at:.4g} in the "
+        f"  target 0.6 lies beyond the budget (the forecast reaches it at compute {at:.4g} in the "
         "file's units)"
     ) in capsys.readouterr().out
     beyond = ["--target", "0.6", "--budget", "1e5", "--bootstrap", "0"]
@@ -292,4 +297,8 @@ def test_fit_says_whether_the_target_is_reached_within_the_budget(capsys) -> Non
         capsys.readouterr().out
     )
     assert main(["fit", str(EXAMPLE), "--target", "0.9", "--bootstrap", "0"]) == 0
-    assert "  A is below target 0.9" in capsys.readouterr().out
+    # Without a bootstrap A has no interval to be below a target by: the forecast at the budget
+    # (the last point's compute here) is what the line compares.
+    below = capsys.readouterr().out
+    forecast = law.R0 + (law.A - law.R0) / (1 + (law.C_mid / curve.compute[-1]) ** law.B)
+    assert f"the forecast at the budget ({forecast:.3f}) is below target 0.9" in below
