@@ -119,10 +119,14 @@ def test_a_run_off_the_law_is_told_its_prediction_is_a_misfit(plane: ControlPlan
         "actual",
         "error",
         "inside",
+        "law",
     }
     assert (test["fittedOn"], test["compute"]) == (11, 1000.0)
     assert test["actual"] == pytest.approx(0.91)
     assert test["interval"][1] < 0.9 and test["inside"] is False
+    # The law alone missed it too: lawCheck says so beside the forecast's confidence.
+    assert test["law"]["interval"][1] < 0.9 and test["law"]["inside"] is False
+    assert prediction["lawCheck"] == "Misses"
     assert prediction["confidence"] == "Misfit"
     predicted = condition(plane, ns, "Predicted")
     assert "Misfit: fitted on the first half of the compute" in predicted["message"]
