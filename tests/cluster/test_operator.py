@@ -645,6 +645,9 @@ def test_a_hopeless_prediction_stops_the_run(plane: ControlPlane, ns: str, opera
         "R0": 0.1,
         "A_interval": [0.28, 0.33],
         "predictedAtBudget": 0.3,
+        # What the rule reads (scalerl.fit.decision.stop_reason): the forecast's interval at the
+        # budget, wholly below predictedABelow.
+        "predictedAtBudgetInterval": [0.27, 0.33],
         "budget": 1000.0,
         "points": 8,
         "confidence": "OK",
