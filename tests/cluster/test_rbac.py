@@ -89,6 +89,7 @@ def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
     patch_run(plane, ns, {"suspend": False})
     gang = gang_up(plane, ns, 1)
     hopeless = {"A": 0.3, "B": 1.5, "C_mid": 10.0, "R0": 0.1, "A_interval": [0.28, 0.33]}
+    hopeless |= {"predictedAtBudget": 0.3, "predictedAtBudgetInterval": [0.28, 0.33]}
     patch_run_status(plane, ns, {"prediction": {**hopeless, "points": 8, "confidence": "OK"}})
     wait_for(lambda: phase_is(plane, ns, "Failed"), "stopped by its prediction")
     # A pod of the run that no Job owns (a leftover): the operator deletes it itself.

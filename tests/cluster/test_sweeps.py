@@ -69,6 +69,10 @@ def prediction(A: float, lo: float, hi: float) -> dict[str, Any]:
         "C_mid": 10.0,
         "R0": 0.1,
         "A_interval": [lo, hi],
+        # What the early stop and the leaderboard read (scalerl.fit.decision.fit_bounds): the
+        # forecast at the budget, here the asymptote's.
+        "predictedAtBudget": A,
+        "predictedAtBudgetInterval": [lo, hi],
         "points": 9,
         "confidence": "OK",
     }
