@@ -423,10 +423,12 @@ def test_a_checked_fit_below_stop_when_stops_the_run_as_the_operator_would(
         local.refresh()
     fit = json.loads((local.out / "fit.json").read_text())
     assert fit["confidence"] == "OK" and fit["A_interval"][1] < 0.7
-    lo, hi = fit["A_interval"]
+    # The rule reads the forecast at the budget and its interval (F1), as the operator does.
+    lo, hi = fit["predictedAtBudgetInterval"]
+    assert hi < 0.7
     assert stop.value.reason == (
-        f"predicted A interval [{lo:.3f}, {hi:.3f}] from {fit['points']} points (confidence "
-        "OK) lies below stopWhen.predictedABelow 0.7"
+        f"the forecast at the budget, {fit['predictedAtBudget']:.3f} [{lo:.3f}, {hi:.3f}] from "
+        f"{fit['points']} points (confidence OK), lies below stopWhen.predictedABelow 0.7"
     )
 
     # The run ends there: the condition the operator sets, and no restart.
