@@ -101,4 +101,8 @@ def _log(
     sink = TrackerSink(build_trackers(spec, tracked), tracked, resume_step=None, ask_first=True)
     sink.fit(fit.step, fit.metrics, names.fit_text(report), None)
     sink.close(finished=True, timeout_s=TIMEOUT_S)
-    return {d.tracker.name: d.delivered.has(fit) for d in sink.deliveries}
+    # A tracker has the fit once it took it and was closed: W&B writes what `log` took only as
+    # its run finishes, so a delivery thread still closing past TIMEOUT_S has not written it yet.
+    return {
+        d.tracker.name: d.delivered.has(fit) and not d.thread.is_alive() for d in sink.deliveries
+    }
