@@ -97,17 +97,7 @@ def test_the_pass_rate_is_passes_over_prompts_times_k(per_prompt: list[list[str]
         assert (s.samples, s.correct) == (k, outcomes.count(PASSED))
         assert s.unscored == sum(o in (*DROPPED, REWARD_ERROR) for o in outcomes)
     held = HeldOut.of(scores)
-    row = HistoryRow.of(
-        step=3,
-        version=3,
-        compute=1.0,
-        time=0.0,
-        held_out=held,
-        train=None,
-        counters={},
-        trainer_seconds={},
-        generation={},
-    )
+    row = evaluation_row(held, step=3, compute=1.0)
     assert row.eval_samples == len(per_prompt) * k == len(flat)
     assert row.pass_rate == counts[PASSED] / (len(per_prompt) * k)
     assert row.eval_correct == counts[PASSED]
@@ -124,6 +114,21 @@ def test_the_pass_rate_is_passes_over_prompts_times_k(per_prompt: list[list[str]
     assert entry.get("unscored", 0) == unscored
     assert entry.get("unscoredReasons", {}) == reasons
     assert ("fitExcluded" in entry) == too_many
+
+
+def evaluation_row(held: HeldOut, step: int, compute: float) -> HistoryRow:
+    """The history row of an evaluation alone (no training summary or counters)."""
+    return HistoryRow.of(
+        step=step,
+        version=step,
+        compute=compute,
+        time=0.0,
+        held_out=held,
+        train=None,
+        counters={},
+        trainer_seconds={},
+        generation={},
+    )
 
 
 def test_an_evaluation_with_too_many_unscored_samples_is_marked_and_says_why() -> None:
@@ -144,17 +149,7 @@ def test_the_records_of_an_evaluation_recount_to_its_history_row(tmp_path: Path)
     per_prompt = [[PASSED, REWARD_ERROR, SANDBOX], [FAILED, ROLLOUT_FAILED, PASSED]]
     scores = recorded(per_prompt)
     held = HeldOut.of(scores)
-    row = HistoryRow.of(
-        step=5,
-        version=5,
-        compute=0.5,
-        time=0.0,
-        held_out=held,
-        train=None,
-        counters={},
-        trainer_seconds={},
-        generation={},
-    )
+    row = evaluation_row(held, step=5, compute=0.5)
     FileStatus(tmp_path).evaluation(row, scores, [])
     [written] = read_history(tmp_path / "history.jsonl")
     again = read_scores(tmp_path, 5)
