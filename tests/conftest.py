@@ -72,6 +72,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(GROUP_RUNS))
 
 
+@pytest.hookimpl(trylast=True)  # after xdist's own hook put the groups in the node ids
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under `--dist loadgroup` the groups must have taken: xdist puts a test's group in its node
+    id, and a pytest that reads node ids elsewhere (9.2 does; hence the pin to 9.1) silently ran
+    two whole runs and two control planes at once."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid.rsplit("]", 1)[-1]
+    ]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist's groups did not take ({len(lost)}): {lost[:3]}")
+
+
 def build_user_model(
     path: Path,
     *,
