@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from scalerl.environment import ProcessEnv
+from scalerl.environment import ProcessEnv, configure_logging
 from scalerl.errors import ScaleRLError, WeightSyncError
 from scalerl.generator.colocation import Colocation, CoreShare
 from scalerl.metrics import GeneratorMetrics
@@ -58,7 +58,7 @@ ENGINE_STOP_S = 30.0
 
 def main() -> None:
     env = ProcessEnv.from_environ()
-    logging.basicConfig(level=os.environ.get("SCALERL_LOG", "INFO"))
+    configure_logging()
     run = load_run(env.spec)
     run_colocated(run, env)
 

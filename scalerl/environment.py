@@ -7,10 +7,13 @@ and the processes read it with `ProcessEnv.from_environ`, so the two sides canno
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from scalerl.errors import InputError
 
@@ -21,6 +24,26 @@ _LOCAL_RANK, _LOCAL_RANKS = "LOCAL_RANK", "LOCAL_WORLD_SIZE"
 # spec.environment.openenv's server (http://host:port), for the processes that run rollouts: set
 # by the local runner (the server it started) and the operator (the run's `<run>-env` Service).
 OPENENV_URL_VAR = _PREFIX + "OPENENV_URL"
+LOG_LEVEL_VAR = _PREFIX + "LOG"  # the processes' log level (INFO)
+
+
+def configure_logging() -> None:
+    """Every process logs each line with its time: a restart, a slow start or a peer's timeout
+    reads off the logs of the gang side by side."""
+    logging.basicConfig(
+        level=os.environ.get(LOG_LEVEL_VAR, "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def exit_now(code: int) -> NoReturn:
+    """End a process whose work is done and saved: flush what it wrote, then exit without the
+    interpreter's teardown (with torch and vLLM loaded, seconds of module and garbage clean-up
+    that a gang's stop and restart would wait for)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @dataclass(frozen=True)

@@ -165,8 +165,10 @@ class GenerationEngine:
             tuple(sorted(eos_ids(config.model_path, tokenizer))),
         )
 
-    async def shutdown(self) -> None:
-        """Leave the sync group and stop vLLM; safe to call twice."""
+    async def shutdown(self, *, exiting: bool = False) -> None:
+        """Leave the sync group and stop vLLM; safe to call twice. `exiting`: the process ends
+        next, so an in-process engine's memory is left to the OS (a separate engine process is
+        stopped either way)."""
         llm, self._llm = self._llm, None
         if llm is None:
             return
@@ -179,7 +181,10 @@ class GenerationEngine:
                     await self._control(rpc, "closing the sync group", SHUTDOWN_TIMEOUT_S)
             except Exception:  # noqa: BLE001 — the engine is going away regardless
                 pass
-        llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
+        if isinstance(llm, InprocLLM):
+            llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S, release=not exiting)
+        else:
+            llm.shutdown(timeout=SHUTDOWN_TIMEOUT_S)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
 

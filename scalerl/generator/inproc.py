@@ -119,11 +119,15 @@ class InprocLLM:
 
         return await asyncio.to_thread(held)
 
-    def shutdown(self, timeout: float | None = None) -> None:
+    def shutdown(self, timeout: float | None = None, *, release: bool = True) -> None:
+        """Stop stepping and fail what waits; `release`: also tear the engine down (its memory
+        and torch.distributed state: seconds of garbage collection, which a process about to
+        exit leaves to the OS)."""
         if self._stepper is not None:
             self._stepper.cancel()
         for done in self._waiting.values():
             if not done.done():
                 done.cancel()
         self._waiting.clear()
-        self.engine.engine_core.shutdown()
+        if release:
+            self.engine.engine_core.shutdown()

@@ -13,7 +13,6 @@ import asyncio
 import itertools
 import logging
 import math
-import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from scalerl.environment import ProcessEnv
+from scalerl.environment import ProcessEnv, configure_logging, exit_now
 from scalerl.errors import DataError, PeerError, ScaleRLError, WeightSyncError
 from scalerl.generator.colocation import Colocation
 from scalerl.generator.engine import EngineConfig, GenerationEngine, prepare_vllm_environment
@@ -394,13 +393,17 @@ class Generator:
     # --- life cycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Hello, wait for Start, start the engine, join the weight-sync group, load any resumed
-        weights. The trainer is contacted first so an unreachable one is reported at once."""
+        """Hello, start the engine, take Start, join the weight-sync group, load any resumed
+        weights. The trainer is contacted first so an unreachable one is reported at once. The
+        engine starts from the base weights while the trainer loads its model and checkpoint:
+        the trainer sends Start only once every generator said hello, and waiting for it before
+        starting the engine made a gang's start the sum of the two (a resumed run's weights
+        follow Start)."""
         self.channel.hello(timeout_s=self.env.startup_timeout_s)
+        await self.engine.start()
         start = await self.wait_for(Start, self.env.startup_timeout_s)
         self.curriculum.load_state_dict(start.curriculum)
         self.consumed = start.consumed
-        await self.engine.start()
         colocated = self.engine.colocation is not None  # weights are loaded in memory
         if not colocated:
             await self.engine.init_weight_sync(
@@ -468,7 +471,7 @@ async def serve(env: ProcessEnv) -> None:
     except BaseException:
         channel.close()
         raise
-    await run_generator(generator)
+    await run_generator(generator, exiting=True)
 
 
 def build_generator(
@@ -553,16 +556,16 @@ def rewards_of(default: str, examples: list[Example]) -> list[str]:
     return list(dict.fromkeys([default, *(e.reward for e in examples if e.reward)]))
 
 
-async def run_generator(generator: Generator) -> None:
+async def run_generator(generator: Generator, *, exiting: bool = False) -> None:
     """Run until the trainer says stop; a failure is told to the trainer, and the engine is shut
-    down whatever happens."""
+    down whatever happens (`exiting`: the process ends next)."""
     try:
         await generator.run_forever()
     except ScaleRLError as err:
         generator.channel.try_send(Failure(generator.index, str(err)))
         raise
     finally:
-        await generator.engine.shutdown()
+        await generator.engine.shutdown(exiting=exiting)
         generator.scorer.close()
         generator.channel.close()
 
@@ -577,5 +580,11 @@ def _cancel(task: asyncio.Task[None] | None) -> Callable[[], None]:
 
 def main() -> None:
     env = ProcessEnv.from_environ()
-    logging.basicConfig(level=os.environ.get("SCALERL_LOG", "INFO"))
-    asyncio.run(serve(env))
+    configure_logging()
+    try:
+        asyncio.run(serve(env))
+    except asyncio.CancelledError:  # SIGTERM: the gang is stopping; serve shut the engine down
+        log.info("generator %d stopped (SIGTERM)", env.generator_index)
+    # Done and shut down: leave without the interpreter's teardown of vLLM's and torch's
+    # modules, seconds per gang stop (a failure above raises instead, with its traceback).
+    exit_now(0)

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from scalerl.environment import ProcessEnv
+from scalerl.environment import ProcessEnv, configure_logging
 from scalerl.errors import PeerError, ScaleRLError, report
 from scalerl.metrics import TrainerMetrics
 from scalerl.rollout.keys import TRAINER_FILES, StreamKeys
@@ -201,7 +201,7 @@ def limit_cpu_threads(processes: int) -> None:
 
 def main() -> None:
     env = ProcessEnv.from_environ()
-    logging.basicConfig(level=os.environ.get("SCALERL_LOG", "INFO"))
+    configure_logging()
     limit_cpu_threads(env.compute_units)
     run = load_run(env.spec)
     ranks = join_ranks(env)
