@@ -36,6 +36,7 @@ class Phases:
         self.spent_wall = spent.get("wall", 0.0)
         self.started = time.monotonic()
         self._inner: list[float] = []  # per open phase: seconds already given to phases inside
+        self._open: list[tuple[str, float]] = []  # the open phases, outermost first: name, start
 
     def add(self, phase: str, seconds: float) -> None:
         self.seconds[phase] += seconds
@@ -44,12 +45,14 @@ class Phases:
 
     @contextmanager
     def timing(self, phase: str) -> Iterator[None]:
-        started = time.perf_counter()
+        started = time.monotonic()
         self._inner.append(0.0)
+        self._open.append((phase, started))
         try:
             yield
         finally:
-            elapsed = time.perf_counter() - started
+            self._open.pop()
+            elapsed = time.monotonic() - started
             self.seconds[phase] += elapsed - self._inner.pop()
             if self._inner:
                 self._inner[-1] += elapsed
@@ -63,8 +66,15 @@ class Phases:
     def totals(self) -> dict[str, float]:
         """Seconds of every phase, `other` (status, metrics, the loop itself) and the `wall`
         time they add up to."""
-        wall = self.spent_wall + time.monotonic() - self.started
+        now = time.monotonic()
+        wall = self.spent_wall + now - self.started
         out = dict(self.seconds)
-        out["other"] = max(wall - sum(self.seconds.values()), 0.0)
+        # A phase still open (an evaluation records its history row from inside its own phase)
+        # has had its time so far: else `other` took it, and the row's phases disagreed with
+        # the compute clock, which stops for evaluations as they start.
+        ends = [started for _, started in self._open[1:]] + [now] * bool(self._open)
+        for (phase, started), inner, end in zip(self._open, self._inner, ends, strict=True):
+            out[phase] += end - started - inner
+        out["other"] = max(wall - sum(out.values()), 0.0)
         out["wall"] = wall
         return out

@@ -167,8 +167,12 @@ def test_a_run_gets_owned_children_and_a_deleted_pod_restarts_the_gang(
     plane.kubectl("delete", "-n", ns, trainer[0], "--wait=false")
     restarted = wait_for(lambda: status(plane, ns).get("restarts") == 1, "a gang restart")
     assert restarted
-    jobs = names_of(plane, ns, "jobs", "scalerl.dev/run=tiny,scalerl.dev/attempt=1")
-    assert len(jobs) == 2, jobs  # the trainer's and the generator's, of attempt 1
+    # The operator records the restart, then creates the new gang's Jobs: both come, in order.
+    attempt_1 = "scalerl.dev/run=tiny,scalerl.dev/attempt=1"
+    wait_for(
+        lambda: len(names_of(plane, ns, "jobs", attempt_1)) == 2,
+        "the trainer's and the generator's Jobs of attempt 1",
+    )
     events = json.loads(plane.kubectl("get", "events", "-n", ns, "-o", "json"))["items"]
     said = [e["message"] for e in events if e["reason"] == "GangRestart"]
     assert said and "failed" in said[0], said

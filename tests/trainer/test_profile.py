@@ -44,3 +44,22 @@ def test_a_resumed_profile_goes_on_from_the_totals_its_checkpoint_saved() -> Non
     assert totals["wall"] >= saved["wall"] + 0.01
     parts = [totals[p] for p in (*PHASES, "other")]
     assert math.isclose(sum(parts), totals["wall"], rel_tol=1e-9)
+
+
+def test_totals_read_inside_open_phases_give_them_their_time_so_far() -> None:
+    # An evaluation writes its history row (these totals) before its own phase closes; the
+    # compute clock stopped as it began, so the row must count that time as evaluating too.
+    phases = Phases()
+    with phases.timing("evaluate"):
+        time.sleep(0.03)
+        with phases.timing("broadcast"):
+            time.sleep(0.02)
+            inside = phases.totals()
+    assert inside["evaluate"] >= 0.03 and inside["broadcast"] >= 0.02
+    assert inside["other"] < 0.01  # not the open phases' time
+    parts = [inside[p] for p in (*PHASES, "other")]
+    assert math.isclose(sum(parts), inside["wall"], rel_tol=1e-9)
+    # Once closed, the phases hold at least what was read inside them: nothing counted twice.
+    after = phases.totals()
+    assert after["evaluate"] >= inside["evaluate"] and after["broadcast"] >= inside["broadcast"]
+    assert math.isclose(sum(after[p] for p in (*PHASES, "other")), after["wall"], rel_tol=1e-9)
