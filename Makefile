@@ -4,9 +4,10 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test`: the cluster tests on one, the whole runs on one, the rest
-# spread over both (tests/conftest.py). TEST_WORKERS=0 runs everything in this process.
-TEST_WORKERS ?= 2
+# pytest-xdist workers for `make test`: the cluster tests on one (they mostly wait on the control
+# plane), the rest spread over the others (tests/conftest.py). TEST_WORKERS=0 runs everything in
+# this process.
+TEST_WORKERS ?= 3
 
 .PHONY: setup test test-fast demo bench lint clean crds images base-image cluster-bins trackio-venv test-images
 
@@ -48,9 +49,10 @@ test-images: setup
 trackio-venv: setup
 	$(BIN)/python tests/tracking/trackio_venv.py
 
-# The fast half (no `slow`, `cluster` or `gpu` marker): about two minutes on 2 cores.
+# The inner loop: everything but whole runs and the control plane (no `slow`, `cluster` or `gpu`
+# marker), in two workers.
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow and not cluster and not gpu" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 -m "not slow and not cluster and not gpu" $(PYTEST_ARGS)
 
 demo: setup
 	$(BIN)/scalerl run examples/local.yaml --out runs/demo

@@ -53,12 +53,14 @@ def pytest_configure(config: pytest.Config) -> None:
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
-# Tests that run on one worker, one after the other, under `--dist loadgroup` (`make test`):
-# every test of the real control plane (one per worker would start a second one, and an operator
-# of every namespace must see only its own test's runs), and every whole run (each keeps the two
-# cores busy: two at once only slow each other towards their step deadlines). The rest spreads
-# over the workers while these run.
-GROUP_CLUSTER, GROUP_RUNS = "cluster", "runs"
+# Tests that run on one worker, one after the other, under `--dist loadgroup` (`make test`): every
+# test of the real control plane (one per worker would start a second one, and an operator of
+# every namespace must see only its own test's runs). Those mostly wait on the control plane, so
+# `make test` gives them a worker of their own beside two that share everything else, whole runs
+# included: a run's start-up (imports, engines) waits on its own processes, and a second run or
+# a unit test fills the cores meanwhile (one after another, the whole runs alone would take
+# longer than the whole suite: 61 minutes of worker time, two at a time, on 2 cores).
+GROUP_CLUSTER = "cluster"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -68,15 +70,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.path.is_relative_to(CLUSTER_TESTS):
             item.add_marker(pytest.mark.cluster)
             item.add_marker(pytest.mark.xdist_group(GROUP_CLUSTER))
-        elif item.get_closest_marker("slow") or item.get_closest_marker("gpu"):
-            item.add_marker(pytest.mark.xdist_group(GROUP_RUNS))
 
 
 @pytest.hookimpl(trylast=True)  # after xdist's own hook put the groups in the node ids
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Under `--dist loadgroup` the groups must have taken: xdist puts a test's group in its node
     id, and a pytest that reads node ids elsewhere (9.2 does; hence the pin to 9.1) silently ran
-    two whole runs and two control planes at once."""
+    two control planes at once."""
     if not getattr(session.config.option, "loadgroup", False):
         return
     lost = [
