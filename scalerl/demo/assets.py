@@ -10,6 +10,9 @@ afresh beside the old copy instead of reusing a stale one.
 Safe for concurrent callers: each builds in a private temporary directory and renames it into
 place; a rename is atomic, so a cache entry is either complete or absent. If two processes race,
 the loser discards its copy and uses the winner's (both are identical: the build is seeded).
+
+Resolving a built-in whose entry exists imports neither torch nor transformers (nor does this
+module, or those it imports, at their top): only a build does.
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from scalerl.demo import arith, bpe
 from scalerl.demo.model import TinyModelShape, build_random_model
@@ -124,6 +125,7 @@ def _warm_and_save(
     config: WarmupConfig,
 ) -> dict[str, object]:
     """Warm up the random model at `model_path` in place; return facts for the manifest."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
@@ -146,9 +148,7 @@ def _build(directory: Path, params: DemoParams) -> dict[str, object]:
         seed=params.seed,
         task=params.task,
     )
-    model_path = build_random_model(
-        directory / MODEL_DIR, shape=params.shape, dtype=torch.float32, seed=params.seed
-    )
+    model_path = build_random_model(directory / MODEL_DIR, shape=params.shape, seed=params.seed)
     # Only training prompts: the validation split must stay unseen for pass rate to mean anything.
     examples = [(row["prompt"], row["answer"]) for row in read_jsonl(files.train_path)]
     return _warm_and_save(
@@ -191,7 +191,6 @@ def _build_chat_arith(directory: Path, params: ChatArithParams) -> dict[str, obj
     model_path = build_random_model(
         directory / MODEL_DIR,
         shape=params.shape,
-        dtype=torch.float32,
         seed=params.seed,
         tokenizer=tokenizer,
         eos_ids=bpe.end_ids(tokenizer),

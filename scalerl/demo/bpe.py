@@ -17,9 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
+# Imported where a tokenizer is built: the token names and the template are read by modules that
+# must stay light (a cached built-in's resolution imports this one).
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
 
 END_OF_TEXT = "<|endoftext|>"  # the tokenizer's EOS: ends a document
 END = "<|end|>"  # ends every chat turn; the assistant's completion stops here
@@ -43,6 +47,8 @@ GENERATION_PROMPT = "<|assistant|>\n"
 
 def _core(texts: Iterable[str], merges_budget: int) -> Tokenizer:
     """BPE merges learned from `texts` over the 256 byte symbols (no special tokens yet)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -66,6 +72,8 @@ def build_tokenizer(texts: Iterable[str], merges: int = 64) -> PreTrainedTokeniz
     Special tokens are added after training, so they take the last ids and never take part in
     merges; the chat template writes them as text and they are matched whole when encoded.
     """
+    from transformers import PreTrainedTokenizerFast
+
     core = _core(texts, merges)
     fast = PreTrainedTokenizerFast(tokenizer_object=core)
     fast.add_special_tokens(

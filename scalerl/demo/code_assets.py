@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
-from transformers import PreTrainedTokenizerFast
+from typing import TYPE_CHECKING, Any
 
 from scalerl.demo import bpe, code_task
 from scalerl.demo.assets import DemoAssets, _cached, _key, _warm_and_save
 from scalerl.demo.model import TinyModelShape, build_random_model
 from scalerl.demo.warmup import Framing, WarmupConfig
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 MODEL_DIR = "model"
 # Enough for every keyword and name of the task's programs and prompts to be one token.
@@ -69,7 +69,6 @@ def _build(directory: Path, params: CodeParams) -> dict[str, object]:
     model_path = build_random_model(
         directory / MODEL_DIR,
         shape=params.shape,
-        dtype=torch.float32,
         seed=params.task.seed,
         tokenizer=build_tokenizer(rows, params.merges),
     )

@@ -16,8 +16,6 @@ import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import torch
-
 from scalerl.demo import arith, code_task
 from scalerl.demo.assets import DemoAssets, _cached, _key, _warm_and_save
 from scalerl.demo.code_assets import CODE_SHAPE, CODE_WARMUP, MERGES, build_tokenizer, code_framing
@@ -93,7 +91,6 @@ def _build(directory: Path, params: MathCodeParams) -> dict[str, object]:
     model_path = build_random_model(
         directory / MODEL_DIR,
         shape=params.shape,
-        dtype=torch.float32,
         seed=params.code.seed,
         tokenizer=build_tokenizer(training, params.merges),
     )

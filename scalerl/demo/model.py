@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
-
-from scalerl.demo.tokenizer import build_tokenizer
+# torch and transformers are imported where a model is built: resolving a built-in whose model is
+# already cached reads only `TinyModelShape` (its cache key), and must not pay their ~10 s import.
+if TYPE_CHECKING:
+    import torch
+    from transformers import LlamaConfig, PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ def _config(
     eos_ids: list[int],
     dtype: torch.dtype,
 ) -> LlamaConfig:
+    from transformers import LlamaConfig
+
     return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=shape.hidden,
@@ -51,7 +55,7 @@ def build_random_model(
     path: Path,
     *,
     shape: TinyModelShape = TinyModelShape(),
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     seed: int = 0,
     tokenizer: PreTrainedTokenizerBase | None = None,
     eos_ids: Sequence[int] | None = None,
@@ -60,7 +64,14 @@ def build_random_model(
 
     `eos_ids` (default: the tokenizer's EOS) go into `config.json` and `generation_config.json`,
     which is where a model that ends its turns with another token than its tokenizer's EOS says so.
+    `dtype` defaults to float32.
     """
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from scalerl.demo.tokenizer import build_tokenizer
+
+    dtype = torch.float32 if dtype is None else dtype
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = tokenizer if tokenizer is not None else build_tokenizer()

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tokenizers import Tokenizer, decoders, models
-from transformers import PreTrainedTokenizerFast
+# Imported where a tokenizer is built: `THINK_END` and the token lists are read by modules that
+# must stay light (a cached built-in's resolution imports this one).
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 THINK_END = "</think>"
@@ -21,6 +24,9 @@ CHARACTERS = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
     """The demo tokenizer: specials, then one token per printable character, then `</think>`."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
     # BPE with no merges splits text into single characters; Fuse joins them back without spaces.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))

@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from scalerl.demo import bpe, tool_chat, tool_warmup
 from scalerl.demo.assets import MODEL_DIR, DemoAssets, _cached, _key
 from scalerl.demo.model import TinyModelShape, build_random_model
@@ -56,13 +54,13 @@ class ToolArithParams:
 def _build(directory: Path, params: ToolArithParams) -> dict[str, object]:
     """The warmed-up model in `directory/model`; manifest facts including the measured base
     policy's tool-call and pass rates."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = tool_chat.build_tokenizer(tokenizer_texts(), merges=params.merges)
     model_path = build_random_model(
         directory / MODEL_DIR,
         shape=params.shape,
-        dtype=torch.float32,
         seed=params.seed,
         tokenizer=tokenizer,
         eos_ids=bpe.end_ids(tokenizer),

@@ -25,11 +25,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
-
-from transformers import AddedToken, PreTrainedTokenizerFast
+from typing import TYPE_CHECKING, Any
 
 from scalerl.demo import bpe
+
+# transformers is imported where the tokenizer is built: the tags and parsers here are read by
+# modules that must stay light (a cached built-in's resolution imports this one).
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 TOOL_ROLE = "<|tool|>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -125,6 +128,8 @@ def parse_tool_calls(text: str) -> list[tuple[str, str]] | None:
 def build_tokenizer(texts: Iterable[str], merges: int) -> PreTrainedTokenizerFast:
     """chat-arith's byte-level BPE (merges learned from `texts`) with the `tool` role and the
     tool-call tags added, and this module's chat template."""
+    from transformers import AddedToken
+
     tokenizer = bpe.build_tokenizer(texts, merges=merges)
     tokenizer.add_special_tokens(
         {"additional_special_tokens": [bpe.END, *bpe.ROLE_TOKENS, TOOL_ROLE]},

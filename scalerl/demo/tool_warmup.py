@@ -24,13 +24,16 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from scalerl.demo import bpe, tool_chat, tool_task
 from scalerl.demo.tool_task import DIGITS, Pair
+
+# torch and transformers are imported where a model is warmed up or sampled: `ToolWarmup` is part
+# of builtin:tool-arith's cache key, and resolving the cached built-in must not pay their import.
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,8 @@ class Encoder:
 
 def _batch(encoder: Encoder, rows: Sequence[Row], vocab: int) -> tuple[torch.Tensor, ...]:
     """(input ids, attention mask, target distributions (B, T, V), trained mask (B, T))."""
+    import torch
+
     width = max(len(r.ids) for r in rows)
     pad = int(encoder.tokenizer.pad_token_id)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -166,6 +171,8 @@ def _batch(encoder: Encoder, rows: Sequence[Row], vocab: int) -> tuple[torch.Ten
 def soft_loss(logits: torch.Tensor, dist: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of each trained token's prediction (made one position earlier)
     against its target distribution."""
+    import torch
+
     logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
     per_token = -(dist[:, 1:] * logp).sum(-1)
     mask = trained[:, 1:].float()
@@ -201,6 +208,8 @@ def warm_up(
 ) -> WarmupResult:
     """Train `model` in place on conversations of both tasks; AdamW, linear warm-up, cosine
     decay to zero (as scalerl.demo.warmup)."""
+    import torch
+
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
     encoder = Encoder(tokenizer, config)
@@ -238,6 +247,8 @@ def _sample_turn(
     chats: list[list[dict[str, Any]]],
 ) -> list[str]:
     """One sampled model turn (temperature 1) per chat, decoded up to its turn end."""
+    import torch
+
     tools: list[Any] = list(tool_task.tool_defs())
     contexts = [
         list(
@@ -277,6 +288,8 @@ def measure(
 ) -> Rates:
     """Play each pair's conversation as the ToolEnv would (tool calls answered, up to
     `max_turns` model turns) with plain HF sampling; count tool calls and right answers."""
+    import torch
+
     torch.manual_seed(seed)
     chats = [tool_task.prompt_messages(p) for p in pairs]
     final: dict[int, str] = {}

@@ -21,12 +21,16 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from scalerl.errors import InputError
-from scalerl.generator.prompts import chat_text
+
+# torch, transformers (and scalerl.generator.prompts, which imports torch through scalerl.recipe)
+# are imported where a model is warmed up: `WarmupConfig` is part of the built-ins' cache keys, and
+# resolving a cached built-in must not pay their ~10 s import.
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 IGNORE = -100
 Example = tuple[str, str]  # (prompt, answer)
@@ -88,6 +92,8 @@ class Framing:
 
     def context(self, prompt: str) -> list[int]:
         if self.chat_template:
+            from scalerl.generator.prompts import chat_text
+
             return self.ids(chat_text(self.tokenizer, prompt, self.system_prompt))
         bos = self.tokenizer.bos_token_id
         return self.ids(prompt) if bos is None else [bos, *self.ids(prompt)]
@@ -140,6 +146,8 @@ def encode_batch(
 
     `blurred` flags the positions whose label is an answer letter.
     """
+    import torch
+
     letters = set(alphabet_ids(framing, alphabet))
     rows = [_row(framing, ex, alphabet, letters, noise, rng) for ex in examples]
     width = max(len(ids) for ids, *_ in rows)
@@ -166,6 +174,8 @@ def blurred_loss(
     Position t predicts token t+1, so logits are shifted against labels. At a blurred position the
     target is `(1 - noise)·onehot(right letter) + noise·uniform(alphabet)`.
     """
+    import torch
+
     logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
     labels, blurred = batch.labels[:, 1:], batch.blurred[:, 1:]
     mask = labels != IGNORE
@@ -195,6 +205,8 @@ def warm_up(
     AdamW with a short linear warm-up, then cosine decay to zero: the decay lets the model settle
     on the blurred distribution instead of wherever a high learning rate last threw it.
     """
+    import torch
+
     rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
     letters = torch.tensor(alphabet_ids(framing, alphabet))
