@@ -55,11 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Tests that run on one worker, one after the other, under `--dist loadgroup` (`make test`): every
 # test of the real control plane (one per worker would start a second one, and an operator of
-# every namespace must see only its own test's runs). Those mostly wait on the control plane, so
-# `make test` gives them a worker of their own beside two that share everything else, whole runs
-# included: a run's start-up (imports, engines) waits on its own processes, and a second run or
-# a unit test fills the cores meanwhile (one after another, the whole runs alone would take
-# longer than the whole suite: 61 minutes of worker time, two at a time, on 2 cores).
+# every namespace must see only its own test's runs; they mostly wait on it, so they get a worker
+# of their own), and each module's whole runs (its module-scoped run is made once, not once per
+# worker its tests land on). Whole runs of different modules spread over the other workers with
+# the rest: one after another they alone would outlast the suite (84 minutes of worker time).
 GROUP_CLUSTER = "cluster"
 
 
@@ -70,6 +69,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.path.is_relative_to(CLUSTER_TESTS):
             item.add_marker(pytest.mark.cluster)
             item.add_marker(pytest.mark.xdist_group(GROUP_CLUSTER))
+        elif item.get_closest_marker("slow") or item.get_closest_marker("gpu"):
+            runs = item.path.relative_to(CLUSTER_TESTS.parent).as_posix()
+            item.add_marker(pytest.mark.xdist_group(f"runs-{runs}"))
 
 
 @pytest.hookimpl(trylast=True)  # after xdist's own hook put the groups in the node ids
