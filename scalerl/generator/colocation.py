@@ -127,8 +127,10 @@ class CoreShare:
 
     def apply(self) -> None:
         """Torch's CPU threads for the trainer's thread (OpenMP's count is per thread): every
-        core in turns, all but the engine's when sharing."""
-        torch.set_num_threads(self.cores if self.exclusive else self.cores - 1)
+        core in turns, all but the engine's when sharing. vLLM's CPU worker replaces
+        `torch.set_num_threads` by a no-op in its process once it binds its own threads, which
+        silently left the trainer at one count: torch's own function is called instead."""
+        torch._C.set_num_threads(self.cores if self.exclusive else self.cores - 1)
 
     def observe(self, seconds: float) -> None:
         """The trainer's thread, after each step: its steady `seconds`."""

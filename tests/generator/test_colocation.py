@@ -56,7 +56,7 @@ def threads() -> Any:
     """Torch's thread count on this thread, restored after the test."""
     before = torch.get_num_threads()
     yield
-    torch.set_num_threads(before)
+    torch._C.set_num_threads(before)  # torch's own: an in-process vLLM engine replaces the other
 
 
 def trial(share: CoreShare, shared_s: float, turns_s: float) -> list[tuple[bool, int]]:
@@ -102,3 +102,17 @@ def test_colocation_follows_its_share_step_by_step() -> None:
     assert colocation.exclusive
     with colocation.train():
         assert colocation.turnstile._wanted.is_set()
+
+
+@pytest.mark.usefixtures("threads")
+def test_the_share_holds_after_vllm_replaces_torch_s_thread_setter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # vLLM's CPU worker makes torch.set_num_threads a no-op in the process its engine runs in:
+    # the colocated trainer's, and any test process that started one before this test.
+    monkeypatch.setattr(torch, "set_num_threads", lambda count: None)
+    share = CoreShare(cores=4, window=2)
+    assert (share.exclusive, torch.get_num_threads()) == (True, 4)
+    share.exclusive = False
+    share.apply()
+    assert torch.get_num_threads() == 3
