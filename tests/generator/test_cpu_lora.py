@@ -4,7 +4,7 @@ padding; and `install()` puts them where vLLM's CPU punica wrapper calls them.""
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 from typing import Any
 
 import pytest
@@ -131,7 +131,14 @@ def test_the_worker_extension_installs_them_where_the_model_runs() -> None:
 
     for name in cpu_lora.OPS:  # as vLLM ships them
         setattr(punica_cpu, name, getattr(torch_ops, name))
-    importlib.reload(scalerl.generator.worker)  # as vLLM imports it, in the model's process
+    # A first import, as in the model's process, but of a private copy: reloading the real module
+    # would make a second WeightSyncExtension class, and vLLM refuses to mix that into a worker
+    # class that an earlier in-process engine in this interpreter already extended with the first.
+    spec = importlib.util.spec_from_file_location(
+        "scalerl_worker_first_import", scalerl.generator.worker.__file__
+    )
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
     for name, op in cpu_lora.OPS.items():
         assert getattr(punica_cpu, name) is op
 

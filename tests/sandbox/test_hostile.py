@@ -49,7 +49,10 @@ def test_a_fork_bomb_meets_the_process_limit_and_dies_with_its_namespace() -> No
         "        refused += 1\n"
         "        if refused == 1000: print('refused', flush=True)\n"
     )
-    limits = Limits(wall_seconds=2.0, cpu_seconds=2, processes=16, output_bytes=1 << 20)
+    # A CPU limit far above what 16 spinning processes can use in 2 s on any machine, so the wall
+    # clock is what ends it: with 2 CPU seconds, their sum can pass the limit first (a CI run
+    # ended it with cpu_exceeded, not timed_out).
+    limits = Limits(wall_seconds=2.0, cpu_seconds=120, processes=16, output_bytes=1 << 20)
     done = execute(program, limits=limits)
     assert done.timed_out
     assert b"refused" in done.stdout  # the kernel refused forks past the limit
