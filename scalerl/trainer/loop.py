@@ -421,7 +421,7 @@ class Trainer:
         self.state.trainer_seconds = self.phases.totals()
         self.state.generation = self.generation_totals()
         self.state.curriculum = self.curriculum.state_dict()
-        save_checkpoint(
+        saved = save_checkpoint(
             self.env.run_dir / "checkpoints",
             self.state.step,
             policy=self.policy,
@@ -431,6 +431,7 @@ class Trainer:
             keep=self.spec.checkpoint.keep,
             ranks=self.ranks,
         )
+        log.info("saved %s (step %d)", saved, self.state.step)
 
     def done(self) -> bool:
         budget = self.spec.budget
