@@ -400,12 +400,12 @@ def test_calling_the_tool_every_time_would_pass_far_more_often(tool_arith_model:
     _, held_out = tool_task.split_pairs(256, seed=0)
     torch.manual_seed(0)
     with torch.no_grad():
-        base = play(model, tokenizer, held_out[:200])
-        forced = play(model, tokenizer, held_out[:200], force_tool=True)
+        base = play(model, tokenizer, held_out[:100])
+        forced = play(model, tokenizer, held_out[:100], force_tool=True)
     base_rate = sum(p for _, p in base) / len(base)
     forced_rate = sum(p for _, p in forced) / len(forced)
     assert all(c for c, _ in forced)
-    assert forced_rate >= base_rate + 0.3, (base_rate, forced_rate)
+    assert forced_rate >= base_rate + 0.3, (base_rate, forced_rate)  # 0.22 and 0.82 here
 
 
 def test_the_base_policy_plays_guess_number_with_numbers(tool_arith_model: Path) -> None:

@@ -16,9 +16,12 @@ from scalerl.generator.code_reward import PASSED, score_code
 from scalerl.sandbox import Limits, Sandbox
 from scalerl.spec import CodeSpec
 
+# A hostile program gets 1 s a test (whatever ends it, a timeout included, is a failing verdict);
+# the right one after it the 2 s of a loaded machine's worst case.
 SPEC = CodeSpec(
-    test_timeout_seconds=2.0, problem_timeout_seconds=30.0, memory_mib=256, output_mib=1
+    test_timeout_seconds=1.0, problem_timeout_seconds=30.0, memory_mib=256, output_mib=1
 )
+RIGHT_SPEC = SPEC.model_copy(update={"test_timeout_seconds": 2.0})
 REFERENCES = {
     "stdio": json.dumps({"inputs": ["1 2\n", "5 7\n"], "outputs": ["3\n", "12\n"]}),
     "call": json.dumps({"fn_name": "add", "inputs": [[1, 2], [5, 7]], "outputs": [3, 12]}),
@@ -234,5 +237,5 @@ def test_a_hostile_program_fails_and_the_next_program_finds_a_sound_sandbox(
     # ... nor from outside: bubblewrap's one process below it, the supervisor.
     assert kept._proc is not None
     assert _descendants(kept._proc.pid) == {kept._inner}
-    right = score_code(RIGHT[shape], REFERENCES[shape], SPEC, sandbox=kept)
+    right = score_code(RIGHT[shape], REFERENCES[shape], RIGHT_SPEC, sandbox=kept)
     assert right.reward == 1.0, right
