@@ -148,11 +148,11 @@ def test_a_thinking_run_keeps_the_length_rules_over_its_turns(tool_run: Any, mod
     }
     thinking = type(tool_run).model_validate(data)
     path = thinking.spec.model.path
-    evaluation = AgentHeldOut.for_run(thinking, AutoTokenizer.from_pretrained(path), path, 8)
+    evaluation = AgentHeldOut.for_run(thinking, AutoTokenizer.from_pretrained(path), path, 4)
     phrase = list(evaluation.length.phrase_ids)
     think_end = evaluation.tokens.think_end_id
     samples = [s for g in evaluation.rollouts(model, 4, seed=5) for s in g]
-    assert len(samples) == 32
+    assert len(samples) == 16
     for sample in samples:
         ids, mask = sample.completion_ids, sample.loss_mask
         at = next(i for i in range(len(ids) + 1) if i == len(ids) or ids[i] == think_end)
