@@ -111,18 +111,40 @@ def tool_call_message(name: str, arguments: dict[str, Any], call_id: str) -> dic
 
 def parse_tool_calls(text: str) -> list[tuple[str, str]] | None:
     """The (name, arguments JSON) of each `<tool_call>` in a completion's text; None when the
-    text has no tool call; a call whose JSON is broken gives ("", the raw text between tags)."""
+    text has no tool call; a call whose JSON is broken gives ("", the raw text between tags).
+
+    The JSON is read as JSON, not cut at the next tag: an argument whose text holds
+    `</tool_call>` or `<tool_call>` is part of its call."""
     if TOOL_CALL_OPEN not in text:
         return None
     calls: list[tuple[str, str]] = []
-    for chunk in text.split(TOOL_CALL_OPEN)[1:]:
-        body = chunk.split(TOOL_CALL_CLOSE)[0]
-        try:
-            parsed = json.loads(body)
-            calls.append((str(parsed["name"]), json.dumps(parsed["arguments"])))
-        except (ValueError, KeyError, TypeError):
-            calls.append(("", body))
+    at = text.find(TOOL_CALL_OPEN)
+    while at >= 0:
+        start = at + len(TOOL_CALL_OPEN)
+        call, end = _call_at(text, start)
+        if call is None:
+            close = text.find(TOOL_CALL_CLOSE, start)
+            following = text.find(TOOL_CALL_OPEN, start)
+            end = min(i for i in (close, following, len(text)) if i >= 0)
+            call = ("", text[start:end])
+        calls.append(call)
+        at = text.find(TOOL_CALL_OPEN, end)
     return calls
+
+
+def _call_at(text: str, start: int) -> tuple[tuple[str, str] | None, int]:
+    """The call whose JSON starts at `start` (after blanks) and ends at a closing tag, the next
+    call or the text's end; and where it ends."""
+    begin = len(text) - len(text[start:].lstrip())
+    try:
+        parsed, end = json.JSONDecoder().raw_decode(text, begin)
+        call = (str(parsed["name"]), json.dumps(parsed["arguments"]))
+    except (ValueError, KeyError, TypeError):
+        return None, start
+    rest = text[end:].lstrip()
+    if rest and not rest.startswith((TOOL_CALL_CLOSE, TOOL_CALL_OPEN)):
+        return None, start
+    return call, end
 
 
 def build_tokenizer(texts: Iterable[str], merges: int) -> PreTrainedTokenizerFast:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from transformers import (
     AutoModelForCausalLM,
@@ -145,6 +145,8 @@ def test_tags_and_roles_are_single_tokens_and_the_tags_survive_decoding(
 
 
 @settings(max_examples=150)
+@example(name="_", arguments={"a": "</tool_call>"})  # an argument holding a tag (hypothesis)
+@example(name="_", arguments={"a": "<tool_call>"})
 @given(
     name=st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
     arguments=st.dictionaries(
