@@ -222,7 +222,9 @@ def _print_board(board: list[dict[str, Any]]) -> None:
             else ""
         )
         evidence = f" [{row['stopEvidence']}]" if row.get("stopEvidence") else ""
-        print(f"{place}. {row['name']} ({row['phase']}{evidence}{why}) {a}")
+        tied = row.get("tiedWith") or []
+        tie = f", tied with {', '.join(tied)} at equal compute" if tied else ""
+        print(f"{place}. {row['name']} ({row['phase']}{evidence}{why}) {a}{tie}")
 
 
 def add_process_parsers(subparsers: Subparsers) -> None:

@@ -208,6 +208,14 @@ TRACK_RECORD_GAUGES = {
         "Median over those runs of predictedAtBudget minus the last evaluation's pass rate."
     ),
     "track_record_median_width": "Median width of their predictedAtBudgetInterval.",
+    "track_record_void": (
+        "Runs whose prediction by this fraction was made for another budget than the run ended"
+        " under: neither hit nor miss, left out of coverage and errors."
+    ),
+    "track_record_censored": (
+        "Runs stopped by their prediction (budget.stopWhen) with a prediction by this fraction:"
+        " they never reached their budget, so they are counted here, not in coverage."
+    ),
 }
 # Track record gauge -> the key of `scalerl.fit.track.summarise`'s rows it reads.
 TRACK_RECORD_FIELDS = {
@@ -215,6 +223,8 @@ TRACK_RECORD_FIELDS = {
     "track_record_coverage": "coverage",
     "track_record_median_error": "medianError",
     "track_record_median_width": "medianWidth",
+    "track_record_void": "void",
+    "track_record_censored": "censored",
 }
 
 

@@ -16,11 +16,18 @@ one total order that keeps the rule's meaning:
 3. the groups follow one another from the highest A down; variants without a fit come last;
 4. ties (equal B, equal A) go by name.
 
-A fit whose points bound A only from below (`A_atLeast`: C_mid beyond the data, as a flat run's
-fit often is) counts with that bound as its A: what the data defend.
-
 So every variant of a higher group has a higher A than every variant of a lower one, and within
-a group the comparison is the paper's B at a shared A. The order depends only on the fits.
+a group the comparison is the paper's B at a shared A.
+
+A fit whose points bound A only from below (`A_atLeast`: C_mid beyond the data, as a flat run's
+fit often is) has no A to compare: its bound is what the data defend, and it grows with the
+compute a variant has run, so two such bounds say more about how far each ran than about which
+is better. Such open variants are ranked among themselves by what they read at equal compute:
+each one's fitted curve at the compute all of them reached (the least of their last
+evaluations'); readings within A_MARGIN of the best remaining one are tied (`tiedWith` names the
+others; listed by name). Each tied set, as one, takes its place among the closed variants by the
+highest bound in it: ahead of a closed variant whose A that bound reaches. The order depends
+only on the fits.
 
 Each variant is fitted from its own evaluations, weighted by their standard errors, as its run's
 own fit is (`fit.json`, `status.prediction`); the row shows that fit, the one ranked. The early
@@ -58,6 +65,7 @@ ROW_KEYS = (
     "stopEvidence",
     "failure",
     "computeSaved",
+    "tiedWith",
 )
 
 
@@ -132,7 +140,10 @@ def board(
     has fitted them already: `entry_of` each), ranked, one row each."""
     by_name = {s.name: s for s in standings}
     entries = [entry_of(s) for s in standings] if entries is None else entries
-    return [row(by_name[e.name], e.fit) for e in rank(entries)]
+    tied = ties(entries)
+    return [
+        {**row(by_name[e.name], e.fit), "tiedWith": tied.get(e.name, [])} for e in rank(entries)
+    ]
 
 
 def entry_of(standing: Standing) -> Entry:
@@ -148,16 +159,52 @@ def entry_of(standing: Standing) -> Entry:
 
 
 def rank(entries: Sequence[Entry]) -> list[Entry]:
-    """Best first by the grouped rule of the module's text; the same for any order of
-    `entries`."""
-    fitted = sorted((e for e in entries if e.fit is not None), key=lambda e: (-_a(e), e.name))
+    """Best first by the rule of the module's text; the same for any order of `entries`."""
+    closed = sorted(
+        (e for e in entries if e.fit is not None and e.fit.A_at_least is None),
+        key=lambda e: (-_a(e), e.name),
+    )
     ranked: list[Entry] = []
-    while fitted:
-        top = _a(fitted[0])
-        group = [e for e in fitted if _a(e) >= top - A_MARGIN - ROUNDING]
-        fitted = fitted[len(group) :]
+    while closed:
+        top = _a(closed[0])
+        group = [e for e in closed if _a(e) >= top - A_MARGIN - ROUNDING]
+        closed = closed[len(group) :]
         ranked += _by_b(group)
-    return ranked + sorted((e for e in entries if e.fit is None), key=lambda e: e.name)
+    merged: list[Entry] = []
+    for tied in _open_sets(entries):  # each set ahead of the closed ones its best bound reaches
+        bound = max(_a(e) for e in tied)
+        while ranked and _a(ranked[0]) > bound:
+            merged.append(ranked.pop(0))
+        merged += tied
+    return merged + ranked + sorted((e for e in entries if e.fit is None), key=lambda e: e.name)
+
+
+def ties(entries: Sequence[Entry]) -> dict[str, list[str]]:
+    """For each open variant tied with others at equal compute (module text), their names."""
+    out: dict[str, list[str]] = {}
+    for tied in _open_sets(entries):
+        for e in tied:
+            if len(tied) > 1:
+                out[e.name] = [other.name for other in tied if other is not e]
+    return out
+
+
+def _open_sets(entries: Sequence[Entry]) -> list[list[Entry]]:
+    """The variants whose A is bounded only from below, best first by what their fitted curves
+    read at the compute all of them reached, in sets tied within A_MARGIN (each by name)."""
+    found = [e for e in entries if e.fit is not None and e.fit.A_at_least is not None]
+    if not found:
+        return []
+    shared = min(float(e.compute[-1]) for e in found)
+    reads = {e.name: float(e.fit.predict(shared)) for e in found if e.fit is not None}
+    left = sorted(found, key=lambda e: (-reads[e.name], e.name))
+    sets = []
+    while left:
+        top = reads[left[0].name]
+        tied = [e for e in left if reads[e.name] >= top - A_MARGIN - ROUNDING]
+        left = left[len(tied) :]
+        sets.append(sorted(tied, key=lambda e: e.name))
+    return sets
 
 
 def _a(entry: Entry) -> float:

@@ -116,7 +116,7 @@ def score(track: Iterable[Kept], outcome: Outcome) -> list[Kept]:
         row["width"] = None if not interval else float(interval[1]) - float(interval[0])
         made_for = kept.get("budgetSet")
         if outcome.budget_set is not None and made_for is not None:
-            changed = dict(made_for) != dict(outcome.budget_set)
+            changed = _limits(made_for) != _limits(outcome.budget_set)
         else:
             changed = False
         row["void"] = changed
@@ -137,6 +137,12 @@ def score(track: Iterable[Kept], outcome: Outcome) -> list[Kept]:
             )
         rows.append(row)
     return rows
+
+
+def _limits(budget: Mapping[str, Any]) -> dict[str, float]:
+    """A budgetSet's limits as numbers, an unset one left out: a Kubernetes status drops a null
+    field and may give 100 back for 100.0, and neither is a change of budget."""
+    return {key: float(value) for key, value in budget.items() if value is not None}
 
 
 def at_seen(track: Iterable[Kept], seen: Sequence[float] = SEEN) -> dict[float, Kept]:

@@ -218,16 +218,11 @@ def _prediction() -> dict[str, Any]:
                 "items": {"type": "string", "enum": ["AboveA", "BeyondEvidence", "SaysNothing"]},
             },
             "reach": _num("The budget's compute over the last fitted compute."),
-            "budgetSet": {
-                "type": "object",
-                "description": "The budget as set when the prediction was made (maxSteps, "
-                "maxComputeHours): the track record scores a prediction only against a run "
-                "that ended under the same one.",
-                "properties": {
-                    "maxSteps": _num("spec.budget.maxSteps then."),
-                    "maxComputeHours": _num("spec.budget.maxComputeHours then."),
-                },
-            },
+            "budgetSet": _budget_set(
+                "The budget as set when the prediction was made (maxSteps, maxComputeHours): "
+                "the track record scores a prediction only against a run that ended under the "
+                "same one."
+            ),
             "lawCheck": {
                 "type": "string",
                 "nullable": True,
@@ -363,6 +358,18 @@ def _prediction() -> dict[str, Any]:
     }
 
 
+def _budget_set(description: str) -> dict[str, Any]:
+    """A budget as set (`scalerl.fit.outlook.budget_set`); an unset limit is left out."""
+    return {
+        "type": "object",
+        "description": description,
+        "properties": {
+            "maxSteps": _num("spec.budget.maxSteps."),
+            "maxComputeHours": _num("spec.budget.maxComputeHours."),
+        },
+    }
+
+
 def _track_record() -> dict[str, Any]:
     """status.trackRecord (scalerl.operator.trackrecord)."""
     score = {
@@ -375,6 +382,19 @@ def _track_record() -> dict[str, Any]:
             "description": "Whether actual lies in predictedAtBudgetInterval (null without one).",
         },
         "width": _num("The width of predictedAtBudgetInterval.", nullable=True),
+        "void": {
+            "type": "boolean",
+            "description": "Made for another budget than the run ended under (the spec's "
+            "budget was changed): neither a hit nor a miss; error and inside are null.",
+        },
+        "voidReason": {"type": "string", "description": "Which budget it was made for."},
+        "censored": {
+            "type": "boolean",
+            "description": "The run was stopped by its prediction (budget.stopWhen) and never "
+            "reached its budget: counted apart, with what it read when stopped (actual); "
+            "error and inside are null.",
+        },
+        "censoredReason": {"type": "string", "description": "Why the run was stopped."},
     }
     kept = {
         "seen": _num("The fraction of the run this prediction stands for: the latest made by it."),
@@ -392,13 +412,15 @@ def _track_record() -> dict[str, Any]:
         "predictedAtBudget": _num("What it predicted the run would end at."),
         "predictedAtBudgetInterval": _interval("What an evaluation at the end would read, then."),
         "confidence": {"type": "string", "description": "The prediction's confidence then."},
+        "budgetSet": _budget_set("The budget it was made for."),
         **score,
     }
     return {
         "type": "object",
         "description": "How good the run's predictions were: the prediction that was the latest "
         "made by 25, 50 and 75 % of the run, scored against its last evaluation once it has "
-        "Succeeded (the operator's track record metrics pool them).",
+        "Succeeded or was stopped by its prediction (the operator's track record metrics pool "
+        "them).",
         "properties": {
             "predictions": {
                 "type": "array",
@@ -408,10 +430,17 @@ def _track_record() -> dict[str, Any]:
             "outcome": {
                 "type": "object",
                 "nullable": True,
-                "description": "Where the run ended (absent until it has Succeeded).",
+                "description": "Where the run ended (absent until it has Succeeded or was "
+                "stopped by its prediction).",
                 "properties": {
                     "passRate": _num("Its last evaluation."),
                     "computeHours": _num(f"Its compute ({COMPUTE_UNIT})."),
+                    "budgetSet": _budget_set("The budget it ended under."),
+                    "stopped": {
+                        "type": "string",
+                        "description": "Why budget.stopWhen stopped it (absent: it ran to "
+                        "its budget).",
+                    },
                 },
             },
         },
@@ -513,6 +542,13 @@ def sweep_status_schema() -> dict[str, Any]:
                 "Compute its early stop saved: its budget's end beyond its last evaluation.",
                 nullable=True,
             ),
+            "tiedWith": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Variants it is tied with: each one's A is bounded only from "
+                "below, and their fitted curves read within 0.02 of each other at the compute "
+                "all of them reached.",
+            },
         },
     }
     return {
@@ -520,7 +556,12 @@ def sweep_status_schema() -> dict[str, Any]:
         "properties": {
             "phase": {"type": "string", "enum": ["Running", "Succeeded", "Failed"]},
             "message": {"type": "string"},
-            "leader": {"type": "string", "nullable": True},
+            "leader": {
+                "type": "string",
+                "nullable": True,
+                "description": "The leaderboard's first variant, once it has a fit (where it is "
+                "tied with others, its row's tiedWith names them).",
+            },
             "leaderA": _num("The leader's A.", nullable=True),
             "running": {"type": "integer"},
             "stopped": {"type": "integer"},

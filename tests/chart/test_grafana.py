@@ -379,6 +379,8 @@ def test_how_good_the_predictions_were_reads_every_track_record_gauge_by_fractio
         "median error": "track_record_median_error",
         "median width": "track_record_median_width",
         "runs": "track_record_runs",
+        "void": "track_record_void",
+        "censored": "track_record_censored",
     }
     units = {
         o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}.get("unit")

@@ -47,6 +47,7 @@ from small_run import run_manifest
 
 from scalerl.metrics import RUN_GAUGES, RunMetrics
 from scalerl.operator.manifests import Images
+from scalerl.operator.trackrecord import with_prediction
 from scalerl.spec import parse_run
 
 CHILDREN = {
@@ -600,7 +601,8 @@ def test_an_operator_restart_creates_no_duplicates(
 
 def evaluations(count: int) -> dict[str, Any]:
     points = [
-        {"step": 10 * i, "computeHours": 1.0 + i, "passRate": 0.2 + 0.01 * i} for i in range(count)
+        {"step": 10 * i, "computeHours": 1.0 + i, "passRate": round(0.2 + 0.01 * i, 6)}
+        for i in range(count)
     ]
     return {"evaluations": points, "evaluationCount": count}
 
@@ -653,9 +655,20 @@ def test_a_hopeless_prediction_stops_the_run(plane: ControlPlane, ns: str, opera
         "confidence": "OK",
         "fittedAt": "2026-11-23T00:00:00Z",
     }
+    # What two fit Jobs kept (status.trackRecord), made for the budget as set.
+    made_for = {"maxSteps": parse_run(run_manifest(ns, **stop)).spec.budget.max_steps}
+    read = [
+        {"step": 10 * i, "computeHours": 10.0 * i, "passRate": round(0.2 + 0.01 * i, 6)}
+        for i in range(9)
+    ]
+    record = None
+    for count in (5, 9):
+        kept = {**hopeless, "budgetSet": made_for}
+        record = with_prediction(record, kept, read[:count])
     with operator():
         create_run(plane, ns, run_manifest(ns, **stop))
         gang_up(plane, ns, 0)
+        patch_run_status(plane, ns, {"evaluations": read, "trackRecord": record})
         patch_run_status(plane, ns, {"prediction": {**hopeless, "points": 7}})
         time.sleep(0.5)
         assert phase_is(plane, ns, "Starting")  # too few points to be sure
@@ -669,6 +682,19 @@ def test_a_hopeless_prediction_stops_the_run(plane: ControlPlane, ns: str, opera
     assert stopped is not None
     assert stopped["status"] == "True" and stopped["reason"] == "PredictedBelowTarget"
     assert "0.330" in stopped["message"]
+    # The run never reached its budget: its kept predictions are censored, not hits or misses,
+    # with what it read when stopped and why; the API server kept every field of it.
+    scored = status(plane, ns)["trackRecord"]
+    assert scored["outcome"] == {
+        "passRate": 0.28,
+        "computeHours": 80,
+        "budgetSet": made_for,
+        "stopped": stopped["message"].removeprefix("stopped: "),
+    }
+    assert len(scored["predictions"]) == 3  # both made by 25 % of the budget: the later, thrice
+    for row in scored["predictions"]:
+        assert row["censored"] and row["error"] is None and row["inside"] is None
+        assert row["budgetSet"] == made_for and row["actual"] == 0.28
 
 
 # --- deletion, kubectl, metrics ------------------------------------------------------------------

@@ -18,6 +18,7 @@ from runs import (
     create_run,
     ensure_crd,
     of_role,
+    patch_run,
     patch_run_status,
     phase_is,
     pods,
@@ -142,3 +143,45 @@ def gang_up_of(plane: ControlPlane, ns: str, name: str) -> list[dict[str, Any]]:
         )
 
     return wait_for(ready, f"the pods of {name}'s gang")
+
+
+def test_a_prediction_made_before_the_budget_was_edited_is_void(
+    plane: ControlPlane, ns: str, kubeconfig: Path
+) -> None:
+    metrics = RunMetrics()
+    fit_job = kube_from(plane.kubeconfig, "scalerl-fit")
+    spec = {
+        "fit": {"everyEvaluations": 10_000, "minCompute": 0},
+        "budget": {"maxComputeHours": BUDGET, "maxSteps": 100_000},
+    }
+    law = LAWS["r1"]
+    with in_thread(plane, kubeconfig, [ns], metrics=metrics):
+        create_run(plane, ns, run_manifest(ns, name="r3", **spec))
+        gang = gang_up_of(plane, ns, "r3")
+        set_running(plane, ns, gang)
+        wait_for(lambda: phase_is(plane, ns, "Running", "r3"), "r3 Running")
+        patch_run_status(plane, ns, {"evaluations": evaluations(law, 10)}, run="r3")
+        made = fit_run(RunStatus(fit_job, ns, "r3"), bootstrap=40)
+        assert made and made["budgetSet"] == {"maxSteps": 100_000, "maxComputeHours": BUDGET}
+        # `kubectl edit`: the user doubles the budget; the run ends under the new one.
+        patch_run(plane, ns, {"budget": {"maxComputeHours": 2 * BUDGET}}, run="r3")
+        patch_run_status(plane, ns, {"evaluations": evaluations(law, EVALUATIONS)}, run="r3")
+        set_phase(plane, ns, of_role(gang, "trainer"), "Succeeded", exit_code=0)
+        wait_for(lambda: phase_is(plane, ns, "Succeeded", "r3"), "r3 Succeeded")
+
+        def scored() -> dict[str, Any] | None:
+            record = status(plane, ns, "r3").get("trackRecord") or {}
+            return record if record.get("outcome") else None
+
+        record = wait_for(scored, "r3 scored")
+
+        def gauge(name: str) -> float | None:
+            labels = {"seen": "0.5"}
+            return metrics.registry.get_sample_value(f"scalerl_track_record_{name}", labels)
+
+        wait_for(lambda: gauge("void") == 1, "r3 pooled as void")
+    assert record["outcome"]["budgetSet"] == {"maxSteps": 100_000, "maxComputeHours": 2 * BUDGET}
+    for row in record["predictions"]:
+        assert row["void"] and row["error"] is None and row["inside"] is None
+        assert "'maxComputeHours': 200" in row["voidReason"]
+    assert gauge("coverage") is None and gauge("runs") == 1  # a void run is no hit and no miss

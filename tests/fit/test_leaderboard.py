@@ -102,3 +102,46 @@ def test_a_row_shows_the_weighted_fit_it_was_ranked_by_and_the_compute_its_stop_
     # 0.06 at that pace, well under maxComputeHours 0.5.
     assert row["computeSaved"] == 0.06 - 0.04
     assert (row["stopReason"], row["stopEvidence"], row["confidence"]) == ("why", "measured", "OK")
+
+
+def unbent(name: str, C_mid: float, end: float, seed: int) -> Entry:
+    """A variant whose curve has not bent by its last evaluation: its fit bounds A from below
+    only, and the bound grows with how far it ran."""
+    compute = np.linspace(0, end, 25)
+    rates = sample_curve(compute, 0.9, 1.0, C_mid, 0.2, noise=0.004, seed=seed)
+    return Entry(name, fit_curve(compute, rates, min_compute=0), compute, rates)
+
+
+def test_variants_bounded_only_from_below_rank_by_what_they_read_at_equal_compute() -> None:
+    # `long` ran four times as far: its bound is the highest, though at compute 100 (where all
+    # three have been) it reads lowest. `short` and `twin` read within 0.02 there: tied.
+    long, short = unbent("long", 2000, 400, 1), unbent("short", 900, 100, 2)
+    twin = unbent("twin", 950, 100, 3)
+    compute = np.linspace(0, 400, 41)
+    rates = sample_curve(compute, 0.5, 2.0, 40.0, 0.2, noise=0.004, seed=4)
+    closed = Entry("closed", fit_curve(compute, rates, min_compute=0), compute, rates)
+    entries = [long, short, twin, closed]
+    bounds = {e.name: e.fit.A_at_least for e in entries if e.fit is not None}
+    assert bounds["closed"] is None and bounds["long"] > bounds["short"] > bounds["twin"]
+    # Independently: each open fit's curve at the least last compute of the three.
+    reads = {e.name: float(e.fit.predict(100.0)) for e in (long, short, twin) if e.fit}
+    assert abs(reads["short"] - reads["twin"]) <= 0.02 < reads["twin"] - reads["long"]
+    for listed in itertools.permutations(entries):
+        # The closed variant's A (0.50) lies above every bound: it leads.
+        assert [e.name for e in rank(list(listed))] == ["closed", "short", "twin", "long"]
+    standings = [
+        Standing(e.name, RUN, "Running", Evaluations(np.arange(25), e.compute, e.pass_rate, None))
+        for e in entries
+    ]
+    tied = {row["name"]: row["tiedWith"] for row in board(standings, entries)}
+    assert tied == {"closed": [], "short": ["twin"], "twin": ["short"], "long": []}
+
+
+def test_an_open_variant_whose_bound_reaches_a_closed_one_s_a_goes_ahead_of_it() -> None:
+    compute = np.linspace(0, 400, 41)
+    rates = sample_curve(compute, 0.35, 2.0, 40.0, 0.2, noise=0.004, seed=4)
+    closed = Entry("closed", fit_curve(compute, rates, min_compute=0), compute, rates)
+    long = unbent("long", 2000, 400, 1)
+    assert long.fit is not None and closed.fit is not None
+    assert long.fit.A_at_least is not None and long.fit.A_at_least > closed.fit.A
+    assert [e.name for e in rank([closed, long])] == ["long", "closed"]

@@ -110,3 +110,72 @@ def test_the_operators_gauges_pool_the_scored_runs_by_fraction_seen() -> None:
     assert sample("median_error", "0.5") == pytest.approx(-0.02)
     metrics.forget("ns", "r1")
     assert sample("runs", "0.5") == 0 and sample("median_error", "0.5") is None
+
+
+SET = {"maxSteps": 200, "maxComputeHours": BUDGET}
+
+
+def made_for(record: dict[str, Any] | None, budget: dict[str, Any]) -> dict[str, Any] | None:
+    """`record` as fit Jobs keep it: each prediction with the budget it was made for (the API
+    server gives numbers back as it likes: 100 for 100.0, and drops a null limit)."""
+    assert record is not None
+    return {**record, "predictions": [{**p, "budgetSet": budget} for p in record["predictions"]]}
+
+
+def test_a_prediction_made_for_another_budget_is_void_not_a_miss() -> None:
+    # Two fits under maxSteps 200; `kubectl edit` then raised it to 300 and the run ended there.
+    kept = made_for(fitted_run({5: 0.5, 10: 0.6}), SET)
+    record = ended(kept, evaluations(21), {"maxSteps": 300, "maxComputeHours": BUDGET})
+    rows = scored_predictions(record)
+    assert rows is not None and rows
+    assert all(r["void"] and r["error"] is None and r["inside"] is None for r in rows)
+    assert "300" in rows[0]["voidReason"]
+    # The same budget, as the status gives it back (int for float, a null limit dropped): scored.
+    same = made_for(fitted_run({5: 0.5, 10: 0.6}), {"maxSteps": 200.0, "maxComputeHours": 100})
+    rows = scored_predictions(ended(same, evaluations(21), SET))
+    assert rows is not None
+    assert [r["void"] for r in rows] == [False] * 3
+    assert [r["error"] for r in rows] == pytest.approx([-0.1, 0.0, 0.0])
+    unset = made_for(fitted_run({5: 0.5}), {"maxSteps": 200})
+    rows = scored_predictions(
+        ended(unset, evaluations(21), {"maxSteps": 200, "maxComputeHours": None})
+    )
+    assert rows is not None and not rows[0]["void"]
+
+
+def test_a_run_stopped_by_its_prediction_is_censored_with_what_it_read() -> None:
+    reason = "the forecast at the budget is below 0.8: 0.61 [0.55, 0.67]"
+    record = ended(made_for(fitted_run({5: 0.5}), SET), evaluations(8), SET, stopped=reason)
+    assert record is not None
+    assert record["outcome"] == {
+        "passRate": evaluations(8)[-1]["passRate"],
+        "computeHours": 35.0,
+        "budgetSet": SET,
+        "stopped": reason,
+    }
+    rows = scored_predictions(record)
+    assert rows is not None
+    assert all(r["censored"] and r["error"] is None and r["inside"] is None for r in rows)
+    assert rows[0]["censoredReason"].endswith(reason)
+
+
+def test_the_operators_gauges_count_void_and_censored_runs_apart() -> None:
+    metrics = RunMetrics()
+    scored = ended(made_for(fitted_run({5: 0.5, 10: 0.58, 15: 0.61}), SET), evaluations(21), SET)
+    edited = {"maxSteps": 400, "maxComputeHours": BUDGET}
+    void = ended(made_for(fitted_run({5: 0.9, 10: 0.9, 15: 0.9}), SET), evaluations(21), edited)
+    stopped = ended(made_for(fitted_run({5: 0.1}), SET), evaluations(8), SET, stopped="A < 0.8")
+    for name, record in {"scored": scored, "void": void, "stopped": stopped}.items():
+        metrics.track_record.set_run("ns", name, scored_predictions(record))
+
+    def sample(name: str, seen: str) -> float | None:
+        return metrics.registry.get_sample_value(f"scalerl_track_record_{name}", {"seen": seen})
+
+    # Only the scored run counts in coverage and error: the void run's 0.9 would be a miss.
+    assert sample("coverage", "0.5") == 1.0
+    assert sample("median_error", "0.5") == pytest.approx(-0.02)
+    assert sample("void", "0.5") == 1
+    # The stopped run's one prediction, made at 20 % of its budget, is the latest by each
+    # fraction: it counts as censored at all three, never as a hit or a miss.
+    assert [sample("censored", s) for s in ("0.25", "0.5", "0.75")] == [1, 1, 1]
+    assert sample("runs", "0.5") == 3

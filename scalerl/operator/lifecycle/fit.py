@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scalerl.operator import children, names
+from scalerl.operator.lifecycle.gang import score_track_record
 from scalerl.operator.lifecycle.state import (
     FAILED,
     LIVE,
@@ -78,6 +79,7 @@ def stop(ctx: Context, run_obj: dict[str, Any], reason: str) -> None:
         ],
     )
     if written:
+        score_track_record(ctx.status, stopped=reason)
         children.remove_workloads(ctx.kube, ctx.owner, queued=queued(run_obj))
         ctx.emit(run_obj, WARNING, "PredictedBelowTarget", message)
 

@@ -369,14 +369,19 @@ def finish(ctx: Context, run_obj: dict[str, Any], message: str) -> None:
         ctx.emit(run_obj, NORMAL, "BudgetReached", message)
 
 
-def score_track_record(status: RunStatus) -> None:
-    """The run has Succeeded: score the predictions its fits kept (status.trackRecord) against
-    its last evaluation. A fit Job may write the record meanwhile: read-modify-write."""
+def score_track_record(status: RunStatus, stopped: str | None = None) -> None:
+    """The run has ended (Succeeded, or `stopped` by its prediction for that reason): score the
+    predictions its fits kept (status.trackRecord) against its last evaluation, under the budget
+    its spec holds now (a prediction made for another is void). A fit Job may write the record
+    meanwhile: read-modify-write."""
+    from scalerl.fit.outlook import budget_set  # late: scalerl.fit loads scipy
 
     def change(run: dict[str, Any]) -> dict[str, Any] | None:
         current = status_of(run)
         kept = current.get(trackrecord.TRACK_RECORD)
-        record = trackrecord.ended(kept, current.get("evaluations") or [])
+        parsed, _ = parse(run)
+        budget = None if parsed is None else budget_set(parsed.spec.budget)
+        record = trackrecord.ended(kept, current.get("evaluations") or [], budget, stopped)
         return None if record is None or record == kept else {trackrecord.TRACK_RECORD: record}
 
     status.update(change)
