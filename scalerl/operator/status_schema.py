@@ -375,11 +375,12 @@ def _track_record() -> dict[str, Any]:
     score = {
         "actual": _num("The run's last evaluation (outcome.passRate)."),
         "actualCompute": _num(f"Its compute ({COMPUTE_UNIT})."),
-        "error": _num("predictedAtBudget - actual."),
+        "error": _num("predictedAtBudget - actual (null where void or censored).", nullable=True),
         "inside": {
             "type": "boolean",
             "nullable": True,
-            "description": "Whether actual lies in predictedAtBudgetInterval (null without one).",
+            "description": "Whether actual lies in predictedAtBudgetInterval (null without "
+            "one, or where void or censored).",
         },
         "width": _num("The width of predictedAtBudgetInterval.", nullable=True),
         "void": {

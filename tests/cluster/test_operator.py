@@ -656,7 +656,8 @@ def test_a_hopeless_prediction_stops_the_run(plane: ControlPlane, ns: str, opera
         "fittedAt": "2026-11-23T00:00:00Z",
     }
     # What two fit Jobs kept (status.trackRecord), made for the budget as set.
-    made_for = {"maxSteps": parse_run(run_manifest(ns, **stop)).spec.budget.max_steps}
+    budget = parse_run(run_manifest(ns, **stop)).spec.budget
+    made_for = {"maxSteps": budget.max_steps, "maxComputeHours": budget.max_compute_hours}
     read = [
         {"step": 10 * i, "computeHours": 10.0 * i, "passRate": round(0.2 + 0.01 * i, 6)}
         for i in range(9)
