@@ -45,8 +45,8 @@ from scalerl.generator.colocation import Colocation, Turnstile
 
 # EngineConfig and prepare_vllm_environment are named from here by the engine's callers.
 from scalerl.generator.engine_config import EngineConfig as EngineConfig
+from scalerl.generator.engine_config import cpu_kv_cache_bytes, whole_prefills
 from scalerl.generator.engine_config import prepare_vllm_environment as prepare_vllm_environment
-from scalerl.generator.engine_config import whole_prefills
 from scalerl.generator.inproc import InprocLLM
 from scalerl.generator.length import Allowance, LengthControl, Sampler, Segment
 from scalerl.generator.tokens import eos_ids, think_end_id
@@ -126,9 +126,13 @@ class GenerationEngine:
     def _separate_process(self) -> bool:
         if self.config.separate_process is not None:
             return self.config.separate_process
+        return not self._on_cpu()
+
+    @staticmethod
+    def _on_cpu() -> bool:
         from vllm.platforms import current_platform
 
-        return not current_platform.is_cpu()
+        return bool(current_platform.is_cpu())
 
     def _engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
@@ -148,6 +152,7 @@ class GenerationEngine:
             logprobs_mode="processed_logprobs",
             hf_overrides={"head_dtype": "float32"} if config.fp32_lm_head else {},
             disable_log_stats=True,
+            kv_cache_memory_bytes=cpu_kv_cache_bytes(config) if self._on_cpu() else None,
             # Colocated on a GPU: the engine's memory is released while the trainer steps.
             enable_sleep_mode=colocation is not None and colocation.sleep,
             **whole_prefills(config),

@@ -16,6 +16,13 @@ from scalerl.spec import THINK_END, LoraSpec
 Dtype = Literal["float32", "bfloat16", "float16"]
 # vLLM's own default for an engine on a CPU: tokens one engine step may compute.
 CPU_BATCHED_TOKENS = 4096
+# vLLM's own default on a CPU: sequences one engine step may hold (its max_num_seqs).
+CPU_SEQUENCES = 256
+# The KV cache on a CPU holds CPU_SEQUENCES sequences of max_model_len, within these bounds: vLLM
+# zeroes the whole cache at start (a GiB took ~2 s of every generator start on 2 cores, for a
+# test model whose 256 longest sequences need 62 MiB).
+KV_CACHE_MIN_BYTES = 32 * 2**20
+KV_CACHE_MAX_BYTES = 2**30
 
 
 @dataclass(frozen=True)
@@ -25,8 +32,9 @@ class EngineConfig:
     `fp32_lm_head`: compute the logits in FP32 (paper: raises the asymptote 0.52 -> 0.61); vLLM
     does it natively with `hf_overrides={"head_dtype": "float32"}`. `temperature`: sampling
     temperature; recorded log-probs are of the tempered distribution. `seed`: seeds vLLM and the
-    cutoff draws. `kv_cache_gib`: KV cache size on CPU (ignored on GPUs, which size it from
-    free memory). `run_dir`: where vLLM's IPC sockets go (a fresh temporary directory if None).
+    cutoff draws. `kv_cache_bytes`: KV cache size on CPU (None: sized for the model,
+    `cpu_kv_cache_bytes`; ignored on GPUs, which size it from free memory). `run_dir`: where
+    vLLM's IPC sockets go (a fresh temporary directory if None).
     `lora`: serve the base with one adapter slot; each version is an adapter
     (`scalerl.generator.adapters`). `separate_process`: vLLM's engine core in a process of its
     own (`AsyncLLM`) or in this one (`scalerl.generator.inproc`); None: its own on an accelerator,
@@ -44,7 +52,7 @@ class EngineConfig:
     phrase: str
     plan: InterruptionPlan
     think_end: str | None = THINK_END  # None: a model that does not think (one answer phase)
-    kv_cache_gib: int = 1
+    kv_cache_bytes: int | None = None
     run_dir: str | None = None
     lora: LoraSpec | None = None
     separate_process: bool | None = None
@@ -56,20 +64,43 @@ class EngineConfig:
             raise InputError(f"max_model_len must be > 0 tokens; got {self.max_model_len}")
         if self.temperature < 0:
             raise InputError(f"temperature must be >= 0; got {self.temperature}")
-        if self.kv_cache_gib <= 0:
-            raise InputError(f"kv_cache_gib must be > 0; got {self.kv_cache_gib}")
+        if self.kv_cache_bytes is not None and self.kv_cache_bytes <= 0:
+            raise InputError(f"kv_cache_bytes must be > 0; got {self.kv_cache_bytes}")
 
 
 def prepare_vllm_environment(config: EngineConfig) -> None:
     """Set the environment vLLM reads at import and start-up; call before importing vllm.
 
-    Idempotent. On CPU: a fixed KV cache (the default sizing fails on small VMs), no TorchDynamo
-    (the first log-prob request would stall compiling a kernel), a single engine-core process.
+    Idempotent. On CPU: no TorchDynamo (the first log-prob request would stall compiling a
+    kernel), a single engine-core process. (The KV cache's size is an engine argument,
+    `cpu_kv_cache_bytes`: vLLM's default sizing fails on small VMs.)
     """
     os.environ["VLLM_RPC_BASE_PATH"] = str(_rpc_dir(config))  # else sockets pile up in $TMPDIR
-    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_gib)
     os.environ["TORCHDYNAMO_DISABLE"] = "1"
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+
+def cpu_kv_cache_bytes(config: EngineConfig) -> int:
+    """The KV cache of an engine on a CPU: `config.kv_cache_bytes` where set, else room for
+    CPU_SEQUENCES sequences of max_model_len of this model (keys and values of every layer, in
+    its dtype), within KV_CACHE_MIN_BYTES and KV_CACHE_MAX_BYTES; the most where the model's
+    config does not say its shape."""
+    if config.kv_cache_bytes is not None:
+        return config.kv_cache_bytes
+    from transformers import AutoConfig
+
+    try:
+        text = AutoConfig.from_pretrained(config.model_path).get_text_config()
+        heads = int(text.num_attention_heads)
+        kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+        layers = int(text.num_hidden_layers)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return KV_CACHE_MAX_BYTES
+    width = 4 if config.dtype == "float32" else 2
+    per_token = 2 * layers * kv_heads * head_dim * width
+    need = per_token * config.max_model_len * CPU_SEQUENCES
+    return min(KV_CACHE_MAX_BYTES, max(KV_CACHE_MIN_BYTES, need))
 
 
 def _rpc_dir(config: EngineConfig) -> Path:
