@@ -13,6 +13,11 @@ step), `stop` (the last step to `scalerl run`'s exit: final checkpoint, processe
 last fit) and, with a kill, `restart` (the kill to the next step); then `imports`, one process's
 import of the trainer's and a generator's modules (vLLM), one after the other on an idle core,
 and the ratio start / imports: what a gang's start costs beyond loading its code.
+
+`--compare-kv` runs it twice more, each without a kill: the generators' KV cache sized for the
+model (what runs get) and the fixed GiB of before (`VLLM_CPU_KVCACHE_SPACE=1`, which vLLM reads
+over the engine's argument), and prints each one's start and the CPU seconds its generators had
+used by the step-0 evaluation (vLLM zeroes the whole cache at start).
 """
 
 from __future__ import annotations
@@ -50,13 +55,31 @@ def step_of(out: Path) -> int:
         return -1
 
 
-def timed_run(folder: Path, steps: int, kill_at: int | None, generators: int) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process `pid` has used (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_run(
+    folder: Path,
+    steps: int,
+    kill_at: int | None,
+    generators: int,
+    env: dict[str, str] | None = None,
+) -> dict[str, float]:
     spec = write_variant(EXAMPLES / "local.yaml", folder / "run.yaml", small(steps, generators))
     out = folder / "run"
     begun = time.monotonic()
     marks: dict[str, float] = {}
     proc = subprocess.Popen(
-        run_command(spec, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        run_command(spec, out),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     killed_step = None
     while proc.poll() is None:
@@ -66,6 +89,10 @@ def timed_run(folder: Path, steps: int, kill_at: int | None, generators: int) ->
         history = out / "history.jsonl"
         if "evaluated" not in marks and history.exists() and history.read_text().strip():
             marks["evaluated"] = now
+            processes = json.loads((out / "processes.json").read_text())
+            marks["generator_cpu"] = sum(
+                cpu_seconds(p["pid"]) for role, p in processes.items() if role.startswith("gen")
+            )
         step = step_of(out)
         if kill_at is not None and killed_step is None and step >= kill_at:
             trainer = json.loads((out / "processes.json").read_text())["trainer-0"]
@@ -93,7 +120,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--kill-at", type=int, default=3, help="0: no kill")
     parser.add_argument("--generators", type=int, default=2)
+    parser.add_argument("--compare-kv", action="store_true", help="sized KV cache against 1 GiB")
     args = parser.parse_args()
+    if args.compare_kv:
+        compare_kv(args.steps, args.generators)
+        return
     with tempfile.TemporaryDirectory(prefix="start-bench-") as tmp:
         marks = timed_run(Path(tmp), args.steps, args.kill_at or None, args.generators)
     imports = import_seconds("scalerl.trainer.main") + import_seconds(
@@ -108,6 +139,19 @@ def main() -> None:
     print(f"stop     {marks['exited'] - marks['trained']:6.1f} s")
     print(f"imports  {imports:6.1f} s (trainer + one generator, one after the other)")
     print(f"start / imports = {start / imports:.2f}")
+
+
+def compare_kv(steps: int, generators: int) -> None:
+    starts = {}
+    for name, env in (("sized", {}), ("1 GiB", {"VLLM_CPU_KVCACHE_SPACE": "1"})):
+        with tempfile.TemporaryDirectory(prefix="start-bench-") as tmp:
+            marks = timed_run(Path(tmp), steps, None, generators, env)
+        starts[name] = marks["evaluated"] - marks["launched"]
+        print(
+            f"KV cache {name:6}: start {starts[name]:5.1f} s, generators' CPU by the step-0 "
+            f"evaluation {marks['generator_cpu']:5.1f} s"
+        )
+    print(f"start, sized / 1 GiB = {starts['sized'] / starts['1 GiB']:.2f}")
 
 
 if __name__ == "__main__":

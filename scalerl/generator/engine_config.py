@@ -16,11 +16,13 @@ from scalerl.spec import THINK_END, LoraSpec
 Dtype = Literal["float32", "bfloat16", "float16"]
 # vLLM's own default for an engine on a CPU: tokens one engine step may compute.
 CPU_BATCHED_TOKENS = 4096
-# vLLM's own default on a CPU: sequences one engine step may hold (its max_num_seqs).
+# vLLM's own defaults on a CPU: sequences one engine step may hold (its max_num_seqs), and the
+# tokens of one KV cache block (a sequence takes whole blocks).
 CPU_SEQUENCES = 256
+CPU_BLOCK_TOKENS = 128
 # The KV cache on a CPU holds CPU_SEQUENCES sequences of max_model_len, within these bounds: vLLM
 # zeroes the whole cache at start (a GiB took ~2 s of every generator start on 2 cores, for a
-# test model whose 256 longest sequences need 62 MiB).
+# test model whose 256 longest sequences need 64 MiB).
 KV_CACHE_MIN_BYTES = 32 * 2**20
 KV_CACHE_MAX_BYTES = 2**30
 
@@ -82,9 +84,9 @@ def prepare_vllm_environment(config: EngineConfig) -> None:
 
 def cpu_kv_cache_bytes(config: EngineConfig) -> int:
     """The KV cache of an engine on a CPU: `config.kv_cache_bytes` where set, else room for
-    CPU_SEQUENCES sequences of max_model_len of this model (keys and values of every layer, in
-    its dtype), within KV_CACHE_MIN_BYTES and KV_CACHE_MAX_BYTES; the most where the model's
-    config does not say its shape."""
+    CPU_SEQUENCES sequences of max_model_len (in whole blocks) of this model (keys and values of
+    every layer, in its dtype), within KV_CACHE_MIN_BYTES and KV_CACHE_MAX_BYTES; the most where
+    the model's config does not say its shape."""
     if config.kv_cache_bytes is not None:
         return config.kv_cache_bytes
     from transformers import AutoConfig
@@ -99,7 +101,8 @@ def cpu_kv_cache_bytes(config: EngineConfig) -> int:
         return KV_CACHE_MAX_BYTES
     width = 4 if config.dtype == "float32" else 2
     per_token = 2 * layers * kv_heads * head_dim * width
-    need = per_token * config.max_model_len * CPU_SEQUENCES
+    blocks = -(-config.max_model_len // CPU_BLOCK_TOKENS)
+    need = per_token * blocks * CPU_BLOCK_TOKENS * CPU_SEQUENCES
     return min(KV_CACHE_MAX_BYTES, max(KV_CACHE_MIN_BYTES, need))
 
 
