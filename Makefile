@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # this process.
 TEST_WORKERS ?= 3
 
-.PHONY: setup test test-fast demo bench lint clean crds images base-image cluster-bins trackio-venv test-images
+.PHONY: setup test test-fast demo bench lint clean crds images base-image cluster-bins trackio-venv test-images test-builtins
 
 setup: $(STAMP)
 
@@ -36,13 +36,19 @@ cluster-bins:
 # Everything: unit tests, the slow end-to-end runs (real processes, vLLM on CPU) and the tests on
 # the real control plane (tests/cluster), in TEST_WORKERS workers. GPU tests skip where there is
 # no GPU. pytest lists the 30 slowest at the end (pyproject's addopts): where the time goes.
-test: setup cluster-bins trackio-venv test-images
+test: setup cluster-bins trackio-venv test-images test-builtins
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The operator's image from this checkout, which the cluster tests run with Podman (cached by the
 # hash of its inputs; where Podman is missing this says so and the tests fail under CI, skip else).
 test-images: setup
 	$(BIN)/python tests/cluster/containers.py
+
+# The built-in models and data the tests run (builtin:demo, chat-arith, code, math-code,
+# tool-arith; several are warmed up by training) into ~/.cache/scalerl once: about 4 minutes cold
+# on 2 cores, instant when built, so that no test's timeout pays a first build.
+test-builtins: setup
+	$(BIN)/python -m scalerl.demo.builtins
 
 # trackio, which pins pillow below 13, in a venv of its own for tests/tracking (cached in
 # ~/.cache/scalerl; instant once built).

@@ -115,3 +115,23 @@ def test_real_cached_builtins_resolve_without_torch() -> None:
     paths, modules = resolve_in_fresh_interpreter(list(expected), dict(os.environ))
     assert modules & HEAVY == set()
     assert paths == expected
+
+
+def test_make_test_builds_each_builtin_once_before_the_tests(tmp_path: Path) -> None:
+    """`python -m scalerl.demo.builtins` (make test-builtins): cached entries are found, not
+    built again, and each is named with its model folder; an unknown name is refused."""
+    for cache_name, params in ENTRIES.values():
+        entry = tmp_path / f"{cache_name}-{params.key()}"
+        entry.mkdir()
+        (entry / MANIFEST).write_text("{}\n")
+    env = {**os.environ, "SCALERL_CACHE": str(tmp_path)}
+    command = [sys.executable, "-m", "scalerl.demo.builtins"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    built = {line.split()[0]: Path(line.split()[1]) for line in done.stdout.splitlines()}
+    assert set(built) == {f"builtin:{n}" for n in BUILDERS if n != "chat-arith-25m"}
+    for name, path in built.items():
+        cache_name, params = ENTRIES[name.removeprefix("builtin:")]
+        assert path.parent == tmp_path / f"{cache_name}-{params.key()}"
+    refused = subprocess.run([*command, "nope"], env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "unknown built-in 'nope'" in refused.stderr
