@@ -10,6 +10,7 @@ header, then 32 KiB blocks of chunks (CRC (4 bytes), length (2, little-endian), 
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,13 +38,28 @@ def records(data: bytes) -> Iterator[bytes]:
             yield pending
 
 
+def offline_folders(run_dir: Path, run_id: str) -> list[Path]:
+    """The offline folders of W&B run `run_id` under `run_dir`, oldest first. W&B names each
+    `offline-run-<YYYYmmdd_HHMMSS>-<id>`, and a second attempt started within the same second
+    `...-<id>-1` (then -2, ...): those count too. Another run's folder (`<id>-fit`) does not."""
+    name = re.compile(rf"offline-run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?")
+    found = []
+    for folder in (run_dir / "wandb").glob("offline-run-*"):
+        if match := name.fullmatch(folder.name):
+            found.append((match.group(1), int(match.group(2) or 0), folder))
+    return [folder for _, _, folder in sorted(found)]
+
+
 def last_step(run_dir: Path, run_id: str) -> int:
     """The highest history step in the offline files of W&B run `run_id` under `run_dir`
     (-1: none)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     last = -1
-    for path in (run_dir / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"):
+    for folder in offline_folders(run_dir, run_id):
+        path = folder / f"run-{run_id}.wandb"
+        if not path.is_file():
+            continue
         for data in records(path.read_bytes()):
             record = pb.Record()  # type: ignore[attr-defined]  # chosen by protobuf version
             try:
