@@ -181,12 +181,12 @@ def rank(entries: Sequence[Entry]) -> list[Entry]:
 
 def ties(entries: Sequence[Entry]) -> dict[str, list[str]]:
     """For each open variant tied with others at equal compute (module text), their names."""
-    out: dict[str, list[str]] = {}
-    for tied in _open_sets(entries):
-        for e in tied:
-            if len(tied) > 1:
-                out[e.name] = [other.name for other in tied if other is not e]
-    return out
+    return {
+        e.name: [other.name for other in tied if other is not e]
+        for tied in _open_sets(entries)
+        if len(tied) > 1
+        for e in tied
+    }
 
 
 def _open_sets(entries: Sequence[Entry]) -> list[list[Entry]]:
