@@ -140,10 +140,8 @@ def board(
     has fitted them already: `entry_of` each), ranked, one row each."""
     by_name = {s.name: s for s in standings}
     entries = [entry_of(s) for s in standings] if entries is None else entries
-    tied = ties(entries)
-    return [
-        {**row(by_name[e.name], e.fit), "tiedWith": tied.get(e.name, [])} for e in rank(entries)
-    ]
+    ranked, tied = _order(entries)
+    return [{**row(by_name[e.name], e.fit), "tiedWith": tied.get(e.name, [])} for e in ranked]
 
 
 def entry_of(standing: Standing) -> Entry:
@@ -160,6 +158,11 @@ def entry_of(standing: Standing) -> Entry:
 
 def rank(entries: Sequence[Entry]) -> list[Entry]:
     """Best first by the rule of the module's text; the same for any order of `entries`."""
+    return _order(entries)[0]
+
+
+def _order(entries: Sequence[Entry]) -> tuple[list[Entry], dict[str, list[str]]]:
+    """`rank`'s order, and for each open variant tied with others, their names."""
     closed = sorted(
         (e for e in entries if e.fit is not None and e.fit.A_at_least is None),
         key=lambda e: (-_a(e), e.name),
@@ -171,22 +174,16 @@ def rank(entries: Sequence[Entry]) -> list[Entry]:
         closed = closed[len(group) :]
         ranked += _by_b(group)
     merged: list[Entry] = []
+    ties: dict[str, list[str]] = {}
     for tied in _open_sets(entries):  # each set ahead of the closed ones its best bound reaches
         bound = max(_a(e) for e in tied)
         while ranked and _a(ranked[0]) > bound:
             merged.append(ranked.pop(0))
         merged += tied
-    return merged + ranked + sorted((e for e in entries if e.fit is None), key=lambda e: e.name)
-
-
-def ties(entries: Sequence[Entry]) -> dict[str, list[str]]:
-    """For each open variant tied with others at equal compute (module text), their names."""
-    return {
-        e.name: [other.name for other in tied if other is not e]
-        for tied in _open_sets(entries)
-        if len(tied) > 1
-        for e in tied
-    }
+        if len(tied) > 1:
+            ties.update({e.name: [o.name for o in tied if o is not e] for e in tied})
+    unfitted = sorted((e for e in entries if e.fit is None), key=lambda e: e.name)
+    return merged + ranked + unfitted, ties
 
 
 def _open_sets(entries: Sequence[Entry]) -> list[list[Entry]]:

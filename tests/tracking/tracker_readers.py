@@ -23,6 +23,7 @@ from tensorboard.backend.event_processing.event_accumulator import (
 )
 
 from scalerl.tracking.to_mlflow import RUN_TAG
+from scalerl.tracking.wandb_offline import offline_folders
 
 
 def mlflow_run(uri: str, experiment: str, run_id: str) -> Any:
@@ -79,31 +80,11 @@ def wandb_records(path: Path) -> list[Any]:
     return records
 
 
-def wandb_folders(run_dir: Path, run_id: str) -> list[Path]:
-    """W&B's offline folders of run `run_id`, in the order they were made: a second attempt
-    started in the same second as the first gets the first's name with "-1" added."""
-
-    def order(folder: Path) -> tuple[str, int]:
-        stamp, _, rest = folder.name.removeprefix("offline-run-").partition("-")
-        return stamp, int(rest.removeprefix(run_id).removeprefix("-") or 0)
-
-    folders = [
-        folder
-        for folder in (run_dir / "wandb").glob("offline-run-*")
-        if folder.name.split("-", 3)[-1] == run_id
-        or (
-            folder.name.split("-", 3)[-1].rsplit("-", 1)[0] == run_id
-            and folder.name.rsplit("-", 1)[-1].isdigit()
-        )
-    ]
-    return sorted(folders, key=order)
-
-
 def wandb_history(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
     """Every history row of every offline folder of W&B run `run_id` in `run_dir`, in order
     (a resumed run adds a folder): `_step` and the logged keys, values decoded from JSON."""
     rows = []
-    folders = wandb_folders(run_dir, run_id)
+    folders = offline_folders(run_dir, run_id)  # its naming: tests/tracking/test_wandb_offline
     assert folders, f"no offline W&B folder for {run_id} in {run_dir}"
     for folder in folders:
         for record in wandb_records(folder / f"run-{run_id}.wandb"):
@@ -119,7 +100,7 @@ def wandb_history(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
 
 def wandb_config(run_dir: Path, run_id: str) -> dict[str, Any]:
     config: dict[str, Any] = {}
-    for folder in wandb_folders(run_dir, run_id):
+    for folder in offline_folders(run_dir, run_id):
         for record in wandb_records(folder / f"run-{run_id}.wandb"):
             kind = record.WhichOneof("record_type")
             items = record.config.update if kind == "config" else []
