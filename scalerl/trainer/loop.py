@@ -112,7 +112,9 @@ class Trainer:
             self.channel.send(g, start)
         self.publisher.start(self.channel, count)
         if self.state.version > 0:  # resumed: generators start from the base weights
-            self.broadcast_weights()
+            # Start-up, in the profile as on the compute clock: not the broadcast phase, else
+            # the profile's training time (wall less start and evaluations) took it as a step's.
+            self.publish()
         self.broadcast_version = self.state.version
 
     def receive(self, timeout_s: float) -> None:
@@ -160,11 +162,15 @@ class Trainer:
             self.channel.broadcast(MoreRollouts(version=version))
             return
         with self.phases.timing("broadcast"):
-            published = self.publisher.publish(self.policy, version)
-            self.metrics.weight_sync_seconds.observe(published.seconds)
-            self.sync_seconds = published.seconds
-            self.metrics.weight_sync_bytes.set(published.bytes)
-        self.broadcast_version = version
+            self.publish()
+
+    def publish(self) -> None:
+        """Send the policy as it is now, in whatever phase the caller is timing."""
+        published = self.publisher.publish(self.policy, self.state.version)
+        self.metrics.weight_sync_seconds.observe(published.seconds)
+        self.sync_seconds = published.seconds
+        self.metrics.weight_sync_bytes.set(published.bytes)
+        self.broadcast_version = self.state.version
 
     # --- training --------------------------------------------------------------------------------
 

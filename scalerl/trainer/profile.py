@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PHASES = (
-    "start",  # the generators' start-up (vLLM) until the weight-sync group is formed
+    "start",  # the generators' start-up (vLLM) to the sync group, and a resumed run's weights
     "wait_rollouts",  # blocked until the generators deliver a batch's groups
     "build_batch",  # advantages, filters, padding
     "forward_backward",  # every micro-batch's forward and backward
@@ -25,8 +25,8 @@ PHASES = (
 
 
 class Phases:
-    """Seconds per phase. Phases may nest (a resumed run's start-up broadcasts weights): time
-    goes to the innermost phase only, so the phases never overlap and add up to the wall time."""
+    """Seconds per phase. Phases may nest: time goes to the innermost phase only, so the phases
+    never overlap and add up to the wall time."""
 
     def __init__(self, spent: dict[str, float] | None = None) -> None:
         """`spent`: the totals of earlier attempts (`totals()` as a checkpoint saved them)."""

@@ -13,7 +13,7 @@ def test_a_phase_inside_another_counts_once_and_the_phases_add_up_to_the_wall() 
     outside = time.perf_counter()
     with phases.timing("start"):
         time.sleep(0.02)
-        with phases.timing("broadcast"):  # a resumed run sends its weights while starting
+        with phases.timing("broadcast"):  # e.g. a phase timed inside another's
             time.sleep(0.03)
         time.sleep(0.01)
         phases.add("forward_backward", 0.01)  # measured by the step itself, inside "start"
