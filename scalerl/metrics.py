@@ -158,6 +158,31 @@ TRAINER_DOMAIN_GAUGES = {
         "Standard error of eval_domain_pass_rate, from that domain's per-prompt means."
     ),
 }
+# Train-inference mismatch of the last step's trained tokens (scalerl.recipe.mismatch), labelled
+# with `lag` besides the run's labels: the trainer's version minus the version that sampled the
+# token. Lag "0" is the engines' numeric mismatch alone; a lag absent from the last step has no
+# series.
+LAG_LABELS = (*LABELS, "lag")
+TRAINER_LAG_GAUGES = {
+    "mismatch_kl": (
+        "k3 estimate of KL(generator || trainer) over the last step's trained tokens of this"
+        " policy lag; lag 0: train-inference mismatch alone."
+    ),
+    "mismatch_logprob_abs_mean": "Mean |trainer log-prob - generator log-prob| over those tokens.",
+    "mismatch_logprob_abs_max": "Largest |trainer - generator log-prob| of those tokens.",
+    "mismatch_ratio_outside_fraction": (
+        "Fraction of those tokens whose trainer/generator probability ratio leaves [0.8, 1.25]."
+    ),
+    "mismatch_tokens": "Trained tokens of the last step with this policy lag.",
+}
+# Lag gauge -> the figure of `scalerl.recipe.mismatch.LagFigures` it shows.
+TRAINER_LAG_FIELDS = {
+    "mismatch_kl": "kl",
+    "mismatch_logprob_abs_mean": "abs_mean",
+    "mismatch_logprob_abs_max": "abs_max",
+    "mismatch_ratio_outside_fraction": "outside",
+    "mismatch_tokens": "tokens",
+}
 HISTOGRAMS = {
     "weight_sync_seconds": "Seconds to send (trainer) or receive and load (generator) weights.",
     "step_seconds": "Seconds of one optimizer step (forward, backward, update).",
@@ -232,7 +257,7 @@ def all_metric_names() -> set[str]:
     """Every series name as Prometheus stores it (counters with `_total`, histogram parts)."""
     names = {f"{PREFIX}{n}_total" for n in {**GENERATOR_COUNTERS, **TRAINER_COUNTERS}}
     names |= {f"{PREFIX}{n}" for n in {**GENERATOR_GAUGES, **TRAINER_GAUGES, **RUN_GAUGES}}
-    names |= {f"{PREFIX}{n}" for n in TRAINER_DOMAIN_GAUGES}
+    names |= {f"{PREFIX}{n}" for n in {**TRAINER_DOMAIN_GAUGES, **TRAINER_LAG_GAUGES}}
     names |= {f"{PREFIX}{n}" for n in TRACK_RECORD_GAUGES}
     for n in {**HISTOGRAMS, **GENERATOR_HISTOGRAMS}:
         names |= {f"{PREFIX}{n}_{part}" for part in ("bucket", "sum", "count")}
@@ -309,6 +334,11 @@ class TrainerMetrics(_Metrics):
             name: Gauge(PREFIX + name, doc, DOMAIN_LABELS, registry=self.registry)
             for name, doc in TRAINER_DOMAIN_GAUGES.items()
         }
+        self._by_lag = {
+            name: Gauge(PREFIX + name, doc, LAG_LABELS, registry=self.registry)
+            for name, doc in TRAINER_LAG_GAUGES.items()
+        }
+        self._lags: set[str] = set()  # the lags of the last step that set them
 
     def set_unscored(self, unscored: int, reasons: dict[str, int], excluded: bool) -> None:
         """The last evaluation's unscored samples, in all and by reason, and whether the fit
@@ -329,6 +359,18 @@ class TrainerMetrics(_Metrics):
             self._by_domain["eval_domain_pass_rate"].labels(**labels).set(rate["pass_rate"])
             stderr = self._by_domain["eval_domain_pass_rate_stderr"]
             stderr.labels(**labels).set(rate["pass_rate_se"])
+
+    def set_mismatch(self, by_lag: dict[int, dict[str, float]]) -> None:
+        """The last step's mismatch figures per policy lag; a lag it did not train on loses its
+        series (else a lag seen once would show its old figures for ever)."""
+        lags = {str(lag) for lag in by_lag}
+        for name, key in TRAINER_LAG_FIELDS.items():
+            gauge = self._by_lag[name]
+            for gone in self._lags - lags:
+                gauge.remove(*self._labels.values(), gone)
+            for lag, figures in by_lag.items():
+                gauge.labels(**self._labels, lag=str(lag)).set(figures[key])
+        self._lags = lags
 
 
 class RunMetrics:

@@ -282,6 +282,7 @@ def metrics_page() -> str:
             lines += metric_rows(table, kind)
         if title == "Trainer":
             lines += metric_rows(metrics.TRAINER_DOMAIN_GAUGES, "gauge", metrics.DOMAIN_LABELS)
+            lines += metric_rows(metrics.TRAINER_LAG_GAUGES, "gauge", metrics.LAG_LABELS)
         lines.append("")
     lines += ["## Track record (the operator, over the finished runs it manages)", "", *header]
     lines += metric_rows(metrics.TRACK_RECORD_GAUGES, "gauge", metrics.TRACK_RECORD_LABELS)

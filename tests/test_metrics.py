@@ -54,6 +54,8 @@ def in_use(metrics: TrainerMetrics | GeneratorMetrics) -> TrainerMetrics | Gener
     if isinstance(metrics, TrainerMetrics):  # a run of two domains
         rate = {"pass_rate": 0.5, "pass_rate_se": 0.1}
         metrics.set_domain_pass_rates({"math": rate, "code": rate})
+        figures = {"kl": 1e-4, "abs_mean": 0.01, "abs_max": 0.2, "outside": 0.0, "tokens": 80}
+        metrics.set_mismatch({0: figures, 1: figures})  # a step with tokens of two lags
     return metrics
 
 
@@ -233,3 +235,19 @@ def test_the_trainer_counts_the_groups_it_received_beside_the_stale_ones() -> No
     text = scrape(trainer)
     assert 'scalerl_received_groups_total{namespace="team-a",run="r"} 16.0' in text
     assert 'scalerl_stale_groups_total{namespace="team-a",run="r"} 9.0' in text
+
+
+def test_mismatch_is_served_per_lag_and_a_lag_the_last_step_lacked_is_gone() -> None:
+    trainer = TrainerMetrics("research", "math-8b")
+    figures = {"kl": 2e-4, "abs_mean": 0.01, "abs_max": 0.3, "outside": 0.05, "tokens": 120}
+    trainer.set_mismatch({0: figures, 2: {**figures, "kl": 0.04}})
+    text = scrape(trainer)
+    run = 'namespace="research",run="math-8b"'  # the exposition sorts labels by name
+    assert f'scalerl_mismatch_kl{{lag="0",{run}}} 0.0002' in text
+    assert f'scalerl_mismatch_kl{{lag="2",{run}}} 0.04' in text
+    assert f'scalerl_mismatch_ratio_outside_fraction{{lag="0",{run}}} 0.05' in text
+
+    trainer.set_mismatch({0: {**figures, "kl": 1e-4}})  # the next step trained on lag 0 alone
+    text = scrape(trainer)
+    assert f'scalerl_mismatch_kl{{lag="0",{run}}} 0.0001' in text
+    assert 'lag="2"' not in text

@@ -54,6 +54,19 @@ def test_defaults_are_the_scalerl_recipe() -> None:
     assert length.interruption.window == (10240, 12288)
     assert parse_run(MINIMAL).spec.interruption_phrase == INTERRUPTION_PHRASE
     assert recipe.sampling.temperature == 1.0
+    assert recipe.correction.type == "none"  # the paper's: CISPO and an FP32 head, nothing more
+
+
+def test_a_mismatch_correction_takes_its_defaults_and_names_a_bad_bound() -> None:
+    correction = parse_run(
+        with_spec(recipe={"correction": {"type": "mask"}})
+    ).spec.recipe.correction
+    assert (correction.level, correction.low, correction.high) == ("token", 0.5, 2.0)
+    assert problems(with_spec(recipe={"correction": {"type": "truncate", "cap": 0.5}})) == [
+        "spec.recipe.correction.cap: Input should be greater than or equal to 1, got 0.5"
+    ]
+    [line] = problems(with_spec(recipe={"correction": {"type": "clip"}}))
+    assert line.startswith("spec.recipe.correction.type: 'clip' is not one of none, truncate")
 
 
 def test_loss_variants_take_their_own_defaults() -> None:
@@ -156,6 +169,8 @@ NUMBER_FIELDS = [
     ("recipe", "optimizer", "weightDecay"),
     ("recipe", "sampling", "temperature"),
     ("recipe", "loss", "epsilonMax"),
+    ("recipe", "correction", "cap"),
+    ("recipe", "correction", "high"),
     ("recipe", "batch", "prompts"),
     ("generators", "replicas"),
     ("generators", "gpus"),

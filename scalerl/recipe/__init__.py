@@ -1,5 +1,6 @@
 """The ScaleRL recipe: advantages, policy losses, loss aggregation, effective-batch filters,
-the No-Positive-Resampling curriculum, forced length interruption and token entropy.
+the No-Positive-Resampling curriculum, forced length interruption, token entropy, and
+train-inference mismatch (its figures and its corrections).
 
 Pure functions and small state objects over torch tensors; depends only on torch, the standard
 library and `scalerl.errors`. Formulas follow the paper (arXiv 2510.13786); each module's
@@ -8,6 +9,7 @@ docstring states them and every choice the paper leaves open.
 
 from scalerl.recipe.advantages import NORMALIZERS, Normalization, compute_advantages
 from scalerl.recipe.aggregation import AGGREGATIONS, AggregationMode, aggregate, masked_mean
+from scalerl.recipe.correction import Correction
 from scalerl.recipe.curriculum import NoPositiveResampling, pass_rate
 from scalerl.recipe.entropy import token_entropy
 from scalerl.recipe.filters import effective_sample_mask, zero_variance_groups
@@ -28,6 +30,7 @@ __all__ = [
     "NORMALIZERS",
     "AggregationMode",
     "ClipRange",
+    "Correction",
     "InterruptionPlan",
     "LossFunction",
     "LossName",

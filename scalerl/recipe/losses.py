@@ -32,10 +32,19 @@ from torch import Tensor
 
 from scalerl.errors import InputError
 from scalerl.recipe.aggregation import AggregationMode, aggregate, masked_mean
+from scalerl.recipe.correction import Correction, correct
 from scalerl.spec import EPSILON_HIGH, EPSILON_LOW, EPSILON_MAX
 
 LossName = Literal["cispo", "dapo", "grpo", "gspo"]
-STAT_NAMES = ("clip_fraction", "ratio_mean", "ratio_max", "ratio_min", "tokens")
+NO_CORRECTION = Correction()
+STAT_NAMES = (
+    "clip_fraction",
+    "corrected_fraction",
+    "ratio_mean",
+    "ratio_max",
+    "ratio_min",
+    "tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -145,7 +154,7 @@ def _check_shapes(
 
 
 @torch.no_grad()
-def _stats(out: TokenLosses, mask: Tensor) -> dict[str, float]:
+def _stats(out: TokenLosses, mask: Tensor, corrected: Tensor) -> dict[str, float]:
     """Ratio and clipping statistics over trained tokens (0 where there are none)."""
     if mask.numel() == 0:
         return dict.fromkeys(STAT_NAMES, 0.0)
@@ -155,6 +164,7 @@ def _stats(out: TokenLosses, mask: Tensor) -> dict[str, float]:
     values = torch.stack(
         [
             masked_mean(out.clipped.to(ratio.dtype), mask),
+            masked_mean(corrected.to(ratio.dtype), mask),
             masked_mean(ratio, mask),
             torch.where(present, torch.where(mask, ratio, -torch.inf).amax(), 0.0),
             torch.where(present, torch.where(mask, ratio, torch.inf).amin(), 0.0),
@@ -176,20 +186,26 @@ def compute_policy_loss(
     epsilon_max: float = EPSILON_MAX,
     epsilon_low: float = EPSILON_LOW,
     epsilon_high: float = EPSILON_HIGH,
+    correction: Correction = NO_CORRECTION,
 ) -> tuple[Tensor, dict[str, float]]:
     """The scalar loss to minimise and its statistics.
 
     ``logprobs``/``old_logprobs``/``mask`` are ``[samples, tokens]`` (mask bool or 0/1 float,
     nonzero = trained token); ``advantages``/``group_index`` are ``[samples]``. ``epsilon_max`` is
-    used by ``cispo`` only, ``epsilon_low``/``epsilon_high`` by the clipped losses only. Stats:
-    ``clip_fraction`` (trained tokens whose gradient the cap/clip changed), ``ratio_mean``,
+    used by ``cispo`` only, ``epsilon_low``/``epsilon_high`` by the clipped losses only;
+    ``correction`` (scalerl.recipe.correction) acts on the ratio before the loss sees it. Stats:
+    ``clip_fraction`` (trained tokens whose gradient the cap/clip changed),
+    ``corrected_fraction`` (trained tokens the correction truncated or masked), ``ratio_mean``,
     ``ratio_max``, ``ratio_min`` (of the ratio the loss used), ``tokens`` (trained tokens).
     """
     function = loss_function(loss)
     clip = ClipRange(epsilon_max, epsilon_low, epsilon_high)
     _check_shapes(logprobs, old_logprobs, advantages, mask, group_index)
     trained = mask.to(torch.bool)
+    corrected = correct(logprobs, old_logprobs.detach(), trained, correction)
     out = function(
-        logprobs, old_logprobs.detach(), advantages.detach().to(logprobs.dtype), trained, clip
+        logprobs, corrected.old_logprobs, advantages.detach().to(logprobs.dtype), trained, clip
     )
-    return aggregate(out.losses, trained, group_index, aggregation), _stats(out, trained)
+    losses = out.losses * corrected.weight
+    stats = _stats(out, trained, corrected.changed)
+    return aggregate(losses, trained, group_index, aggregation), stats

@@ -57,6 +57,9 @@ from scalerl.spec.evaluation import (
 )
 from scalerl.spec.model import LORA_RANKS, THINK_END, LoraSpec, ModelSpec
 from scalerl.spec.recipe import (
+    CORRECTION_CAP,
+    CORRECTION_HIGH,
+    CORRECTION_LOW,
     EPSILON_HIGH,
     EPSILON_LOW,
     EPSILON_MAX,
@@ -65,6 +68,7 @@ from scalerl.spec.recipe import (
     LOSS_TYPES,
     BatchSpec,
     CispoLoss,
+    CorrectionSpec,
     DapoLoss,
     GrpoLoss,
     GspoLoss,
@@ -171,6 +175,9 @@ __all__ = [
     "INTERRUPTION_PHRASE",
     "EPSILON_MAX",
     "EPSILON_LOW",
+    "CORRECTION_CAP",
+    "CORRECTION_HIGH",
+    "CORRECTION_LOW",
     "EPSILON_HIGH",
     "CispoLoss",
     "DapoLoss",
@@ -184,6 +191,7 @@ __all__ = [
     "BatchSpec",
     "OptimizerSpec",
     "SamplingSpec",
+    "CorrectionSpec",
     "RecipeSpec",
     "EvaluationSpec",
     "evaluation_steps",

@@ -19,6 +19,10 @@ INTERRUPTION_PHRASE = f"{INTERRUPTION_TEXT} {THINK_END}"
 EPSILON_MAX = 4.0  # CISPO's cap on the token ratio
 EPSILON_LOW = 0.2  # DAPO's lower clip
 EPSILON_HIGH = 0.28  # DAPO's upper clip
+# recipe.correction's defaults (scalerl.recipe.correction): a ratio cap, and masking bounds.
+CORRECTION_CAP = 2.0
+CORRECTION_LOW = 0.5
+CORRECTION_HIGH = 2.0
 
 
 class CispoLoss(_Model):
@@ -149,6 +153,27 @@ class SamplingSpec(_Model):
     temperature: Float = Field(1.0, gt=0, le=10, description="Not stated in the paper; 1.0.")
 
 
+class CorrectionSpec(_Model):
+    """A correction for train-inference mismatch on the ratio every loss uses
+    (scalerl.recipe.correction); none is the paper's setting (CISPO and an FP32 LM head)."""
+
+    type: Literal["none", "truncate", "mask"] = Field(
+        "none",
+        description="none; truncate: the ratio capped at cap; mask: tokens or samples whose "
+        "ratio leaves [low, high] get no loss.",
+    )
+    level: Literal["token", "sequence"] = Field(
+        "token",
+        description="token: each token's ratio; sequence: a sample's geometric-mean ratio, "
+        "applied to all its tokens.",
+    )
+    cap: Float = Field(CORRECTION_CAP, ge=1, le=1000, description="truncate's cap on the ratio.")
+    low: Float = Field(CORRECTION_LOW, gt=0, le=1, description="mask's lower bound on the ratio.")
+    high: Float = Field(
+        CORRECTION_HIGH, ge=1, le=1000, description="mask's upper bound on the ratio."
+    )
+
+
 class RecipeSpec(_Model):
     """The ScaleRL recipe; every field left out takes the paper's value."""
 
@@ -182,6 +207,7 @@ class RecipeSpec(_Model):
     batch: BatchSpec = BatchSpec()
     optimizer: OptimizerSpec = OptimizerSpec()
     sampling: SamplingSpec = SamplingSpec()
+    correction: CorrectionSpec = CorrectionSpec()
 
     @field_validator("max_off_policy_steps", mode="before")
     @classmethod

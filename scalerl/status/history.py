@@ -189,6 +189,9 @@ class TrainSummary:
     grad_norm: float | None = None
     ratio_max: float | None = None
     clip_fraction: float | None = None
+    # Train-inference mismatch of the update's tokens by policy lag (scalerl.recipe.mismatch):
+    # {"0": {kl, abs_mean, abs_max, outside, tokens}, "1": ...}; lag 0 is mismatch alone.
+    mismatch_by_lag: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,7 @@ class HistoryRow:
     train_grad_norm: float | None = None
     train_ratio_max: float | None = None
     train_clip_fraction: float | None = None
+    train_mismatch_by_lag: dict[str, dict[str, float]] = field(default_factory=dict)
     # Run totals: trainer counters (zero_variance_groups, ...), trainer wall seconds per phase
     # (scalerl.trainer.profile) and the generators' totals; all summed over gang attempts.
     counters: dict[str, int] = field(default_factory=dict)
@@ -268,6 +272,7 @@ class HistoryRow:
             train_grad_norm=t.grad_norm,
             train_ratio_max=t.ratio_max,
             train_clip_fraction=t.clip_fraction,
+            train_mismatch_by_lag={lag: dict(f) for lag, f in t.mismatch_by_lag.items()},
             counters=dict(counters),
             trainer_seconds=dict(trainer_seconds),
             generation=dict(generation),

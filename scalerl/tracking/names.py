@@ -33,6 +33,10 @@ TRAIN_LENGTH_MEAN = "train/response_length/mean"
 TRAIN_LENGTH_MAX = "train/response_length/max"
 TRAIN_COMPUTE = "train/compute"  # compute spent so far (GPU-hours; process-hours on CPU)
 TRAIN_VERSION = "train/policy_version"
+# Train-inference mismatch by policy lag (scalerl.recipe.mismatch): `train/mismatch/<figure>` at
+# lag 0 (the engines' mismatch alone), `train/mismatch_lag<n>/<figure>` at lag n.
+TRAIN_MISMATCH = "train/mismatch"
+MISMATCH_FIGURES = ("kl", "abs_mean", "abs_max", "outside", "tokens")
 TIME_STEP = "time/step_seconds"
 TIME_SYNC = "time/sync_seconds"
 PERF_TOKENS_PER_SECOND = "perf/tokens_per_second"
@@ -119,6 +123,9 @@ def step_metrics(
         TIME_SYNC: sync_seconds,
         PERF_TOKENS_PER_SECOND: tokens / step_seconds if step_seconds else None,
     }
+    for lag, figures in train.mismatch_by_lag.items():
+        prefix = TRAIN_MISMATCH if lag == "0" else f"{TRAIN_MISMATCH}_lag{lag}"
+        values |= {f"{prefix}/{name}": figures[name] for name in MISMATCH_FIGURES}
     return {k: float(v) for k, v in values.items() if v is not None}
 
 

@@ -79,6 +79,8 @@ class Batch:
     completion_positions: Tensor  # long [S, T]
     old_logprobs: Tensor  # float32 [S, T]
     loss_mask: Tensor  # bool [S, T]
+    # long [S, T]: the trainer's version minus the version that sampled the token (pads: 0).
+    lags: Tensor
     advantages: Tensor  # float32 [S]
     group_index: Tensor  # long [S], 0..G-1
     rewards: Tensor  # float32 [S]
@@ -111,6 +113,7 @@ class Batch:
             completion_positions=part.completion_positions[:, :tokens].clamp(max=width - 1),
             old_logprobs=part.old_logprobs[:, :tokens],
             loss_mask=part.loss_mask[:, :tokens],
+            lags=part.lags[:, :tokens],
         )
 
 
@@ -151,7 +154,7 @@ def build_batch(
     kept = [samples[i] for i in rows]
     prompts = [fresh[owners[i]].prompt_ids for i in rows]
     dense = torch.searchsorted(kept_groups, group_ids[keep])
-    batch = _pad(kept, prompts, rewards[keep], dense, pad_id, normalization)
+    batch = _pad(kept, prompts, rewards[keep], dense, pad_id, normalization, current_version)
     return batch, replace(
         stats,
         groups=int(kept_groups.numel()),
@@ -212,6 +215,7 @@ def _pad(
     group_index: Tensor,
     pad_id: int,
     normalization: Normalization,
+    current_version: int,
 ) -> Batch:
     """The batch's rows: one per sample, or one per piece of a conversation whose chat template
     broke the prefix (`Sample.pieces`), each piece with its rollout's advantage."""
@@ -235,6 +239,10 @@ def _pad(
     masks = [torch.tensor(sample.loss_mask[span], dtype=torch.bool) for _, sample, span, _ in rows]
     old_logprobs = _pad_rows(old, 0.0, torch.float32)
     loss_mask = _pad_rows(masks, False, torch.bool)  # pads are False: mask × valid
+    lags = [
+        current_version - torch.tensor(sample.versions[span], dtype=torch.long)
+        for _, sample, span, _ in rows
+    ]
     prompt_lengths = torch.tensor([len(context) for context, *_ in rows])
     offsets = torch.arange(loss_mask.shape[1])[None, :]
     positions = (prompt_lengths[:, None] + offsets).clamp(max=input_ids.shape[1] - 1)
@@ -244,13 +252,14 @@ def _pad(
         completion_positions=positions,
         old_logprobs=old_logprobs,
         loss_mask=loss_mask,
+        lags=_pad_rows(lags, 0, torch.long),
         advantages=advantages[owner],
         group_index=group_index[owner],
         rewards=rewards[owner],
     )
 
 
-def _pad_rows(rows: list[Tensor], value: float | bool, dtype: torch.dtype) -> Tensor:
+def _pad_rows(rows: list[Tensor], value: float, dtype: torch.dtype) -> Tensor:
     """Right-pad 1-D rows to ``[len(rows), max_len]``; at least one column so shapes stay 2-D."""
     width = max(1, max(row.numel() for row in rows))
     out = torch.full((len(rows), width), value, dtype=dtype)

@@ -12,7 +12,7 @@ from typing import Any
 from scalerl.environment import ProcessEnv
 from scalerl.errors import PeerError, ScaleRLError
 from scalerl.metrics import TrainerMetrics
-from scalerl.recipe import NoPositiveResampling
+from scalerl.recipe import Correction, NoPositiveResampling
 from scalerl.rollout.pipe import TrainerEnd
 from scalerl.rollout.position import DataPosition
 from scalerl.rollout.records import (
@@ -235,6 +235,7 @@ class Trainer:
         self.metrics.grad_norm.set(result.grad_norm)
         self.metrics.importance_ratio_max.set(result.stats.get("ratio_max", 0.0))
         self.metrics.clip_fraction.set(result.stats.get("clip_fraction", 0.0))
+        self.metrics.set_mismatch({lag: f.as_dict() for lag, f in result.mismatch.items()})
         return result
 
     def record_signal(self, stats: BatchStats) -> None:
@@ -510,6 +511,7 @@ def summarize(stats: BatchStats, result: StepResult | None) -> TrainSummary:
         grad_norm=result.grad_norm,
         ratio_max=result.stats.get("ratio_max"),
         clip_fraction=result.stats.get("clip_fraction"),
+        mismatch_by_lag={str(lag): f.as_dict() for lag, f in result.mismatch.items()},
     )
 
 
@@ -526,4 +528,5 @@ def step_settings(spec: RunSpec) -> StepSettings:
         max_grad_norm=recipe.optimizer.max_grad_norm,
         micro_batch_tokens=spec.trainers.micro_batch_tokens,
         packed=spec.trainers.pack_sequences,
+        correction=Correction(**recipe.correction.model_dump()),
     )

@@ -36,6 +36,9 @@ from torch.optim.lr_scheduler import LRScheduler
 from scalerl.errors import InputError
 from scalerl.recipe import AggregationMode, LossName, compute_policy_loss
 from scalerl.recipe.aggregation import dense_groups, group_sums
+from scalerl.recipe.correction import Correction
+from scalerl.recipe.losses import NO_CORRECTION
+from scalerl.recipe.mismatch import LagFigures, LagSums, figures, merge, mismatch_sums
 from scalerl.trainer.batch import Batch
 from scalerl.trainer.policy import Policy
 
@@ -52,6 +55,8 @@ class StepResult:
     samples: int
     seconds: float
     stats: dict[str, float] = field(default_factory=dict)  # the recipe's ratio/clip statistics
+    # Train-inference mismatch per policy lag (scalerl.recipe.mismatch), over trained tokens.
+    mismatch: dict[int, LagFigures] = field(default_factory=dict)
     optimizer_seconds: float = 0.0  # of `seconds`: clipping, the optimizer and the schedule
     skipped: bool = False
     reason: str = ""
@@ -74,6 +79,7 @@ class StepSettings:
     micro_batch_samples: int | None = None
     micro_batch_tokens: int | None = None
     packed: bool = False
+    correction: Correction = NO_CORRECTION
 
 
 def train_step(
@@ -129,6 +135,7 @@ def train_step(
         samples=batch.samples,
         seconds=done - started,
         stats=totals.merged_stats(),
+        mismatch=figures(totals.mismatch),
         optimizer_seconds=done - updating,
     )
 
@@ -196,12 +203,16 @@ def _backward(
         epsilon_max=settings.epsilon_max,
         epsilon_low=settings.epsilon_low,
         epsilon_high=settings.epsilon_high,
+        correction=settings.correction,
     )
     value = float(part_loss.detach())
     scale = 0.0 if weight is None else weight * ranks
     (part_loss * scale).backward()  # a non-finite step is discarded after all parts
     if weight is not None:
         totals.add(value * weight, entropy, part.loss_mask, stats)
+        totals.mismatch = merge(
+            [totals.mismatch, mismatch_sums(logprobs, part.old_logprobs, part.loss_mask, part.lags)]
+        )
     return value
 
 
@@ -218,6 +229,7 @@ def _skip(
         samples=batch.samples,
         seconds=time.perf_counter() - started,
         stats=totals.merged_stats(),
+        mismatch=figures(totals.mismatch),
         skipped=True,
         reason=reason,
     )
@@ -329,6 +341,7 @@ class _Totals:
         self.entropy_sum = 0.0
         self.tokens = 0.0
         self.parts: list[tuple[float, dict[str, float]]] = []
+        self.mismatch: dict[int, LagSums] = {}
 
     def add(self, loss: float, entropy: Tensor, mask: Tensor, stats: dict[str, float]) -> None:
         self.loss += loss
@@ -344,8 +357,9 @@ class _Totals:
         dist.all_reduce(sums)
         self.loss, self.entropy_sum, self.tokens = (float(v) for v in sums)
         everyone: list[Any] = [None] * _world()[1]
-        dist.all_gather_object(everyone, self.parts)
-        self.parts = [part for parts in everyone for part in parts]
+        dist.all_gather_object(everyone, (self.parts, self.mismatch))
+        self.parts = [part for parts, _ in everyone for part in parts]
+        self.mismatch = merge(mismatch for _, mismatch in everyone)
 
     def entropy(self) -> float:
         return self.entropy_sum / self.tokens if self.tokens else 0.0

@@ -34,7 +34,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from promtool import output, promtool_run
 
-from scalerl.metrics import LABELS, GeneratorMetrics, RunMetrics, all_metric_names
+from scalerl.metrics import (
+    LABELS,
+    TRAINER_LAG_GAUGES,
+    GeneratorMetrics,
+    RunMetrics,
+    all_metric_names,
+)
 
 Labels = dict[str, str]
 Series = dict[str, str]  # series selector -> promtool values notation
@@ -48,6 +54,7 @@ ALERTS = [
     "ScaleRLWeightSyncFailing",
     "ScaleRLWeightSyncSlow",
     "ScaleRLStaleGroupsHigh",
+    "ScaleRLTrainInferenceMismatch",
     "ScaleRLPredictedBelowTarget",
     "ScaleRLPredictionFalling",
     "ScaleRLGangRestarted",
@@ -228,7 +235,12 @@ def test_every_label_a_rule_reads_is_one_the_code_sets() -> None:
         for grouping in groupings:
             named = {label.strip() for label in grouping.split(",")}
             assert named in (set(LABELS), {*LABELS, "le"}), f"{alert}: ({grouping})"
-        assert not re.search(r"\w+\s*(?:=~|!~|!=|=)\s*\"", rule["expr"]), alert  # no filter
+        # No filter, but one on a lag-labelled series (LAG_LABELS) to its lag 0: mismatch alone.
+        filters = re.findall(r"(\w+)\{([^}]*)\}", rule["expr"])
+        assert all(
+            name.removeprefix("scalerl_") in TRAINER_LAG_GAUGES and inner == 'lag="0"'
+            for name, inner in filters
+        ), alert
 
 
 def test_every_threshold_window_and_hold_comes_from_values() -> None:
@@ -240,6 +252,7 @@ def test_every_threshold_window_and_hold_comes_from_values() -> None:
             "skippedSteps": {"steps": 4, "window": "23m", "for": "6m"},
             "weightSync": {"failures": 5, "maxSeconds": 97, "window": "29m", "for": "8m"},
             "staleGroups": {"share": 0.33, "window": "21m", "for": "9m"},
+            "mismatch": {"kl": 0.02, "window": "27m", "for": "4m"},
             "prediction": {"drop": 0.07, "window": "5h", "for": "12m"},
             "restarts": {"count": 2, "window": "2h", "for": "1m"},
         }
@@ -253,6 +266,7 @@ def test_every_threshold_window_and_hold_comes_from_values() -> None:
         "ScaleRLWeightSyncFailing": (["[29m]", ">= 5"], "8m"),
         "ScaleRLWeightSyncSlow": (["[29m]", "> 97"], "8m"),
         "ScaleRLStaleGroupsHigh": (["[21m]", "> 0.33"], "9m"),
+        "ScaleRLTrainInferenceMismatch": (["[27m]", "> 0.02"], "4m"),
         "ScaleRLPredictedBelowTarget": ([], "12m"),
         "ScaleRLPredictionFalling": (["[5h]", "> 0.07"], "12m"),
         "ScaleRLGangRestarted": (["[2h]", ">= 2"], "1m"),
@@ -368,6 +382,11 @@ def trainer(metric: str, notation: str) -> Series:
 
 def local(metric: str, notation: str) -> Series:
     return {selector(metric, **LOCAL): notation}
+
+
+def lag_kl(by_lag: dict[str, str]) -> Series:
+    """The trainer's lag-0 and lag-n mismatch KL series."""
+    return {selector("scalerl_mismatch_kl", lag=lag, **TRAINER): v for lag, v in by_lag.items()}
 
 
 EXAMPLES = [
@@ -649,6 +668,30 @@ EXAMPLES = [
         [],
         id="restarted-quiet-when-the-run-is-created-again",
     ),
+    # ScaleRLTrainInferenceMismatch (lag-0 KL averaged over 15m above 0.001, for 10m)
+    pytest.param(
+        "ScaleRLTrainInferenceMismatch",
+        lag_kl({"0": "0.0001x10 0.004x50", "1": "0.02x60"}),
+        "30m",
+        R1,
+        id="mismatch-fires-when-lag-0-disagrees",
+    ),
+    pytest.param(
+        "ScaleRLTrainInferenceMismatch",
+        # Lag 1 reads 0.02: the policy moved a step, which is no mismatch.
+        lag_kl({"0": "0.0002x60", "1": "0.02x60"}),
+        "30m",
+        [],
+        id="mismatch-quiet-on-policy-lag-alone",
+    ),
+    pytest.param(
+        "ScaleRLTrainInferenceMismatch",
+        # One odd step (0.01 for a minute) in a quiet window: its 15m mean stays under 0.001.
+        lag_kl({"0": "0.0002x20 0.01 0.0002x39"}),
+        "30m",
+        [],
+        id="mismatch-quiet-on-one-odd-step",
+    ),
     # ScaleRLSweepVariantStopped (at once; its own severity)
     pytest.param(
         "ScaleRLSweepVariantStopped",
@@ -731,6 +774,13 @@ ANNOTATIONS = {
         "56.25% of the prompt groups the trainer of run team-a/r1 received over the last 15m were"
         " older than its maxOffPolicySteps allows and were dropped (threshold 0.25): its"
         " generators lag behind the trainer, and their work is wasted.",
+    ),
+    "ScaleRLTrainInferenceMismatch": (
+        "Generators and trainer of run team-a/r1 disagree on token probabilities",
+        "The KL between the generators' and the trainer's token probabilities of run team-a/r1,"
+        " on tokens sampled with the weights the trainer holds, averaged 0.004 over the last"
+        " 15m (threshold 0.001): numeric mismatch, not policy lag. Check the dtypes, the FP32 LM"
+        " head and the sampling settings; recipe.correction bounds what it does to the loss.",
     ),
     # A local run's namespace is "local".
     "ScaleRLPredictedBelowTarget": (

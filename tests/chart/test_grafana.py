@@ -27,10 +27,12 @@ from scalerl.metrics import (
     DOMAIN_LABELS,
     FIT_GAUGES,
     LABELS,
+    LAG_LABELS,
     TRACK_RECORD_GAUGES,
     TRACK_RECORD_LABELS,
     TRAINER_DOMAIN_GAUGES,
     TRAINER_GAUGES,
+    TRAINER_LAG_GAUGES,
     all_metric_names,
 )
 
@@ -226,10 +228,17 @@ def test_the_required_panels_exist() -> None:
     assert len(titles) == len(set(titles))  # a title names one panel
 
 
-def by_domain(expr: str) -> bool:
-    """A query of a run's per-domain series only (they carry `domain` besides the run's labels)."""
+def own_labels(expr: str) -> set[str]:
+    """The labels of the series a query reads when they carry one besides the run's: per domain
+    (`domain`) or per policy lag (`lag`); else none."""
     names = set(re.findall(r"scalerl_\w+", expr))
-    return bool(names) and names <= {f"scalerl_{name}" for name in TRAINER_DOMAIN_GAUGES}
+    for gauges, labels in (
+        (TRAINER_DOMAIN_GAUGES, DOMAIN_LABELS),
+        (TRAINER_LAG_GAUGES, LAG_LABELS),
+    ):
+        if names and names <= {f"scalerl_{name}" for name in gauges}:
+            return set(labels)
+    return set()
 
 
 def pooled(expr: str) -> bool:
@@ -265,8 +274,8 @@ def test_queries_aggregate_pods_per_run() -> None:
             for grouping in groupings:
                 labels = {label.strip() for label in grouping.split(",")}
                 per_run = [{"namespace", "run"}, {"namespace", "run", "le"}]
-                if by_domain(expr):  # one line per domain of the run
-                    per_run = [set(DOMAIN_LABELS)]
+                if own_labels(expr):  # one line per domain, or per lag, of the run
+                    per_run = [own_labels(expr)]
                 assert labels in per_run, expr
             # A counter's rate is summed over the run's pods.
             summed = re.findall(r"sum by \(namespace, run(?:, le)?\) \(rate\(", expr)
@@ -288,13 +297,12 @@ def test_every_label_a_query_or_legend_reads_is_one_the_code_sets() -> None:
     dashboard = the_dashboard()
     for expr in queries(render()):
         track_record = set(TRACK_RECORD_LABELS) if pooled(expr) else set()
-        domain = set(DOMAIN_LABELS) if by_domain(expr) else set()
-        assert labels_read(expr) <= {*LABELS, "le", *track_record, *domain}, expr
+        assert labels_read(expr) <= {*LABELS, "le", *track_record, *own_labels(expr)}, expr
     for panel in panels(dashboard):
         for target in panel["targets"]:
             legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")))
-            domain = set(DOMAIN_LABELS) if by_domain(target["expr"]) else set()
-            assert legend <= {*LABELS, *domain}, (panel["title"], target["legendFormat"])
+            own = own_labels(target["expr"])
+            assert legend <= {*LABELS, *own}, (panel["title"], target["legendFormat"])
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
             query = variable["query"]["query"]

@@ -167,6 +167,22 @@ def test_a_colocated_ppo_run_survives_a_kill_and_each_tracker_holds_every_step_o
             value = dict(tensorboard_series(events, name))[row["step"]]
             assert value == pytest.approx(row[key], rel=1e-6), name
 
+    # Train-inference mismatch apart from policy lag. PPO-off-policy-2: a round's first step
+    # trains on samples of the version it holds (lag 0), its second on the version before (lag 1;
+    # a step with nothing to learn shifts that). Engine and trainer compute in float32, so lag 0
+    # is the engines' numeric mismatch alone; one update moves the policy far more.
+    by_lag = {
+        lag: dict(tensorboard_series(events, f"train/mismatch{suffix}/kl"))
+        for lag, suffix in ((0, ""), (1, "_lag1"))
+    }
+    assert sorted(by_lag[0].keys() | by_lag[1].keys()) == steps  # every step, one lag each
+    assert not by_lag[0].keys() & by_lag[1].keys() and 1 in by_lag[0] and by_lag[1]
+    assert max(by_lag[0].values()) < 1e-6
+    assert sorted(by_lag[1].values())[len(by_lag[1]) // 2] > 100 * max(by_lag[0].values())
+    for row in trained:
+        [(lag, figures)] = row["train_mismatch_by_lag"].items()
+        assert by_lag[int(lag)][row["step"]] == pytest.approx(figures["kl"], rel=1e-6)
+
     rows: list[dict[str, Any]] = wandb_history(out, run_id)
     assert [r["_step"] for r in rows if "train/reward" in r] == steps
     logged = [(r["_step"], r["eval/pass_rate"]) for r in rows if "eval/pass_rate" in r]

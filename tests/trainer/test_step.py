@@ -279,3 +279,56 @@ def test_batch_without_trained_tokens_is_skipped(model_dir: Path, make_group: Fa
     result = train_step(policy, optimizer, scheduler, empty, CISPO)
     assert result.skipped and "no trained tokens" in result.reason
     assert all(torch.equal(p, params[name]) for name, p in policy.model.named_parameters())
+
+
+def test_a_step_reports_mismatch_per_policy_lag_as_an_independent_forward_reads_it(
+    model_dir: Path, make_group: Factory
+) -> None:
+    """The trainer holds version 5. Group 0 was sampled by version 5 with the trainer's very
+    log-probs (lag 0: no mismatch in float32), groups 1 and 2 by versions 4 and 3, recorded 0.05
+    and 0.3 nats apart from the trainer's. Each lag's figures are recomputed here from a
+    separately loaded Hugging Face model and the rollout records, in micro-batches of two
+    samples (so the figures are summed across them)."""
+    from transformers import AutoModelForCausalLM
+
+    policy = load_policy(model_dir, fp32_lm_head=True)
+    groups = [
+        make_group([1.0, -1.0, 1.0], version=5 - lag, lengths=[4, 6, 5], seed=10 + lag)
+        for lag in range(3)
+    ]
+    batch, _ = build_batch(groups, current_version=5, max_off_policy=None, pad_id=policy.pad_id)
+    assert batch is not None
+    with torch.no_grad():
+        own, _ = policy.completion_logprobs(batch)
+    shift = torch.tensor([0.0, 0.05, -0.3])[batch.group_index, None]
+    noise = torch.randn(own.shape, generator=torch.Generator().manual_seed(0))
+    recorded = torch.where(batch.group_index[:, None] == 0, own, own + shift * (1 + noise))
+    batch = replace(batch, old_logprobs=recorded)
+    optimizer, scheduler = build_optimizer(
+        policy.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-15, warmup_steps=0
+    )
+    settings = replace(CISPO, micro_batch_samples=2)
+
+    result = train_step(policy, optimizer, scheduler, batch, settings)
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    gaps: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    for s, t in batch.loss_mask.nonzero().tolist():
+        row = logits[s, int(batch.completion_positions[s, t]) - 1].double().log_softmax(-1)
+        token = int(batch.input_ids[s, int(batch.completion_positions[s, t])])
+        lag = 5 - groups[int(batch.group_index[s])].samples[0].versions[0]
+        gaps[lag].append(float(row[token]) - float(recorded[s, t]))
+
+    assert sorted(result.mismatch) == [0, 1, 2]
+    assert result.mismatch[0].kl < 1e-10 and result.mismatch[0].abs_max < 1e-5
+    for lag in (1, 2):
+        d = torch.tensor(gaps[lag], dtype=torch.float64)
+        got = result.mismatch[lag]
+        assert got.tokens == len(d)
+        assert got.kl == pytest.approx(float((d.exp() - 1 - d).mean()), rel=1e-4)
+        assert got.abs_mean == pytest.approx(float(d.abs().mean()), rel=1e-4)
+        assert got.abs_max == pytest.approx(float(d.abs().max()), rel=1e-4)
+        assert got.outside == float(((d.exp() < 0.8) | (d.exp() > 1.25)).double().mean())
+    assert result.mismatch[1].kl < result.mismatch[2].kl
