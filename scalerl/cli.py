@@ -267,9 +267,10 @@ def add_evaluate_parser(subparsers: Subparsers) -> None:
         help="held-out pass rate of a saved checkpoint, sampled with Hugging Face generate",
         description="Sample k completions for each held-out prompt of a run from CHECKPOINT with "
         "transformers' generate (not the run's vLLM engines), under the run's length budgets, "
-        "interruption and temperature, and score them with its reward. A sample passes when "
-        "its reward is > 0 and it is not truncated; the pass rate is mean@k, passes / (prompts "
-        "x k), with the standard error of the per-prompt means. A sample that could not be "
+        "interruption and sampling settings (temperature, top-p, top-k, min-p), and score them "
+        "with its reward. A sample passes when its reward is > 0 and it is not truncated; the "
+        "pass rate is mean@k, passes / (prompts x k), with the standard error of the "
+        "per-prompt means. A sample that could not be "
         "scored (the code sandbox failed, the reward function raised) counts as not passed and "
         "is reported as unscored. A run with spec.environment plays each held-out prompt "
         "through its environment (turns, tools, rubric); a rollout passes at a reward of at "
@@ -285,7 +286,7 @@ def add_evaluate_parser(subparsers: Subparsers) -> None:
         "--spec",
         required=True,
         metavar="RUN.yaml",
-        help="the ScaleRLRun whose held-out prompts, reward, budgets and temperature to use",
+        help="the ScaleRLRun whose held-out prompts, reward, budgets and sampling to use",
     )
     p.add_argument(
         "-k",

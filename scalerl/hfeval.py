@@ -11,7 +11,8 @@ The sampling (HF `generate`, batched, left padding; not vLLM, not `scalerl.gener
 and the counting are its own.
 
 The distribution sampled is the generators' (scalerl/generator/length.py), at
-`recipe.sampling.temperature` with top_k 0 and top_p 1, stopping on every EOS id of the model:
+`recipe.sampling.temperature` filtered by its topP, topK and minP in the generators' order (HF's
+own warpers: `sampling_settings`), stopping on every EOS id of the model:
 
 - a thinking model (`model.thinkEnd` set, one token) thinks up to its cutoff: uniform in
   `recipe.length.interruption.window` when interruption is enabled, else `thinkingBudget`.
@@ -56,7 +57,13 @@ from scalerl.generator.code_reward import SandboxFailure
 from scalerl.generator.prompts import Example, PromptEncoder, train_and_validation
 from scalerl.generator.rewards import RewardFn, load_reward
 from scalerl.generator.tokens import ModelTokens
-from scalerl.hfeval_result import Evaluation, domain_rates, plain_generation_config
+from scalerl.hfeval_result import (
+    Evaluation,
+    domain_rates,
+    plain_generation_config,
+    sampling_settings,
+)
+from scalerl.recipe.sampling import NO_FILTERS, SamplingFilters
 from scalerl.spec import ScaleRLRun, load_run
 from scalerl.status.history import REWARD_ERROR, SANDBOX, PromptScore, add_reasons
 from scalerl.trainer.adapter import ADAPTER_CONFIG, is_adapter, merged_model
@@ -125,6 +132,7 @@ class HeldOut:
     budgets: Budgets
     temperature: float
     pad_id: int
+    filters: SamplingFilters = NO_FILTERS
 
     @classmethod
     def for_run(
@@ -159,6 +167,7 @@ class HeldOut:
             budgets=budgets,
             temperature=spec.recipe.sampling.temperature,
             pad_id=int(pad) if pad is not None else budgets.eos_ids[0],
+            filters=SamplingFilters.of(spec.recipe.sampling),
         )
 
     def evaluate(
@@ -266,12 +275,11 @@ class HeldOut:
         for row, prompt in enumerate(prompts):
             ids[row, width - len(prompt) :] = torch.tensor(prompt)
             mask[row, width - len(prompt) :] = 1
+        sampling, processors = sampling_settings(self.temperature, self.filters)
         config = GenerationConfig(
             do_sample=True,
             num_beams=1,
-            temperature=self.temperature,
-            top_k=0,
-            top_p=1.0,
+            **sampling,
             max_new_tokens=max_new,
             eos_token_id=list(self.budgets.eos_ids),
             pad_token_id=self.pad_id,
@@ -281,6 +289,7 @@ class HeldOut:
                 input_ids=ids.to(model.device),
                 attention_mask=mask.to(model.device),
                 generation_config=config,
+                logits_processor=processors,
                 stopping_criteria=StoppingCriteriaList([stop] if stop else []),
             )
         new: list[list[int]] = out[:, width:].tolist()

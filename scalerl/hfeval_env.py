@@ -8,7 +8,8 @@ timeouts and rubric; one thinking cutoff and one answer budget per rollout), and
 is sampled under the generators' length rules (`scalerl.generator.length.LengthControl`, with what
 the rollout has left: thinking up to the cutoff, the interruption phrase, the answer budget, the
 model's context), whose requests alone are served by HF `generate` in torch instead of vLLM, at
-`recipe.sampling.temperature` with top_k 0 and top_p 1, stopping on every EOS id of the model.
+`recipe.sampling.temperature` filtered by its topP, topK and minP in the generators' order
+(`scalerl.hfeval_result.sampling_settings`), stopping on every EOS id of the model.
 Unlike `scalerl.hfeval`'s single-turn path, the rules are the generators' own code: what is
 measured independently here is the sampling, by another engine.
 
@@ -47,9 +48,15 @@ from scalerl.generator.length import Allowance, LengthControl, Sampler, Segment
 from scalerl.generator.prompts import Example
 from scalerl.generator.tally import Group, score
 from scalerl.generator.tokens import ModelTokens
-from scalerl.hfeval_result import Evaluation, domain_rates, plain_generation_config
+from scalerl.hfeval_result import (
+    Evaluation,
+    domain_rates,
+    plain_generation_config,
+    sampling_settings,
+)
 from scalerl.preflight import model_limit
 from scalerl.recipe.interruption import InterruptionPlan
+from scalerl.recipe.sampling import NO_FILTERS, SamplingFilters
 from scalerl.rollout.records import Sample
 from scalerl.spec import EnvironmentSpec, ScaleRLRun
 from scalerl.status.history import add_reasons
@@ -61,14 +68,18 @@ def turn_seed(seed: str) -> int:
 
 
 def hf_sample_turn(
-    model: Any, length: LengthControl, temperature: float, pad_id: int
+    model: Any,
+    length: LengthControl,
+    temperature: float,
+    pad_id: int,
+    filters: SamplingFilters = NO_FILTERS,
 ) -> SampleTurn:
     """A model turn as `EngineClient` takes one: the generators' length rules (`LengthControl`,
     with what the rollout has left) over requests sampled by HF `generate` (`hf_request`), all
     from torch's RNG seeded by the turn's seed."""
 
     async def sample_turn(prompt: list[int], left: Allowance, seed: str | None) -> Sample:
-        request = hf_request(model, temperature, pad_id)
+        request = hf_request(model, temperature, pad_id, filters)
         devices = [model.device.index or 0] if model.device.type == "cuda" else []
         # The requests of one turn never suspend (generate is synchronous), so no other
         # rollout's turn draws from the RNG between them.
@@ -82,18 +93,19 @@ def hf_sample_turn(
     return sample_turn
 
 
-def hf_request(model: Any, temperature: float, pad_id: int) -> Sampler:
+def hf_request(
+    model: Any, temperature: float, pad_id: int, filters: SamplingFilters = NO_FILTERS
+) -> Sampler:
     """One engine request done by HF `generate`: at most `max_new` tokens after the prompt,
     ending at the first of `stop_ids` ("stop") or at the limit ("length"), with the tokens'
-    log-probs after temperature; from torch's RNG as it stands."""
+    log-probs after temperature and the filters; from torch's RNG as it stands."""
+    sampling, processors = sampling_settings(temperature, filters)
 
     async def request(prompt: list[int], max_new: int, stop_ids: Sequence[int]) -> Segment:
         config = GenerationConfig(
             do_sample=True,
             num_beams=1,
-            temperature=temperature,
-            top_k=0,
-            top_p=1.0,
+            **sampling,
             max_new_tokens=max_new,
             eos_token_id=list(stop_ids),
             pad_token_id=pad_id,
@@ -103,7 +115,10 @@ def hf_request(model: Any, temperature: float, pad_id: int) -> Sampler:
         ids = torch.tensor([prompt], dtype=torch.long, device=model.device)
         with torch.inference_mode(), plain_generation_config(model):
             out = model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                generation_config=config,
+                logits_processor=processors,
             )
         new: list[int] = out.sequences[0, len(prompt) :].tolist()
         ended = next((at for at, t in enumerate(new) if t in stop_ids), None)
@@ -128,6 +143,7 @@ class AgentHeldOut:
     length: LengthControl  # the rollout's budgets over all its turns, as the generators'
     temperature: float
     pad_id: int
+    filters: SamplingFilters = NO_FILTERS
 
     @classmethod
     def for_run(
@@ -161,6 +177,7 @@ class AgentHeldOut:
             ),
             temperature=spec.recipe.sampling.temperature,
             pad_id=int(pad) if pad is not None else min(tokens.eos_ids),
+            filters=SamplingFilters.of(spec.recipe.sampling),
         )
 
     def rollouts(self, model: Any, k: int, seed: int = 0) -> list[list[Sample]]:
@@ -173,7 +190,9 @@ class AgentHeldOut:
         and why each of the others was dropped."""
         if k < 1:
             raise InputError(f"k must be >= 1; got {k}")
-        sample_turn = hf_sample_turn(model, self.length, self.temperature, self.pad_id)
+        sample_turn = hf_sample_turn(
+            model, self.length, self.temperature, self.pad_id, self.filters
+        )
         length = self.length
         client = EngineClient(sample_turn, self.tokens, length.max_model_len, length.plan)
         agents = AgentRollouts(self.env, client, self.environment)

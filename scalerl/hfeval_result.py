@@ -1,6 +1,6 @@
 """A held-out evaluation's result as both evaluators count it (`scalerl.hfeval`: one completion
-per prompt; `scalerl.hfeval_env`: an agent run's rollouts), and the generation config both sample
-under. Both import it; it imports neither."""
+per prompt; `scalerl.hfeval_env`: an agent run's rollouts), and the generation config and sampling
+settings both sample under. Both import it; it imports neither."""
 
 from __future__ import annotations
 
@@ -11,8 +11,16 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from transformers import GenerationConfig
+from transformers import (
+    GenerationConfig,
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
+from scalerl.recipe.sampling import SamplingFilters
 from scalerl.status.history import PromptScore
 
 
@@ -86,3 +94,25 @@ def plain_generation_config(model: Any) -> Iterator[None]:
         yield
     finally:
         model.generation_config = saved
+
+
+def sampling_settings(
+    temperature: float, filters: SamplingFilters
+) -> tuple[dict[str, Any], LogitsProcessorList]:
+    """`GenerationConfig`'s sampling fields and `generate`'s logits processors that sample as the
+    generators do: at `temperature`, then `recipe.sampling`'s filters in vLLM's order (min-p,
+    top-k, top-p: scalerl.recipe.sampling), each by HF's own warper. HF's built-in order differs
+    (top-k, top-p, then min-p, which with top-p on keeps another set; and processors passed in
+    run before its temperature), so with a filter on the whole chain is passed as processors and
+    the config's temperature is 1. With the filters off: the temperature alone, as before."""
+    plain: dict[str, Any] = {"temperature": temperature, "top_k": 0, "top_p": 1.0}
+    if not filters.on:
+        return plain, LogitsProcessorList()
+    chain: list[Any] = [TemperatureLogitsWarper(temperature)]
+    if filters.min_p > 0:
+        chain.append(MinPLogitsWarper(filters.min_p))
+    if filters.top_k > 0:
+        chain.append(TopKLogitsWarper(filters.top_k))
+    if filters.top_p < 1:
+        chain.append(TopPLogitsWarper(filters.top_p))
+    return plain | {"temperature": 1.0}, LogitsProcessorList(chain)

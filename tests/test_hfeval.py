@@ -163,6 +163,23 @@ def test_temperature_near_zero_samples_the_argmax_completion(demo) -> None:
     assert 0 < sum(passed) < 3 * prompts and sum(truncated) > 0  # the test tells them apart
 
 
+def test_top_k_one_samples_the_argmax_completion_as_temperature_near_zero(demo: Any) -> None:
+    # The filters reach HF's sampler: top-k 1 at temperature 1 is the argmax, as temperature ~0.
+    run, _, _ = demo
+    budget = {"recipe.length.answerBudget": 5}
+    cold = variant(run, **{"recipe.sampling.temperature": 1e-4}, **budget)
+    top1 = variant(run, **{"recipe.sampling.topK": 1}, **budget)
+    plain = variant(run, **budget)
+    counts = [
+        [
+            (r.correct, r.truncated)
+            for r in evaluate_checkpoint(run.spec.model.path, v, k=3, prompts=32, seed=0).per_prompt
+        ]
+        for v in (cold, top1, plain)
+    ]
+    assert counts[1] == counts[0] != counts[2]
+
+
 def load_tokenizer(run: ScaleRLRun) -> Any:
     from transformers import AutoTokenizer
 

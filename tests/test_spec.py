@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalerl.errors import InputError, SpecError
+from scalerl.recipe import SamplingFilters
 from scalerl.spec import INTERRUPTION_PHRASE, LoraSpec, RunSpec, load_run, parse_run, parse_sweep
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -55,6 +56,8 @@ def test_defaults_are_the_scalerl_recipe() -> None:
     assert parse_run(MINIMAL).spec.interruption_phrase == INTERRUPTION_PHRASE
     assert recipe.sampling.temperature == 1.0
     assert recipe.correction.type == "none"  # the paper's: CISPO and an FP32 head, nothing more
+    # The sampling filters are off: every token kept, as before they existed.
+    assert (recipe.sampling.top_p, recipe.sampling.top_k, recipe.sampling.min_p) == (1.0, 0, 0.0)
 
 
 def test_a_mismatch_correction_takes_its_defaults_and_names_a_bad_bound() -> None:
@@ -168,6 +171,9 @@ NUMBER_FIELDS = [
     ("recipe", "optimizer", "eps"),
     ("recipe", "optimizer", "weightDecay"),
     ("recipe", "sampling", "temperature"),
+    ("recipe", "sampling", "topP"),
+    ("recipe", "sampling", "topK"),
+    ("recipe", "sampling", "minP"),
     ("recipe", "loss", "epsilonMax"),
     ("recipe", "correction", "cap"),
     ("recipe", "correction", "high"),
@@ -222,6 +228,55 @@ def test_any_number_is_accepted_or_named(lr: float, replicas: object, temperatur
         return
     assert 0 < spec.recipe.optimizer.lr <= 1 and 0 < spec.recipe.sampling.temperature <= 10
     assert isinstance(spec.generators.replicas, int) and 1 <= spec.generators.replicas <= 10_000
+
+
+# --- sampling filters ------------------------------------------------------------------------
+
+
+def test_sampling_filters_are_read_in_camel_case() -> None:
+    sampling = {"temperature": 0.7, "topP": 0.95, "topK": 40, "minP": 0.05}
+    spec = parse_run(with_spec(recipe={"sampling": sampling})).spec
+    got = spec.recipe.sampling
+    assert (got.temperature, got.top_p, got.top_k, got.min_p) == (0.7, 0.95, 40, 0.05)
+
+
+@pytest.mark.parametrize(
+    ("sampling", "problem"),
+    [
+        ({"topP": 0}, "spec.recipe.sampling.topP: Input should be greater than 0, got 0"),
+        ({"topP": 1.5}, "spec.recipe.sampling.topP: Input should be less than or equal to 1"),
+        ({"topK": 2.5}, "spec.recipe.sampling.topK: Input should be a valid integer"),
+        ({"topK": -3}, "spec.recipe.sampling.topK: Input should be greater than or equal to 0"),
+        ({"topK": -1}, "spec.recipe.sampling.topK: must be >= 0: 0 turns top-k off"),
+        ({"minP": -0.1}, "spec.recipe.sampling.minP: Input should be greater than or equal to 0"),
+        ({"minP": 2}, "spec.recipe.sampling.minP: Input should be less than or equal to 1"),
+    ],
+)
+def test_bad_sampling_filters_are_named_with_their_bounds(
+    sampling: dict[str, object], problem: str
+) -> None:
+    [line] = problems(with_spec(recipe={"sampling": sampling}))
+    assert line.startswith(problem)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    top_p=st.one_of(st.floats(), st.integers(-2, 3)),
+    top_k=st.one_of(st.integers(-5, 1 << 25), st.floats(), st.booleans()),
+    min_p=st.one_of(st.floats(), st.integers(-2, 3)),
+)
+def test_any_sampling_filter_is_accepted_or_named(
+    top_p: object, top_k: object, min_p: object
+) -> None:
+    obj = with_spec(recipe={"sampling": {"topP": top_p, "topK": top_k, "minP": min_p}})
+    try:
+        sampling = parse_run(obj).spec.recipe.sampling
+    except SpecError as err:
+        assert all(p.startswith("spec.recipe.sampling.") for p in err.problems)
+        return
+    assert 0 < sampling.top_p <= 1 and 0 <= sampling.min_p <= 1
+    assert isinstance(sampling.top_k, int) and 0 <= sampling.top_k <= 1 << 24
+    SamplingFilters.of(sampling)  # what the generators and the trainer are given is valid
 
 
 # --- thinking is optional -------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """The generation engine: vLLM's `AsyncLLM` driven for RL rollouts with in-flight weight updates.
 
 One engine per generator process. It samples completions under the ScaleRL length rules
-(`scalerl.generator.length`), records the generator's per-token log-probs (after temperature)
-and the policy version of every token, and swaps weights between decode steps (PipelineRL):
-generation pauses with its requests and KV cache kept, the worker extension
+(`scalerl.generator.length`), records the generator's per-token log-probs (after temperature and
+the sampling filters) and the policy version of every token, and swaps weights between decode
+steps (PipelineRL): generation pauses with its requests and KV cache kept, the worker extension
 (`scalerl.generator.worker`) receives a whole version over the sync group and reloads it in place,
 and the same requests continue on the new weights.
 
@@ -147,8 +147,9 @@ class GenerationEngine:
             max_model_len=config.max_model_len,
             enforce_eager=True,
             worker_extension_cls=WORKER_EXTENSION,
-            # Log-probs of the distribution actually sampled from (after temperature), which is
-            # what the importance ratio's denominator must be.
+            # Log-probs of the distribution actually sampled from (after temperature and the
+            # filters), which is what the importance ratio's denominator must be; the trainer
+            # computes the same distribution (scalerl.recipe.sampling).
             logprobs_mode="processed_logprobs",
             hf_overrides={"head_dtype": "float32"} if config.fp32_lm_head else {},
             disable_log_stats=True,
@@ -297,6 +298,10 @@ class GenerationEngine:
         params = SamplingParams(
             n=1,
             temperature=self.config.temperature,
+            # The same filters for training rollouts and evaluations (both are sampled here).
+            top_p=self.config.filters.top_p,
+            top_k=self.config.filters.top_k,
+            min_p=self.config.filters.min_p,
             max_tokens=max_tokens,
             stop_token_ids=list(stop_token_ids),
             logprobs=0,  # the sampled token's log-prob only

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from scalerl.errors import InputError
 from scalerl.recipe.interruption import InterruptionPlan
+from scalerl.recipe.sampling import NO_FILTERS, SamplingFilters
 from scalerl.spec import THINK_END, LoraSpec
 
 Dtype = Literal["float32", "bfloat16", "float16"]
@@ -33,7 +34,8 @@ class EngineConfig:
 
     `fp32_lm_head`: compute the logits in FP32 (paper: raises the asymptote 0.52 -> 0.61); vLLM
     does it natively with `hf_overrides={"head_dtype": "float32"}`. `temperature`: sampling
-    temperature; recorded log-probs are of the tempered distribution. `seed`: seeds vLLM and the
+    temperature; `filters`: top-p, top-k and min-p (default: off); recorded log-probs are of the
+    tempered, filtered distribution (scalerl.recipe.sampling). `seed`: seeds vLLM and the
     cutoff draws. `kv_cache_bytes`: KV cache size on CPU (None: sized for the model,
     `cpu_kv_cache_bytes`; ignored on GPUs, which size it from free memory). `run_dir`: where
     vLLM's IPC sockets go (a fresh temporary directory if None).
@@ -58,6 +60,7 @@ class EngineConfig:
     run_dir: str | None = None
     lora: LoraSpec | None = None
     separate_process: bool | None = None
+    filters: SamplingFilters = NO_FILTERS
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16"):

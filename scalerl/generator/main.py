@@ -36,7 +36,7 @@ from scalerl.generator.tally import Group, Tally, score
 from scalerl.generator.tokens import ModelTokens
 from scalerl.metrics import GeneratorMetrics
 from scalerl.preflight import context_problem, model_dir_problem, model_len_needed, model_limit
-from scalerl.recipe import InterruptionPlan, NoPositiveResampling
+from scalerl.recipe import InterruptionPlan, NoPositiveResampling, SamplingFilters
 from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.rollout.pipe import GeneratorEnd
 from scalerl.rollout.position import DataPosition
@@ -73,6 +73,7 @@ def engine_config(spec: RunSpec, env: ProcessEnv, max_model_len: int) -> EngineC
         fp32_lm_head=spec.model.fp32_lm_head,
         max_model_len=max_model_len,
         temperature=spec.recipe.sampling.temperature,
+        filters=SamplingFilters.of(spec.recipe.sampling),
         seed=spec.seed * 1000 + env.generator_index,
         phrase=spec.interruption_phrase,
         think_end=spec.model.think_end,

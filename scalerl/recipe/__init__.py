@@ -1,6 +1,6 @@
 """The ScaleRL recipe: advantages, policy losses, loss aggregation, effective-batch filters,
-the No-Positive-Resampling curriculum, forced length interruption, token entropy, and
-train-inference mismatch (its figures and its corrections).
+the No-Positive-Resampling curriculum, forced length interruption, token entropy, the sampling
+filters' log-probs, and train-inference mismatch (its figures and its corrections).
 
 Pure functions and small state objects over torch tensors; depends only on torch, the standard
 library and `scalerl.errors`. Formulas follow the paper (arXiv 2510.13786); each module's
@@ -23,6 +23,7 @@ from scalerl.recipe.losses import (
     compute_policy_loss,
     loss_function,
 )
+from scalerl.recipe.sampling import SamplingFilters, filtered_logprobs, kept_tokens
 
 __all__ = [
     "AGGREGATIONS",
@@ -36,12 +37,15 @@ __all__ = [
     "LossName",
     "NoPositiveResampling",
     "Normalization",
+    "SamplingFilters",
     "TokenLosses",
     "aggregate",
     "completion_loss_mask",
     "compute_advantages",
     "compute_policy_loss",
     "effective_sample_mask",
+    "filtered_logprobs",
+    "kept_tokens",
     "loss_function",
     "masked_mean",
     "pass_rate",

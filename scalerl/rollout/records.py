@@ -158,7 +158,8 @@ class Sample:
     between them, in order, the latter with loss mask 0 (`conversation` says more)."""
 
     completion_ids: list[int]
-    logprobs: list[float]  # the generator's log-probs of the sampled tokens, after temperature
+    # The generator's log-probs of the sampled tokens, after temperature and the sampling filters.
+    logprobs: list[float]
     versions: list[int]  # the policy version that produced each token
     loss_mask: list[int]  # 0 for tokens we injected (interruption phrase, environment messages)
     reward: float

@@ -148,9 +148,42 @@ class OptimizerSpec(_Model):
 
 
 class SamplingSpec(_Model):
-    """How the generators sample completions."""
+    """How the generators sample completions: for training and for the held-out evaluations
+    alike. The trainer computes the log-probs of the same (tempered, filtered) distribution the
+    generators record, so an unchanged policy's importance ratio is 1 (scalerl.recipe.sampling)."""
 
     temperature: Float = Field(1.0, gt=0, le=10, description="Not stated in the paper; 1.0.")
+    top_p: Float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Nucleus sampling: keep the most likely tokens whose probabilities add up to "
+        "topP (1: off). Applies to training rollouts and evaluations; the trainer computes the "
+        "same filtered distribution.",
+    )
+    top_k: Int = Field(
+        0,
+        ge=0,
+        le=1 << 24,
+        description="Keep the topK most likely tokens (0: off). Applies to training rollouts and "
+        "evaluations; the trainer computes the same filtered distribution.",
+    )
+    min_p: Float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Drop tokens less likely than minP times the most likely one (0: off). "
+        "Applies to training rollouts and evaluations; the trainer computes the same filtered "
+        "distribution.",
+    )
+
+    @field_validator("top_k", mode="before")
+    @classmethod
+    def _off_is_zero(cls, value: Any) -> Any:
+        # Before `ge=0`: vLLM's and others' "off" is -1, which is told what to write instead.
+        if type(value) is int and value == -1:
+            raise ValueError("must be >= 0: 0 turns top-k off (where vLLM also takes -1)")
+        return value
 
 
 class CorrectionSpec(_Model):

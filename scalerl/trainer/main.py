@@ -25,6 +25,7 @@ import torch
 from scalerl.environment import ProcessEnv, configure_logging
 from scalerl.errors import PeerError, ScaleRLError, report
 from scalerl.metrics import TrainerMetrics
+from scalerl.recipe import SamplingFilters
 from scalerl.rollout.keys import TRAINER_FILES, StreamKeys
 from scalerl.rollout.pipe import TrainerEnd
 from scalerl.rollout.stream import TrainerChannel
@@ -78,6 +79,7 @@ def build_learner(run: ScaleRLRun, env: ProcessEnv, ranks: Ranks) -> Learner:
         dtype=spec.model.dtype,
         fp32_lm_head=spec.model.fp32_lm_head,
         temperature=spec.recipe.sampling.temperature,
+        filters=SamplingFilters.of(spec.recipe.sampling),
         device=ranks.device,
         master_weights=ranks.device.type == "cuda",
         lora=spec.model.lora,

@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from scalerl.errors import DataError, InputError
-from scalerl.recipe import token_entropy
+from scalerl.recipe.sampling import NO_FILTERS, SamplingFilters, filtered_logprobs
 from scalerl.trainer import adapter
 
 if TYPE_CHECKING:
@@ -61,14 +61,16 @@ class Policy:
         fp32_lm_head: bool,
         temperature: float,
         path: Path,
+        filters: SamplingFilters = NO_FILTERS,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.dtype = dtype  # the body's (and the checkpoint's) dtype
         self.fp32_lm_head = fp32_lm_head
         self.temperature = temperature
+        self.filters = filters
         self.path = path
-        self.scorer = Scorer(model, fp32_lm_head, temperature)
+        self.scorer = Scorer(model, fp32_lm_head, temperature, filters)
         # With LoRA (`attach`): PEFT's wrapper of `model`, whose adapter is all that trains,
         # travels and is saved (scalerl.trainer.adapter).
         self.adapter: PeftModel | None = None
@@ -103,9 +105,10 @@ class Policy:
 
         One forward over prompt + completion; ``packed`` runs the batch's sequences as one row
         without padding (attention kept within each sequence). Logits are divided by the
-        sampling temperature before the softmax so they match the generator's processed
-        log-probs; entropy is of the same distribution and carries no gradient (a metric, not a
-        loss term).
+        sampling temperature and filtered by the sampling filters (top-p, top-k, min-p; each
+        sampled token always kept: scalerl.recipe.sampling) before the softmax, so they match
+        the generator's processed log-probs; entropy is of the same distribution and carries no
+        gradient (a metric, not a loss term).
         """
         batch = batch.to(self.device)
         targets = batch.input_ids.gather(1, batch.completion_positions)
@@ -201,11 +204,18 @@ class Scorer(nn.Module):
     the backward pass instead of kept, so a long batch never holds them whole.
     """
 
-    def __init__(self, model: PreTrainedModel, fp32_lm_head: bool, temperature: float) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        fp32_lm_head: bool,
+        temperature: float,
+        filters: SamplingFilters = NO_FILTERS,
+    ) -> None:
         super().__init__()
         self.model = model
         self.fp32_lm_head = fp32_lm_head
         self.temperature = temperature
+        self.filters = filters
 
     def forward(
         self,
@@ -284,11 +294,7 @@ class Scorer(nn.Module):
         logits = head(hidden.float() if self.fp32_lm_head else hidden).float()
         if self.temperature != 1.0:
             logits = logits / self.temperature
-        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        logprobs = picked - torch.logsumexp(logits, dim=-1)
-        with torch.no_grad():
-            entropy = token_entropy(logits.detach())
-        return logprobs, entropy
+        return filtered_logprobs(logits, targets, self.filters)
 
 
 def load_policy(
@@ -298,6 +304,7 @@ def load_policy(
     fp32_lm_head: bool,
     device: str | torch.device = "cpu",
     temperature: float = 1.0,
+    filters: SamplingFilters = NO_FILTERS,
     master_weights: bool = False,
     lora: LoraSpec | None = None,
     seed: int = 0,
@@ -307,10 +314,11 @@ def load_policy(
     ``dtype`` is the body's dtype (float32 | bfloat16 | float16): its parameters', or with
     ``master_weights`` the dtype it computes in (FSDP's mixed precision, scalerl.trainer.shard)
     from float32 parameters, which the optimizer then keeps in float32 too. Either way weights go
-    out (broadcast, HF export) in ``dtype``. ``temperature`` is the generators' sampling
-    temperature (paper: not stated, 1.0). With ``lora`` the model is frozen and a fresh adapter
-    trains on it (`Policy.attach`, its start drawn from ``seed``). Raises DataError naming the
-    path and what is missing or unreadable; InputError for a bad dtype or temperature.
+    out (broadcast, HF export) in ``dtype``. ``temperature`` and ``filters`` are the generators'
+    sampling temperature (paper: not stated, 1.0) and top-p/top-k/min-p (default: off). With
+    ``lora`` the model is frozen and a fresh adapter trains on it (`Policy.attach`, its start
+    drawn from ``seed``). Raises DataError naming the path and what is missing or unreadable;
+    InputError for a bad dtype or temperature.
     """
     torch_dtype = DTYPES.get(dtype)
     if torch_dtype is None:
@@ -328,6 +336,7 @@ def load_policy(
         fp32_lm_head=fp32_lm_head,
         temperature=temperature,
         path=root,
+        filters=filters,
     )
     if fp32_lm_head:
         _upcast_head(policy)

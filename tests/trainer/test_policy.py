@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from scalerl.demo.tokenizer import save_tokenizer
 from scalerl.errors import DataError, InputError
-from scalerl.recipe import token_entropy
+from scalerl.recipe import SamplingFilters, filtered_logprobs, kept_tokens, token_entropy
 from scalerl.rollout.records import RolloutGroup
 from scalerl.trainer import Batch, build_batch, load_policy
 
@@ -212,3 +212,31 @@ def test_packed_sequences_score_as_padded_ones_and_chunks_change_nothing(
     torch.testing.assert_close(chunked[mask], padded[mask], rtol=1e-5, atol=1e-5)
     chunked[mask].sum().backward()
     assert all(p.grad is not None for p in policy.parameters() if p.requires_grad)
+
+
+def test_sampling_filters_score_the_filtered_distribution_in_chunks_with_gradients(
+    model_dir: Path, make_group: Callable[..., RolloutGroup], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    filters = SamplingFilters(top_p=0.9, top_k=12, min_p=0.02)
+    # Temperature 0.05 peaks the random model's near-uniform logits enough for the filters to act.
+    policy = load_policy(model_dir, fp32_lm_head=True, temperature=0.05, filters=filters)
+    batch = some_batch(make_group, policy.pad_id)
+    mask = batch.loss_mask
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    rows = torch.arange(batch.samples)[:, None]
+    tempered = logits[rows, batch.completion_positions - 1][mask] / 0.05
+    targets = batch.input_ids.gather(1, batch.completion_positions)[mask]
+    assert not bool(kept_tokens(tempered, filters).all()), "the filters must drop tokens here"
+    expected, expected_entropy = filtered_logprobs(tempered.clone(), targets, filters)
+    # A chunk of 3 tokens: many chunks, each recomputed in the backward pass.
+    monkeypatch.setattr("scalerl.trainer.policy.LOGIT_CHUNK", 3)
+    logprobs, entropy = policy.completion_logprobs(batch)
+    torch.testing.assert_close(logprobs[mask], expected, atol=1e-4, rtol=0)
+    torch.testing.assert_close(entropy[mask], expected_entropy, atol=1e-4, rtol=0)
+    plain = tempered.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    assert float((logprobs[mask] - plain).abs().max()) > 0.01  # the filters changed something
+    logprobs[mask].sum().backward()
+    grads = [p.grad for p in policy.parameters() if p.requires_grad]
+    assert all(g is not None and bool(torch.isfinite(g).all()) for g in grads)
