@@ -87,6 +87,7 @@ def independent_pass(sample: Sample, question: str, tokenizer: Any, budget: int)
     )
 
 
+@pytest.mark.slow  # 32 multi-turn conversations sampled token by token with HF generate
 def test_the_pass_rate_is_what_the_conversations_show(
     held: AgentHeldOut, model: Any, tool_run: Any
 ) -> None:

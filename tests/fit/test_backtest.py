@@ -68,6 +68,7 @@ def test_a_curve_that_is_not_the_law_s_misses_and_the_outlook_says_misfit() -> N
     assert said["confidence"] == "OK"
 
 
+@pytest.mark.slow  # 40 backtests, each two fits with bootstrap bands: a calibration check
 @pytest.mark.parametrize("with_se", [True, False])
 def test_on_the_law_it_misses_about_as_often_as_a_95_percent_interval(with_se: bool) -> None:
     # 40 runs drawn from the law: a false alarm is a 95 % predictive interval that misses.
