@@ -17,6 +17,11 @@ scores every sampled token with the run's settings; the figures are the run's ow
 Prints one row per setting: tokens, KL (k3), mean and max |Δ log p|, and the share of tokens
 whose ratio leaves [0.8, 1.25]; and the ratio of each KL to the float32 floor measured in the
 same run.
+
+`--run` measures the FP32 head's effect on a short run instead: the demo (examples/local.yaml) in
+bf16 with and without `fp32LMHead`, PPO-off-policy-1 (every token of lag 0: mismatch alone),
+`--steps` steps; prints each run's lag-0 mismatch at its evaluations (history.jsonl) and its
+held-out pass rate at the start and the end.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -36,7 +42,11 @@ from scalerl.recipe import InterruptionPlan
 from scalerl.recipe.mismatch import LagFigures, figures, mismatch_sums
 from scalerl.recipe.sampling import NO_FILTERS, SamplingFilters
 from scalerl.rollout.records import RolloutGroup, Sample
+from scalerl.runfile import run_command, write_variant
+from scalerl.status.history import read_history
 from scalerl.trainer import build_batch, load_policy
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 SHAPE = TinyModelShape(hidden=256, layers=2, heads=4, intermediate=512)
 DTYPES = (torch.float32, torch.bfloat16)
@@ -119,12 +129,41 @@ def row(name: str, f: LagFigures, floor: float) -> str:
     )
 
 
+def short_runs(steps: int) -> None:
+    """The demo in bf16 with and without the FP32 head: lag-0 mismatch and pass rate."""
+    print(f"{'run':<24} {'lag-0 KL at evaluations':<44} {'|Δ| max':>9} {'pass rate':>14}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for fp32_head in (False, True):
+            changes = {
+                "model": {"dtype": "bfloat16", "fp32LMHead": fp32_head},
+                "recipe": {"algorithm": "ppo-off-policy", "maxOffPolicySteps": 1},
+                "generators": {"replicas": 1},
+                "evaluation": {"everySteps": max(1, steps // 4)},
+                "budget": {"maxSteps": steps},
+            }
+            spec = write_variant(EXAMPLES / "local.yaml", Path(tmp) / f"{fp32_head}.yaml", changes)
+            out = Path(tmp) / f"run-{fp32_head}"
+            subprocess.run(run_command(spec, out), check=True, capture_output=True)
+            history = read_history(out / "history.jsonl")
+            # An evaluation after a step with nothing to learn has no figures.
+            lag0 = [r["train_mismatch_by_lag"]["0"] for r in history if r["train_mismatch_by_lag"]]
+            kls = " ".join(f"{f['kl']:.1e}" for f in lag0)
+            rates = f"{history[0]['pass_rate']:.2f} -> {history[-1]['pass_rate']:.2f}"
+            name = "bf16 + FP32 head" if fp32_head else "bf16"
+            print(f"{name:<24} {kls:<44} {max(f['abs_max'] for f in lag0):>9.3f} {rates:>14}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--run", action="store_true", help="the FP32 head on a short run")
+    parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
+    if args.run:
+        short_runs(args.steps)
+        return
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
