@@ -159,9 +159,9 @@ TRAINER_DOMAIN_GAUGES = {
     ),
 }
 # Train-inference mismatch of the last step's trained tokens (scalerl.recipe.mismatch), labelled
-# with `lag` besides the run's labels: the trainer's version minus the version that sampled the
-# token. Lag "0" is the engines' numeric mismatch alone; a lag absent from the last step has no
-# series.
+# with `lag` besides the run's labels: the trainer's version minus the oldest version that
+# computed the token (an in-flight update keeps the KV cache). Lag "0" is the engines' numeric
+# mismatch alone; a lag absent from the last step has no series.
 LAG_LABELS = (*LABELS, "lag")
 TRAINER_LAG_GAUGES = {
     "mismatch_kl": (

@@ -160,6 +160,17 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     assert all(0.0 <= e["pass_rate"] <= 1.0 for e in history)
     computes = [e["compute"] for e in history]
     assert computes[0] == 0.0 and computes == sorted(computes)  # training compute only
+    # Train-inference mismatch apart from lag (PipelineRL-8). A token's lag counts the oldest
+    # version that computed it: a token sampled after an in-flight update reads the keys and
+    # values the old weights made, so its lag is never below its own version's (the policy lag)
+    # and lag 0 holds only tokens the trainer's weights made whole. On those the float32 engines
+    # agree to float error (with the stale cache counted as lag 0, one run read 2e-6).
+    for row in (r for r in history[1:] if r["train_mismatch_by_lag"]):  # a step that updated
+        by_lag = {int(lag): f for lag, f in row["train_mismatch_by_lag"].items()}
+        tokens = sum(f["tokens"] for f in by_lag.values())
+        mean_lag = sum(lag * f["tokens"] for lag, f in by_lag.items()) / tokens
+        assert mean_lag >= row["train_policy_lag"] - 1e-9
+        assert by_lag.get(0, {"kl": 0.0})["kl"] < 1e-9
     # (Whether a sample spans a weight update here depends on timing: the demo's generators
     # finish their batch ahead of the trainer and wait for it. Samples that do, stamped token by
     # token with the version that sampled them: tests/generator/test_engine.py.)

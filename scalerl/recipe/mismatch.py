@@ -2,10 +2,15 @@
 tokens, told apart from policy lag.
 
 For a trained token y, Δ = log π_trainer(y) − log π_generator(y), the log of the ratio every loss
-uses (ρ = e^Δ), and its lag = the trainer's policy version − the version that sampled y. At lag 0
-the generator sampled y with the very weights the trainer holds, so Δ is numeric mismatch alone
-(kernels, dtype, the LM head's precision, sampling settings); at lag n it is mismatch plus what n
-updates moved the policy. Figures per lag, over the trained tokens of one step:
+uses (ρ = e^Δ), and its lag = the trainer's policy version − the oldest version that computed y:
+the one that sampled it, or an older one whose keys and values y read (an in-flight update keeps
+the engine's KV cache, so a token sampled after it still reads the prompt and the earlier tokens
+as the older weights computed them). At lag 0 everything that produced y came from the very
+weights the trainer holds, so Δ is numeric mismatch alone (kernels, dtype, the LM head's
+precision, sampling settings); at lag n it is mismatch plus what up to n updates moved the
+policy. (The batch's policy lag counts each token's own version: it is never above the mean of
+these lags, and equal to it when no sample spans an update.) Figures per lag, over the trained
+tokens of one step:
 
 - ``kl``: the k3 estimate of KL(π_generator ‖ π_trainer), the mean of (ρ − 1) − log ρ: unbiased
   for tokens the generator sampled, and ≥ 0 token by token (so a few tokens never cancel out);

@@ -17,6 +17,7 @@ samples (None when nothing was kept).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
@@ -79,7 +80,8 @@ class Batch:
     completion_positions: Tensor  # long [S, T]
     old_logprobs: Tensor  # float32 [S, T]
     loss_mask: Tensor  # bool [S, T]
-    # long [S, T]: the trainer's version minus the version that sampled the token (pads: 0).
+    # long [S, T]: the trainer's version minus the oldest version that computed the token (pads:
+    # 0); see `_oldest`. Lag 0: the token and all it read came from the trainer's weights.
     lags: Tensor
     advantages: Tensor  # float32 [S]
     group_index: Tensor  # long [S], 0..G-1
@@ -170,6 +172,14 @@ def _lag(samples: list[Sample], current_version: int) -> float | None:
     return current_version - sum(versions) / len(versions) if versions else None
 
 
+def _oldest(sample: Sample) -> list[int]:
+    """Per completion token, the oldest policy version that computed it: the one that sampled it
+    or an older one. An in-flight weight update keeps the engine's KV cache, so a token sampled
+    after an update still reads the prompt and the earlier tokens as the older weights computed
+    them; its probability is not the new policy's alone (scalerl.recipe.mismatch)."""
+    return list(itertools.accumulate(sample.versions, min))
+
+
 def _uniform(group: RolloutGroup) -> bool | None:
     """True when every untruncated sample passed, False when every one failed, else None."""
     passed = {s.passed for s in group.samples if not s.truncated}
@@ -240,7 +250,7 @@ def _pad(
     old_logprobs = _pad_rows(old, 0.0, torch.float32)
     loss_mask = _pad_rows(masks, False, torch.bool)  # pads are False: mask × valid
     lags = [
-        current_version - torch.tensor(sample.versions[span], dtype=torch.long)
+        current_version - torch.tensor(_oldest(sample)[span], dtype=torch.long)
         for _, sample, span, _ in rows
     ]
     prompt_lengths = torch.tensor([len(context) for context, *_ in rows])

@@ -121,8 +121,8 @@ def test_cispo_truncated_at_a_cap_is_cispo_with_that_epsilon_max() -> None:
 
 def test_under_in_flight_updates_each_token_is_anchored_at_the_version_that_sampled_it() -> None:
     """A sample whose first two tokens came from version 3 and the last two from version 4 (the
-    trainer holds 4): lag 1 and lag 0. Each token's ratio is the trainer's probability over the
-    one its own version recorded, and CISPO's cap and a token truncation act on each alone."""
+    trainer holds 4). Each token's ratio is the trainer's probability over the one its own
+    version recorded, and CISPO's cap and a token truncation act on each alone."""
     trainer = torch.tensor([[-1.0, -1.0, -1.0, -1.0]], dtype=torch.float64, requires_grad=True)
     # version 3 gave the first two tokens lower probability (the policy moved); version 4 the
     # same as the trainer's up to a small numeric mismatch.
@@ -135,11 +135,11 @@ def test_under_in_flight_updates_each_token_is_anchored_at_the_version_that_samp
         trainer, recorded, advantage, mask, group, aggregation="token", epsilon_max=4.0
     )
     ratios = [math.exp(-1.0 - r) for r in (-3.0, -1.2, -1.01, -0.99)]  # e^2, e^0.2, ~1.01, ~0.99
-    weights = [min(r, 4.0) for r in ratios]  # the lag-1 token's e^2 = 7.39 is capped at 4
+    weights = [min(r, 4.0) for r in ratios]  # version 3's first token: e^2 = 7.39, capped at 4
     assert float(loss.detach()) == pytest.approx(sum(w * 1.0 for w in weights) / 4)  # -w * A * (-1)
     assert stats["ratio_max"] == pytest.approx(ratios[0]) and stats["clip_fraction"] == 0.25
 
-    # A mask at [0.8, 1.25] drops the lag-1 token moved by the policy (and only it): a bound
+    # A mask at [0.8, 1.25] drops the token the policy moved (and only it): a bound
     # inside the lag's spread discards what PipelineRL-k allows on purpose.
     masked, stats = compute_policy_loss(
         trainer,

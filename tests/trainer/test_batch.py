@@ -40,6 +40,21 @@ def test_policy_lag_counts_only_the_tokens_trained_on(make_group: Factory) -> No
     assert stats.mean_lag == pytest.approx(6 - sum(trained) / len(trained))
 
 
+def test_a_tokens_lag_counts_the_oldest_weights_that_computed_it(make_group: Factory) -> None:
+    """A sample begun under version 2 and continued under 4 after an in-flight update: its later
+    tokens were sampled by version 4 but read the prompt and the first tokens as version 2 made
+    them (the engine keeps its KV cache), so none of it is the trainer's weights alone."""
+    group = make_group([1.0, -1.0], version=6, seed=1)
+    group.samples[0].versions = [2, 2, 4, 4, 6]
+    batch, stats = build_batch([group], current_version=6, max_off_policy=8, pad_id=PAD)
+    assert batch is not None
+    assert batch.lags[0].tolist() == [4, 4, 4, 4, 4]
+    assert batch.lags[1].tolist() == [0, 0, 0, 0, 0]  # begun and ended under version 6
+    # The policy lag counts each token's own version: below the mean of these lags.
+    assert stats.mean_lag == pytest.approx(6 - (2 + 2 + 4 + 4 + 6 + 5 * 6) / 10)
+    assert float(batch.lags[batch.loss_mask].float().mean()) > stats.mean_lag
+
+
 def test_one_old_token_makes_a_group_stale(make_group: Factory) -> None:
     group = make_group([1.0, -1.0], version=5)
     group.samples[1].versions[0] = 0  # an in-flight sample begun under an old policy
