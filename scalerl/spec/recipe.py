@@ -152,7 +152,13 @@ class SamplingSpec(_Model):
     alike. The trainer computes the log-probs of the same (tempered, filtered) distribution the
     generators record, so an unchanged policy's importance ratio is 1 (scalerl.recipe.sampling)."""
 
-    temperature: Float = Field(1.0, gt=0, le=10, description="Not stated in the paper; 1.0.")
+    temperature: Float = Field(
+        1.0,
+        ge=1e-5,
+        le=10,
+        description="Not stated in the paper; 1.0. At least 1e-5: below it vLLM samples greedily "
+        "and records untempered log-probs, which no trainer temperature matches.",
+    )
     top_p: Float = Field(
         1.0,
         gt=0,
