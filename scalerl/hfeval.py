@@ -323,6 +323,7 @@ class HeldOut:
             k=k,
             seed=seed,
             temperature=self.temperature,
+            filters=self.filters,
             per_prompt=per_prompt,
             prompts=len(per_prompt),
             samples=len(completions),

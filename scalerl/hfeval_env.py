@@ -214,7 +214,7 @@ class AgentHeldOut:
         `generate` call of one row)."""
         started = time.monotonic()
         groups = self.play(model, k, seed)
-        return count(self.examples, groups, k, seed, self.temperature, label, started)
+        return count(self.examples, groups, k, seed, self.temperature, label, started, self.filters)
 
 
 def count(
@@ -225,6 +225,7 @@ def count(
     temperature: float,
     label: str,
     started: float,
+    filters: SamplingFilters = NO_FILTERS,
 ) -> Evaluation:
     """The evaluation of `groups` (each prompt's `k` rollouts): passed / (prompts x k), the
     rollouts that could not be scored counted as not passed."""
@@ -244,6 +245,7 @@ def count(
         k=k,
         seed=seed,
         temperature=temperature,
+        filters=filters,
         per_prompt=per_prompt,
         prompts=len(per_prompt),
         samples=samples,

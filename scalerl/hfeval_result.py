@@ -20,7 +20,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from scalerl.recipe.sampling import SamplingFilters
+from scalerl.recipe.sampling import NO_FILTERS, SamplingFilters
 from scalerl.status.history import PromptScore
 
 
@@ -46,6 +46,7 @@ class Evaluation:
     # Samples that could not be scored (among `samples`, counted as not passed), and why.
     unscored: int = 0
     unscored_reasons: dict[str, int] = field(default_factory=dict)
+    filters: SamplingFilters = NO_FILTERS  # recipe.sampling's top-p, top-k and min-p it used
 
     def summary(self) -> str:
         domains = "".join(

@@ -170,14 +170,15 @@ def test_top_k_one_samples_the_argmax_completion_as_temperature_near_zero(demo: 
     cold = variant(run, **{"recipe.sampling.temperature": 1e-4}, **budget)
     top1 = variant(run, **{"recipe.sampling.topK": 1}, **budget)
     plain = variant(run, **budget)
-    counts = [
-        [
-            (r.correct, r.truncated)
-            for r in evaluate_checkpoint(run.spec.model.path, v, k=3, prompts=32, seed=0).per_prompt
-        ]
+    results = [
+        evaluate_checkpoint(run.spec.model.path, v, k=3, prompts=32, seed=0)
         for v in (cold, top1, plain)
     ]
+    counts = [[(r.correct, r.truncated) for r in result.per_prompt] for result in results]
     assert counts[1] == counts[0] != counts[2]
+    # The result says what it sampled with (scalerl evaluate --json prints it).
+    assert results[1].to_dict()["filters"] == {"top_p": 1.0, "top_k": 1, "min_p": 0.0}
+    assert results[2].filters.on is False
 
 
 def load_tokenizer(run: ScaleRLRun) -> Any:
