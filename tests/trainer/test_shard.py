@@ -177,6 +177,11 @@ def test_a_sharded_step_equals_the_one_rank_step(
     assert math.isclose(result.grad_norm, alone_result.grad_norm, rel_tol=1e-5)
     assert math.isclose(result.entropy, alone_result.entropy, rel_tol=1e-5)
     assert result.tokens == alone_result.tokens
+    # Each rank's mismatch sums, gathered, are the whole batch's (every token counted once).
+    assert result.mismatch.keys() == alone_result.mismatch.keys()
+    for lag, figures in alone_result.mismatch.items():
+        assert result.mismatch[lag].tokens == figures.tokens
+        assert math.isclose(result.mismatch[lag].abs_mean, figures.abs_mean, abs_tol=1e-6)
 
 
 def step_and_checkpoint(
