@@ -1,16 +1,14 @@
-"""A run's NetworkPolicies judged as a network plugin applies them: for a pod of the run, may it
-open a connection to this address and port? `reaches` evaluates the policies the operator makes
-the way Kubernetes defines them (a pod selected by an Egress policy may open only what one of
-those policies' rules allows; policies add up), so each test reads as a user's question: may the
-generator talk to the Internet? may the trainer reach the MLflow server the spec names?"""
+"""A run's NetworkPolicies judged as a network plugin applies them (tests/netpolicy.py): for a
+pod of the run, may it open a connection to this address and port? Each test reads as a user's
+question: may the generator talk to the Internet? may the trainer reach the MLflow server the
+spec names?"""
 
 from __future__ import annotations
 
-import ipaddress
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from netpolicy import Pod, admits, reaches
 from small_run import run_manifest
 
 from scalerl.errors import InputError
@@ -28,80 +26,12 @@ API_SERVER = NetworkSettings(api_server_cidrs=("10.96.0.1/32", "172.18.0.2/32"))
 INTERNET = "203.0.113.7"
 
 
-@dataclass(frozen=True)
-class Pod:
-    labels: dict[str, str]
-    namespace: str = OWNER.namespace
-    namespace_labels: dict[str, str] = field(default_factory=dict)
-
-    def ns_labels(self) -> dict[str, str]:
-        return {"kubernetes.io/metadata.name": self.namespace, **self.namespace_labels}
-
-
 def run_pod(role: str, run: str = OWNER.name) -> Pod:
-    return Pod(names.labels(run, role))
+    return Pod(names.labels(run, role), OWNER.namespace)
 
 
 DNS_SERVER = Pod({"k8s-app": "kube-dns"}, namespace="kube-system")
 A_POD_ELSEWHERE = Pod({"app": "something"}, namespace="default")
-
-
-def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    for key, value in selector.get("matchLabels", {}).items():
-        if labels.get(key) != value:
-            return False
-    for expression in selector.get("matchExpressions", []):
-        assert expression["operator"] == "In", expression  # the only one the operator writes
-        if labels.get(expression["key"]) not in expression["values"]:
-            return False
-    return True
-
-
-def _peer_matches(peer: dict[str, Any], source: Pod, dest: Pod | str) -> bool:
-    if "ipBlock" in peer:
-        if not isinstance(dest, str):
-            return False  # an ipBlock is for addresses outside the cluster
-        address = ipaddress.ip_address(dest)
-        cidr = ipaddress.ip_network(peer["ipBlock"]["cidr"])
-        return address.version == cidr.version and address in cidr
-    if isinstance(dest, str):
-        return False
-    if "namespaceSelector" in peer:
-        in_namespace = _selects(peer["namespaceSelector"], dest.ns_labels())
-    else:
-        in_namespace = dest.namespace == source.namespace
-    return in_namespace and _selects(peer.get("podSelector", {}), dest.labels)
-
-
-def _rule_allows(
-    rule: dict[str, Any], source: Pod, dest: Pod | str, port: int, protocol: str
-) -> bool:
-    ports = rule.get("ports") or []
-    if ports and not any(p["port"] == port and p["protocol"] == protocol for p in ports):
-        return False
-    peers = rule.get("to") or []
-    return not peers or any(_peer_matches(peer, source, dest) for peer in peers)
-
-
-def reaches(
-    policies: list[dict[str, Any]], source: Pod, dest: Pod | str, port: int, protocol: str = "TCP"
-) -> bool:
-    """Whether `source` may open a connection to `dest` (a pod, or an address outside) on
-    `port`, by Kubernetes' rules for Egress policies."""
-    mine = [
-        p["spec"]
-        for p in policies
-        if p["metadata"]["namespace"] == source.namespace
-        and "Egress" in p["spec"]["policyTypes"]
-        and _selects(p["spec"]["podSelector"], source.labels)
-    ]
-    if not mine:
-        return True  # no Egress policy selects the pod: everything is open
-    return any(
-        _rule_allows(rule, source, dest, port, protocol)
-        for spec in mine
-        for rule in spec.get("egress", [])
-    )
 
 
 def policies_of(run: ScaleRLRun, settings: NetworkSettings = API_SERVER) -> list[dict[str, Any]]:
@@ -246,10 +176,16 @@ def test_dns_anywhere_when_no_dns_namespace_is_named() -> None:
 
 
 def test_ingress_still_admits_the_run_and_monitoring_only() -> None:
-    (policy,) = [p for p in policies_of(a_run()) if p["metadata"]["name"] == "r1-network"]
-    own, metrics = policy["spec"]["ingress"]
-    assert own == {"from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: "r1"}}}]}
-    assert metrics["ports"] == [{"protocol": "TCP", "port": manifests.METRICS_PORT}]
+    policies = policies_of(a_run())
+    prometheus = Pod({"app": "prometheus"}, "monitoring")
+    for role in (names.ROLE_TRAINER, names.ROLE_GENERATOR, names.ROLE_ENV):
+        pod = run_pod(role)
+        assert admits(policies, pod, run_pod(names.ROLE_GENERATOR), 29500), role
+        assert not admits(policies, pod, run_pod(names.ROLE_GENERATOR, run="r2"), 29500), role
+        assert admits(policies, pod, prometheus, manifests.METRICS_PORT), role
+        assert not admits(policies, pod, prometheus, 5555), role
+        assert not admits(policies, pod, A_POD_ELSEWHERE, manifests.METRICS_PORT), role
+        assert not admits(policies, pod, INTERNET, 5555), role
 
 
 def test_stale_role_policies_are_those_the_spec_no_longer_needs() -> None:
