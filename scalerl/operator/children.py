@@ -11,6 +11,7 @@ from typing import Any
 
 from scalerl.kube import Kube, KubeError
 from scalerl.operator import envserver, fitjob, gang, manifests, names
+from scalerl.operator import network as policies
 from scalerl.operator.manifests import NetworkSettings
 from scalerl.operator.objects import Images, Owner
 from scalerl.rollout.keys import StreamKeys
@@ -33,11 +34,11 @@ def ensure_static(
     images: Images,
     new: bool = False,
 ) -> list[str]:
-    """Create the config, keys, policy, Service and RBAC where missing; keep the config current
-    (the budget and replicas may change), the Service on gang `attempt` and an OpenEnv server's
-    Deployment on its spec. For a `new` run,
-    create straight away (a conflict means it is there already): half the round trips on the
-    path a user waits on. Returns what was created."""
+    """Create the config, keys, policies, Service and RBAC where missing; keep the config
+    current (the budget and replicas may change), the policies on the spec (deleting a role's
+    that is needed no more), the Service on gang `attempt` and an OpenEnv server's Deployment on
+    its spec. For a `new` run, create straight away (a conflict means it is there already):
+    half the round trips on the path a user waits on. Returns what was created."""
     created = []
     # Fresh keys on every call, but only a missing Secret is created: the run keeps its first.
     keys = StreamKeys.generate()
@@ -57,12 +58,33 @@ def ensure_static(
             kube.patch("v1", "ConfigMap", owner.namespace, meta["name"], {"data": obj["data"]})
         elif obj["kind"] == "Service" and _selector(current) != _selector(obj):
             select_attempt(kube, owner, attempt)
+        elif obj["kind"] == "NetworkPolicy" and _policy(current) != _policy(obj):
+            # An operator of another version made it, or the spec now names other trackers,
+            # packages or Hub ids: the policy follows (null drops a rule list it no longer has).
+            body = {"spec": {"ingress": None, "egress": None, **obj["spec"]}}
+            kube.patch(policies.API, "NetworkPolicy", owner.namespace, meta["name"], body)
         elif obj["kind"] == "Deployment" and _served(current) != _served(obj):
             # spec.environment.openenv's replicas, image or port changed: the server follows.
             kube.patch(
                 "apps/v1", "Deployment", owner.namespace, meta["name"], {"spec": obj["spec"]}
             )
+    if not new:
+        _remove_stale_policies(kube, run, owner, network)
     return created
+
+
+def _remove_stale_policies(
+    kube: Kube, run: ScaleRLRun, owner: Owner, network: NetworkSettings
+) -> None:
+    """Delete the role policies the run has and needs no more (one list; a delete only where
+    there is one)."""
+    stale = set(policies.stale_policies(run, owner, network))
+    if not stale:
+        return
+    labels = {names.LABEL_RUN: owner.name, names.LABEL_ROLE: "network"}
+    listed = kube.list(policies.API, "NetworkPolicy", owner.namespace, labels)
+    for name in sorted(stale & {obj["metadata"]["name"] for obj in listed}):
+        kube.delete(policies.API, "NetworkPolicy", owner.namespace, name)
 
 
 def select_attempt(kube: Kube, owner: Owner, attempt: int) -> None:
@@ -258,6 +280,10 @@ def remove_all(kube: Kube, owner: Owner, fit_jobs: int, *, queued: bool = False)
         ("v1", "ConfigMap", names.config(owner.name)),
         ("v1", "Secret", names.stream_keys(owner.name)),
         ("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(owner.name)),
+        *(
+            ("networking.k8s.io/v1", "NetworkPolicy", names.egress_policy(owner.name, role))
+            for role in policies.EGRESS_ROLES
+        ),
     ):
         deleted += kube.delete(api_version, kind, owner.namespace, name)
     return deleted
@@ -297,6 +323,11 @@ def _served(deployment: dict[str, Any]) -> tuple[Any, ...]:
     spec = deployment.get("spec") or {}
     container = spec["template"]["spec"]["containers"][0]
     return spec.get("replicas"), container.get("image"), container["ports"][0]["containerPort"]
+
+
+def _policy(policy: dict[str, Any]) -> dict[str, Any]:
+    """A NetworkPolicy's spec without its empty rule lists (the API server drops them)."""
+    return {key: value for key, value in policy.get("spec", {}).items() if value not in ([], None)}
 
 
 def _selector(service: dict[str, Any]) -> dict[str, str] | None:

@@ -81,15 +81,28 @@ def run_as_from_environ(default: int | None) -> int | None:
 
 
 def network_from_environ() -> NetworkSettings:
-    """The runs' NetworkPolicy settings (the chart sets them from its `networkPolicy` values)."""
+    """The runs' NetworkPolicy settings (the chart sets them from its `networkPolicy` values and
+    its look-up of the API server's addresses)."""
     enabled = os.environ.get("SCALERL_NETWORK_POLICY", "true").strip().lower()
     if enabled not in ("true", "false"):
         raise InputError(f"SCALERL_NETWORK_POLICY must be true or false, got {enabled!r}")
-    raw = os.environ.get("SCALERL_METRICS_NAMESPACES", "monitoring")
+    default = NetworkSettings()
+    ports = _listed("SCALERL_API_SERVER_PORTS", "") or tuple(map(str, default.api_server_ports))
+    if not all(port.isdigit() and 0 < int(port) < 65536 for port in ports):
+        raise InputError(f"SCALERL_API_SERVER_PORTS must be TCP ports, got {','.join(ports)!r}")
     return NetworkSettings(
         enabled=enabled == "true",
-        metrics_namespaces=tuple(ns.strip() for ns in raw.split(",") if ns.strip()),
+        metrics_namespaces=_listed("SCALERL_METRICS_NAMESPACES", "monitoring"),
+        dns_namespaces=_listed("SCALERL_DNS_NAMESPACES", "kube-system"),
+        api_server_cidrs=_listed("SCALERL_API_SERVER_CIDRS", ""),
+        api_server_ports=tuple(int(port) for port in ports),
     )
+
+
+def _listed(variable: str, default: str) -> tuple[str, ...]:
+    """A comma-separated environment variable's items."""
+    raw = os.environ.get(variable, default)
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
 def export_metrics(metrics: RunMetrics, run: dict[str, Any], deleted: bool) -> None:

@@ -10,7 +10,6 @@ Their public names are re-exported here for callers that build a run's objects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -19,6 +18,8 @@ from scalerl.operator import names
 from scalerl.operator.envserver import env_server, env_server_url
 from scalerl.operator.fitjob import fit_job
 from scalerl.operator.gang import ENV_PACKAGES_DIR, JOBSET_API, workload, workload_roles, workloads
+from scalerl.operator.network import NetworkSettings, network_policies
+from scalerl.operator.network import run_policy as network_policy
 from scalerl.operator.objects import (
     CHANNEL_PORT,
     CONFIG_DIR,
@@ -54,6 +55,7 @@ __all__ = [
     "env_server",
     "env_server_url",
     "fit_job",
+    "network_policies",
     "network_policy",
     "role",
     "role_binding",
@@ -70,15 +72,7 @@ __all__ = [
 
 # The chart's default images (frozen: one value serves every call that names none).
 DEFAULT_IMAGES = Images()
-
-
-@dataclass(frozen=True)
-class NetworkSettings:
-    """The run's NetworkPolicy (the chart's `networkPolicy` values)."""
-
-    enabled: bool = True
-    # Namespaces (by name) whose pods may scrape the run's /metrics.
-    metrics_namespaces: tuple[str, ...] = ("monitoring",)
+DEFAULT_NETWORK = NetworkSettings()
 
 
 def children(
@@ -87,7 +81,7 @@ def children(
     attempt: int,
     images: Images,
     keys: StreamKeys,
-    network: NetworkSettings = NetworkSettings(),
+    network: NetworkSettings = DEFAULT_NETWORK,
 ) -> list[dict[str, Any]]:
     """Everything a running run has, in creation order (the workloads last)."""
     return [
@@ -101,18 +95,17 @@ def static_children(
     owner: Owner,
     attempt: int,
     keys: StreamKeys,
-    network: NetworkSettings = NetworkSettings(),
+    network: NetworkSettings = DEFAULT_NETWORK,
     images: Images = DEFAULT_IMAGES,
 ) -> list[dict[str, Any]]:
     """Children that live as long as the run: config, stream keys, network policy, Service and
     the status RBAC (the Service selects gang `attempt`), and an OpenEnv server's Deployment and
     Service (spec.environment.openenv.image). The policy comes before any pod, so no pod is ever
     unprotected."""
-    policy = [network_policy(owner, network)] if network.enabled else []
     return [
         config_map(run, owner),
         stream_keys_secret(owner, keys),
-        *policy,
+        *network_policies(run, owner, network),
         service_account(owner),
         role(owner),
         role_binding(owner),
@@ -152,33 +145,6 @@ def stream_keys_secret(owner: Owner, keys: StreamKeys) -> dict[str, Any]:
         "metadata": owner.metadata(names.stream_keys(owner.name), "keys"),
         "type": "Opaque",
         "stringData": keys.text(),
-    }
-
-
-def network_policy(owner: Owner, network: NetworkSettings) -> dict[str, Any]:
-    """Only the run's own pods reach its pods (rollout stream, sync store, and the ephemeral
-    ports gloo and NCCL open for the broadcast itself); /metrics also from the monitoring
-    namespaces. Egress stays open: pods read models and data from wherever the user keeps them."""
-    run_pods = {"matchLabels": {names.LABEL_RUN: owner.name}}
-    monitoring = {
-        "namespaceSelector": {
-            "matchExpressions": [
-                {
-                    "key": "kubernetes.io/metadata.name",
-                    "operator": "In",
-                    "values": list(network.metrics_namespaces),
-                }
-            ]
-        }
-    }
-    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": run_pods}]}]
-    if network.metrics_namespaces:
-        ingress.append({"from": [monitoring], "ports": [{"protocol": "TCP", "port": METRICS_PORT}]})
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": owner.metadata(names.network_policy(owner.name), "network"),
-        "spec": {"podSelector": run_pods, "policyTypes": ["Ingress"], "ingress": ingress},
     }
 
 

@@ -49,7 +49,13 @@ def stream_keys(run: str) -> str:
 
 
 def network_policy(run: str) -> str:
+    """The policy over every pod of the run (scalerl.operator.network)."""
     return f"{run}-network"
+
+
+def egress_policy(run: str, role: str) -> str:
+    """What `role`'s pods reach beyond the run's own pods and DNS (scalerl.operator.network)."""
+    return f"{run}-egress-{role}"
 
 
 def workload(run: str, role: str) -> str:

@@ -368,6 +368,16 @@ def test_misspelt_key_is_refused(values: Obj, where: str, key: str) -> None:
         (("monitoring", "release"), ""),
         (("grafana", "alertRule", "label"), "grafana alert"),
         (("alerts", "severity"), "warning: high"),
+        # Digests, probes and the policies' peers.
+        (("image", "digest"), "sha256:abc"),  # too short
+        (("image", "digest"), "a" * 64),  # no algorithm
+        (("image", "digest"), "sha256:" + "A" * 64),  # upper-case hex
+        (("operator", "readinessProbe", "periodSeconds"), 0),
+        (("operator", "readinessProbe", "failureThreshold"), "3"),
+        (("networkPolicy", "dnsNamespaces"), ["Kube-System"]),
+        (("networkPolicy", "apiServer", "cidrs"), ["10.96.0.1"]),  # no prefix length
+        (("networkPolicy", "apiServer", "cidrs"), ["kubernetes.default"]),  # a host: no CIDR
+        (("networkPolicy", "apiServer", "ports"), [0]),
     ],
 )
 def test_wrong_value_is_refused(path: KeyPath, value: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart import OPERATOR_USER, in_thread
+from chart import OPERATOR_USER, RELEASE_NAMESPACE, in_thread
 from controlplane import TEST_SCHEDULER, ControlPlane
 from runs import (
     RUNS,
@@ -46,14 +46,16 @@ from runs import (
 from small_run import run_manifest
 
 from scalerl.metrics import RUN_GAUGES, RunMetrics
-from scalerl.operator.manifests import Images
+from scalerl.operator import network
+from scalerl.operator.handlers import network_from_environ
+from scalerl.operator.manifests import Images, Owner
 from scalerl.operator.trackrecord import with_prediction
 from scalerl.spec import parse_run
 
 CHILDREN = {
     "configmaps": ["r1-config"],
     "jobs": ["r1-generator", "r1-trainer"],
-    "networkpolicies": ["r1-network"],
+    "networkpolicies": ["r1-egress-fit", "r1-egress-trainer", "r1-network"],
     "rolebindings": ["r1-status"],
     "roles": ["r1-status"],
     "serviceaccounts": ["r1-status"],
@@ -105,6 +107,56 @@ def test_a_run_gets_every_child_owned_by_it(plane: ControlPlane, ns: str, operat
     indexes = [p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in gang]
     assert sorted(indexes) == ["0", "0", "1"]
     print(f"create -> every child present: {elapsed:.2f} s")
+    the_policies_are_applied_and_follow_the_spec(plane, ns, operator, run)
+
+
+def stored_policies(plane: ControlPlane, ns: str) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p["spec"] for p in listed(plane, ns, "networkpolicies")}
+
+
+def the_policies_are_applied_and_follow_the_spec(
+    plane: ControlPlane, ns: str, operator: Any, run: dict[str, Any]
+) -> None:
+    """The API server validated and stored the run's policies as the operator built them (so the
+    periodic check patches nothing), and the chart's over the operator's pod, with the API
+    server's addresses `helm install` looked up; a spec that names a tracker and environment
+    packages opens their ports to the pods that use them, and closes them when it no longer
+    does."""
+    owner = Owner("r1", ns, run["metadata"]["uid"])
+    built = network.network_policies(parse_run(run_manifest(ns)), owner, network_from_environ())
+    assert stored_policies(plane, ns) == {p["metadata"]["name"]: p["spec"] for p in built}
+    code, chart_policy = plane.api(
+        "GET", f"/apis/networking.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/networkpolicies/scalerl"
+    )
+    assert code == 200, chart_policy
+    code, service = plane.api("GET", "/api/v1/namespaces/default/services/kubernetes")
+    assert code == 200, service
+    (api_rule, dns_rule) = chart_policy["spec"]["egress"]
+    assert {"ipBlock": {"cidr": f"{service['spec']['clusterIP']}/32"}} in api_rule["to"]
+    assert {"protocol": "TCP", "port": 443} in api_rule["ports"]
+    assert [p["port"] for p in dns_rule["ports"]] == [53, 53]
+
+    tracked = {
+        "tracking": {"mlflow": {"uri": "http://mlflow.tools.svc:5000"}},
+        "environment": {
+            "openenv": {"url": "http://calculator.tools.svc:8000"},
+            "packages": ["calculator-env==1.0"],
+            "indexUrl": "http://pypi.tools.svc:3141/simple",
+        },
+    }
+
+    def ports(name: str) -> set[int]:
+        spec = stored_policies(plane, ns).get(name)
+        return {p["port"] for rule in (spec or {}).get("egress", []) for p in rule["ports"]}
+
+    with operator():
+        patch_run(plane, ns, tracked)
+        wait_for(lambda: 5000 in ports("r1-egress-trainer"), "the trainer's policy opens MLflow")
+        wait_for(lambda: ports("r1-egress-generator") == {3141, 8000}, "the generators' policy")
+        assert 5000 in ports("r1-egress-fit") and 5000 not in ports("r1-egress-generator")
+        patch_run(plane, ns, {"tracking": None, "environment": None})
+        wait_for(lambda: "r1-egress-generator" not in stored_policies(plane, ns), "no packages")
+        wait_for(lambda: 5000 not in ports("r1-egress-trainer"), "no tracker")
 
 
 # --- a spec only the operator sees is bad --------------------------------------------------------

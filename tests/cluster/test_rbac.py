@@ -68,7 +68,10 @@ ON_QUEUE = {
 # Used only by a run with an OpenEnv server's image (test_openenv_server.py checks them against
 # the audit log).
 ON_OPENENV = {("apps", "deployments", verb) for verb in ("get", "create", "patch", "delete")}
-ON_FEATURE = ON_REFUSAL | ON_QUEUE | ON_SWEEP | ON_OPENENV
+# Used only when a run's spec changes what its pods reach (test_operator.py's first test checks
+# that the policies follow the spec).
+ON_POLICY_CHANGE = {("networking.k8s.io", "networkpolicies", "patch")}
+ON_FEATURE = ON_REFUSAL | ON_QUEUE | ON_SWEEP | ON_OPENENV | ON_POLICY_CHANGE
 
 
 def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:

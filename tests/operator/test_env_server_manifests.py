@@ -104,7 +104,9 @@ def test_a_colocated_run_gets_the_url_in_its_one_pod() -> None:
 
 def test_the_network_policy_lets_the_runs_pods_and_only_them_reach_the_server() -> None:
     objs = children(agent_run())
-    policy = find(objs, "NetworkPolicy", "network")["spec"]
+    (policy,) = [
+        o["spec"] for o in objs if o["metadata"]["name"] == names.network_policy(OWNER.name)
+    ]
     server_pod = find(objs, "Deployment", "env")["spec"]["template"]["metadata"]["labels"]
     generator_pod = pod_of(find(objs, "Job", "generator"))["metadata"]["labels"]
     assert selects(policy["podSelector"]["matchLabels"], server_pod)  # the server is protected

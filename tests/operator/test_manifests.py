@@ -49,6 +49,8 @@ def test_children_have_deterministic_names() -> None:
         ("ConfigMap", "math-8b-config"),
         ("Secret", "math-8b-stream-keys"),
         ("NetworkPolicy", "math-8b-network"),
+        ("NetworkPolicy", "math-8b-egress-trainer"),
+        ("NetworkPolicy", "math-8b-egress-fit"),
         ("ServiceAccount", "math-8b-status"),
         ("Role", "math-8b-status"),
         ("RoleBinding", "math-8b-status"),
@@ -358,7 +360,7 @@ def test_the_network_policy_admits_the_runs_pods_and_monitoring_to_metrics() -> 
     policy = by_kind("NetworkPolicy")["spec"]
     run_pods = {"matchLabels": {names.LABEL_RUN: "math-8b"}}
     assert policy["podSelector"] == run_pods
-    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
     own, monitoring = policy["ingress"]
     assert own == {"from": [{"podSelector": run_pods}]}
     selector = monitoring["from"][0]["namespaceSelector"]["matchExpressions"][0]

@@ -27,8 +27,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{- /* The operator's image (the fit and initializer Jobs run in it too): by digest where
+`image.digest` names one (it wins over the tag), else by tag. */}}
 {{- define "scalerl.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The label kube-prometheus-stack selects monitors and rules by. */}}
@@ -84,4 +90,38 @@ red line). Called with (list json alerts); panels are known by title. */}}
 {{- end -}}
 {{- end -}}
 {{- toPrettyJson $dashboard -}}
+{{- end -}}
+
+{{- /* The API server as pods reach it, as JSON {"cidrs": [...], "ports": [...]}: the
+`networkPolicy.apiServer` values where set; else, at `helm install` and `helm upgrade`, the
+cluster's own answer (the `kubernetes` Service's address on its port, and its EndpointSlice's
+addresses and ports: a network plugin may match a connection before or after the Service's
+translation); else (`helm template`, or a user who may not read them) any address on 443 and
+6443. The operator gets the same for the run pods that call the API server. */}}
+{{- define "scalerl.apiServer" -}}
+{{- $cidrs := list -}}
+{{- $ports := list -}}
+{{- $service := lookup "v1" "Service" "default" "kubernetes" -}}
+{{- if $service -}}
+{{- range $service.spec.clusterIPs | default (list $service.spec.clusterIP) -}}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
+{{- end -}}
+{{- range $service.spec.ports -}}
+{{- $ports = append $ports (int .port) -}}
+{{- end -}}
+{{- end -}}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" -}}
+{{- if $slice -}}
+{{- range $slice.endpoints -}}
+{{- range .addresses -}}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) -}}
+{{- end -}}
+{{- end -}}
+{{- range $slice.ports -}}
+{{- $ports = append $ports (int .port) -}}
+{{- end -}}
+{{- end -}}
+{{- $cidrs = .Values.networkPolicy.apiServer.cidrs | default $cidrs | default (list "0.0.0.0/0" "::/0") -}}
+{{- $ports = .Values.networkPolicy.apiServer.ports | default $ports | default (list 443 6443) -}}
+{{- dict "cidrs" ($cidrs | uniq) "ports" ($ports | uniq) | toJson -}}
 {{- end -}}
