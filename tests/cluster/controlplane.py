@@ -54,6 +54,10 @@ CONTROLLERS = (
 )
 
 
+# client-go's default number of retries of a request the server answered 429 with Retry-After.
+RETRIES_429 = 10
+
+
 @dataclass
 class ControlPlane:
     bins: Path
@@ -164,17 +168,27 @@ class ControlPlane:
         token: str = ADMIN_TOKEN,
         content_type: str = "application/json",
     ) -> tuple[int, Any]:
-        """One request as the admin (or `token`): (status, decoded JSON body)."""
+        """One request as the admin (or `token`): (status, decoded JSON body).
+
+        A 429 with `retryAfterSeconds` is the server asking to come back (a CRD's storage still
+        initializing just after the CRD is Established): asked again after that wait, up to
+        `RETRIES_429` times, as client-go does."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {token}")
-        if data is not None:
-            request.add_header("Content-Type", content_type)
-        try:
-            with urllib.request.urlopen(request, context=self.context(), timeout=30) as reply:
-                return reply.status, _decoded(reply.read())
-        except urllib.error.HTTPError as err:
-            return err.code, _decoded(err.read())
+        for _ in range(RETRIES_429):
+            request = urllib.request.Request(self.url + path, data=data, method=method)
+            request.add_header("Authorization", f"Bearer {token}")
+            if data is not None:
+                request.add_header("Content-Type", content_type)
+            try:
+                with urllib.request.urlopen(request, context=self.context(), timeout=30) as reply:
+                    return reply.status, _decoded(reply.read())
+            except urllib.error.HTTPError as err:
+                code, got = err.code, _decoded(err.read())
+            wait = (got.get("details") or {}).get("retryAfterSeconds") if code == 429 else None
+            if wait is None:
+                return code, got
+            time.sleep(float(wait))
+        return code, got
 
     def api_patch(self, path: str, body: Any) -> tuple[int, Any]:
         """A merge patch as the admin."""
