@@ -209,10 +209,8 @@ def _backward(
     scale = 0.0 if weight is None else weight * ranks
     (part_loss * scale).backward()  # a non-finite step is discarded after all parts
     if weight is not None:
-        totals.add(value * weight, entropy, part.loss_mask, stats)
-        totals.mismatch = merge(
-            [totals.mismatch, mismatch_sums(logprobs, part.old_logprobs, part.loss_mask, part.lags)]
-        )
+        mismatch = mismatch_sums(logprobs, part.old_logprobs, part.loss_mask, part.lags)
+        totals.add(value * weight, entropy, part.loss_mask, stats, mismatch)
     return value
 
 
@@ -334,7 +332,8 @@ def _normalised(shares: list[Tensor], total: Tensor) -> list[float]:
 
 
 class _Totals:
-    """Running sums over micro-batches: loss, entropy over trained tokens, recipe statistics."""
+    """Running sums over micro-batches: loss, entropy over trained tokens, recipe statistics and
+    mismatch sums per lag."""
 
     def __init__(self) -> None:
         self.loss = 0.0
@@ -343,7 +342,15 @@ class _Totals:
         self.parts: list[tuple[float, dict[str, float]]] = []
         self.mismatch: dict[int, LagSums] = {}
 
-    def add(self, loss: float, entropy: Tensor, mask: Tensor, stats: dict[str, float]) -> None:
+    def add(
+        self,
+        loss: float,
+        entropy: Tensor,
+        mask: Tensor,
+        stats: dict[str, float],
+        mismatch: dict[int, LagSums],
+    ) -> None:
+        self.mismatch = merge([self.mismatch, mismatch])
         self.loss += loss
         self.entropy_sum += float(torch.where(mask, entropy, 0.0).sum())
         self.tokens += float(mask.sum())
