@@ -44,6 +44,11 @@ def sandbox_processes() -> list[str]:
         except OSError:
             continue
         parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        # Exited or exiting (the kernel has released its memory; a zombie waits for init to
+        # reap it): nothing of it runs any more. Counted, a killed supervisor's program was
+        # "left behind" for the instant between its exit and init's reaping.
+        if not cmdline:
+            continue
         program = Path(cmdline.split(b"\0", 1)[0].decode(errors="replace")).name
         if (uid is not None and owner == uid) or program == "bwrap" or LAUNCHER_MARK in cmdline:
             found.append((int(entry.name), f"{entry.name}: {cmdline[:80]!r}"))
