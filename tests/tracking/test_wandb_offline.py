@@ -22,6 +22,10 @@ def offline_run(run_dir: Path, run_id: str, steps: range) -> Path:
     for step in steps:
         handle.log({"train/reward": float(step)}, step=step)
     handle.finish()
+    # W&B's writer is a service process of its own: finish() can return before it has written
+    # the run's file (under load, a copy taken then held the 7-byte header alone). teardown()
+    # waits for the service to exit, the file written whole.
+    wandb.teardown()
     (folder,) = [f for f in (run_dir / "wandb").glob(f"offline-run-*-{run_id}") if f.is_dir()]
     return folder
 
