@@ -8,9 +8,8 @@ Prometheus Operator's objects on, and an image digest, as a release pins it (CKV
 checks that the template runs the image by digest; the chart's default names no digest, since
 no digest is known when it is packaged). checkov runs from a venv of its own, built from
 checkov-requirements.txt's exact pins and cached under ~/.cache/scalerl by the hash of that file
-and the Python version, the way tests/tracking/trackio_venv.py builds trackio's; made in a
-temporary folder and renamed into place. It runs offline (--skip-download): no policy or
-guideline is fetched from Prisma Cloud.
+and the Python version (tests/pinned_venv.py, as trackio's is built). It runs offline
+(--skip-download): no policy or guideline is fetched from Prisma Cloud.
 
 Every finding fails lint, but those in SKIPS, each with the reason it stays. Cost: about 4 s
 warm (checkov's start and 100-odd checks); cold, building the venv about 35 s more here
@@ -19,9 +18,6 @@ warm (checkov's start and 100-odd checks); cold, building the venv about 35 s mo
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,11 +25,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 
+import pinned_venv  # noqa: E402
 from helmchart import render_files  # noqa: E402
 
 REQUIREMENTS = HERE / "checkov-requirements.txt"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "scalerl"
 # What a release pins (any well-formed digest: the scan reads the manifest, pulls nothing).
 DIGEST = "sha256:" + "0" * 64
 
@@ -53,35 +50,8 @@ SKIPS = {
 def checkov() -> list[str]:
     """The command of the cached venv's checkov, the venv built first when missing (its
     interpreter runs the script: the script's own first line names the folder it was built in)."""
-    pins = REQUIREMENTS.read_bytes()
-    key = hashlib.sha256(pins + sys.version.encode()).hexdigest()[:16]
-    venv = CACHE / f"checkov-{key}"
-    python, script = venv / "bin" / "python", venv / "bin" / "checkov"
-    if script.exists():
-        return [str(python), str(script)]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix="checkov-building-", dir=CACHE))
-    try:
-        _run([sys._base_executable, "-m", "venv", str(building)])  # type: ignore[attr-defined]
-        pip = [str(building / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-        _run([*pip, "install", "--quiet", "--no-deps", "-r", str(REQUIREMENTS)])
-        _run([*pip, "check"])  # the pins hold everything checkov needs
-        building.rename(venv)
-    except OSError as err:  # another session built it meanwhile, or the cache is unwritable
-        if not script.exists():
-            raise SystemExit(f"could not put the checkov venv at {venv}: {err}") from err
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return [str(python), str(script)]
-
-
-def _run(command: list[str]) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(
-            f"building the checkov venv: {' '.join(command)} failed ({done.returncode}):\n"
-            f"{done.stdout}{done.stderr}"
-        )
+    venv = pinned_venv.build("checkov", REQUIREMENTS)
+    return [str(venv / "bin" / "python"), str(venv / "bin" / "checkov")]
 
 
 def render(into: Path) -> None:
