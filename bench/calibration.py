@@ -27,12 +27,13 @@ with intervals no wider than needed; a fit that fails counts as a miss and is re
 Each scenario is backtested twice: every point weighed alike, and every point weighed by its
 standard error as a run measures it (binomial from the observed pass rate; `fit_curve(sigma=)`).
 
-`--runs 1 2 3` also backtests real local runs, one per seed (an evaluation is seed-locked: one
+`--runs 1 2 3` also makes real local runs, one per seed (an evaluation is seed-locked: one
 seed re-reads the same draws every time), of the demo and of chat-arith in one process
-(`placement: colocated`, an evaluation every 5 steps): fitted on the evaluations of the first
-half of the run's compute, does the interval for what the last evaluation will read hold what it
-read? And what the half-run fit's own check said: the runs it calls Misfit are those a user
-was told not to trust. A few minutes per run on 2 cores.
+(`placement: colocated`, an evaluation every EVERY_STEPS steps), into `--work DIR` (a run
+already there is read, not run again), and backtests them as `--kept` does: fitted on the
+evaluations of the first half of the run's compute, does the interval for what the last
+evaluation will read hold what it read? And what the half-run fit's own check said: the runs it
+calls Misfit are those a user was told not to trust. A few minutes per run on 2 cores.
 
 `--table1 SEED ...` runs the Table 1 protocol (the law-following synthetic set): each of the ten
 curves of the paper's Table 1 with R0 0.25, an evaluation every 100 steps (145 GPU-hours; the two
@@ -59,10 +60,8 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -72,7 +71,6 @@ from scalerl.fit.backtest import Backtest
 from scalerl.fit.backtest import backtest as self_check
 from scalerl.fit.points import load_curve
 from scalerl.runfile import run_command, write_variant
-from scalerl.status.history import read_history
 
 
 @dataclass(frozen=True)
@@ -304,47 +302,24 @@ REAL_RUNS = {
         {"placement": "colocated", "generators": {"replicas": 1}, "trainers": {"replicas": 1}},
     ),
 }
+# A half-run prediction is checked by its own first half, a quarter of the run, which needs
+# PREDICTION_MIN_POINTS evaluations past the floor, and its drift by prefix fits of at least
+# half its points (scalerl.fit.drift): every 2 of the demo's 100 steps leaves it 12 and 25;
+# every 5, 5 and 10, too few to check or to measure a drift (figures in docs/predictions.md).
+EVERY_STEPS = 2
 
 
-def backtest_runs(seeds: list[int], work: Path) -> None:
-    """Each real run fitted on its first half; the last evaluation against the interval for it,
-    and what the half-run fit's own check (its first quarter against its last point) said."""
-    print(
-        f"real runs, colocated, seeds {seeds}: half-run fit weighted by each evaluation's SE, "
-        "the last evaluation's interval; what the half-run fit's own check said"
-    )
-    print(
-        f"  {'run':<20}{'last eval':>10}{'SE':>8}{'predicted':>11}{'95 % interval':>19}  "
-        f"{'in':<5}half said"
-    )
-    hits, widths, trusted = 0, [], []
+def make_runs(seeds: list[int], work: Path) -> None:
+    """Run the demo and chat-arith once per seed into `work` (`name-seed`), colocated, an
+    evaluation every EVERY_STEPS steps; a run already there is kept, not run again."""
     for name, (example, changes) in REAL_RUNS.items():
         for seed in seeds:
-            history = _run(example, changes, seed, work / f"{name}-{seed}")
-            compute = np.array([row["compute"] for row in history])
-            pass_rate = np.array([row["pass_rate"] for row in history])
-            sigma = np.array([row.get("pass_rate_se") or 0.0 for row in history])
-            half = compute <= compute[-1] / 2
-            early = fit_curve(compute[half], pass_rate[half], seed=seed, sigma=sigma[half])
-            check = self_check(compute[half], pass_rate[half], sigma=sigma[half], seed=seed)
-            said = "-" if check is None else "OK" if check.inside else "Misfit"
-            last, se = float(pass_rate[-1]), float(history[-1]["pass_rate_se"])
-            lo, hi = early.predict_interval(float(compute[-1]), se) or (math.nan, math.nan)
-            inside = lo <= last <= hi
-            hits += inside
-            widths.append(hi - lo)
-            if said != "Misfit":
-                trusted.append(inside)
-            print(
-                f"  {f'{name} seed {seed}':<20}{last:>10.3f}{se:>8.3f}"
-                f"{early.predict(float(compute[-1])):>11.3f}     [{lo:.3f}, {hi:.3f}]  "
-                f"{'yes' if inside else 'NO':<5}{said}"
-            )
-    print(f"  {hits} of {len(widths)} inside; median width {statistics.median(widths):.3f}")
-    print(
-        f"  of the {len(trusted)} the half-run check did not call Misfit, {sum(trusted)} inside; "
-        f"{len(widths) - len(trusted)} called Misfit"
-    )
+            out = work / f"{name}-{seed}"
+            if (out / "history.jsonl").exists():
+                continue
+            spec = write_variant(example, out.with_suffix(".yaml"), changes, {"seed": seed},
+                                 {"evaluation": {"everySteps": EVERY_STEPS}})  # fmt: skip
+            subprocess.run(run_command(spec, out), check=True, capture_output=True, timeout=1800)
 
 
 # A curve to backtest: its name, compute, pass rates and their SEs (None: the file has none).
@@ -450,6 +425,12 @@ def external_curves(folder: Path) -> list[CurveRow]:
     return out
 
 
+def own_runs(folder: Path) -> list[Backtest]:
+    """The half-run backtest of the runs kept in `folder`, as for the development set."""
+    print(f"own runs kept in {folder}: half-run backtest, weighted by each evaluation's SE")
+    return check_curves(kept_runs(folder))
+
+
 def kept_runs(folder: Path) -> list[CurveRow]:
     """Every finished run under `folder` (a `history.jsonl` per subfolder), with its SEs."""
     out: list[CurveRow] = []
@@ -458,16 +439,6 @@ def kept_runs(folder: Path) -> list[CurveRow]:
         se = None if curve.pass_rate_se is None else np.nan_to_num(curve.pass_rate_se, nan=0.0)
         out.append((path.parent.name, curve.compute, curve.pass_rate, se))
     return out
-
-
-def _run(example: Path, changes: Mapping[str, Any], seed: int, out: Path) -> list[dict[str, Any]]:
-    """The run's history; a run already in `out` (a finished one, `--work`) is read again."""
-    if (out / "history.jsonl").exists():
-        return read_history(out / "history.jsonl")
-    spec = write_variant(example, out.with_suffix(".yaml"), changes, {"seed": seed},
-                         {"evaluation": {"everySteps": 5}})  # fmt: skip
-    subprocess.run(run_command(spec, out), check=True, capture_output=True, timeout=1800)
-    return read_history(out / "history.jsonl")
 
 
 def main() -> None:
@@ -505,22 +476,29 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     checked: list[Backtest] = []
+    external: list[Backtest] = []
     if args.table1:
         table1(args.table1)
     if args.external:
         print(f"development set (the published curves the forecast's rules were tuned on) in "
               f"{args.external}: half-run backtest (fit compute <= half the last, predict the "
               "last)")  # fmt: skip
-        checked += check_curves(external_curves(args.external))
-    if args.kept:
-        print(f"own runs kept in {args.kept}: half-run backtest, weighted by each evaluation's SE")
-        checked += check_curves(kept_runs(args.kept))
-    else:
+        external = check_curves(external_curves(args.external))
+        checked += external
+    with tempfile.TemporaryDirectory() as scratch:
+        kept = args.kept
+        if args.runs is not None:
+            kept = args.work or Path(scratch)
+            kept.mkdir(parents=True, exist_ok=True)
+            make_runs(args.runs, kept)
+        if kept is not None:
+            checked += own_runs(kept)
+    if not args.kept and args.runs is None:
         print(
             "own runs: none given (--kept DIR; the repository keeps no history.jsonl of its own "
             "runs: make them with --runs 1 2 3 --work DIR)"
         )
-    if args.external and args.kept and checked:
+    if args.external and len(checked) > len(external):
         print(f"development set and own runs together:\n{_total(checked)}")
     for scenario in SCENARIOS if args.draws else ():  # --draws 0: the curves above only
         noise = math.sqrt(0.25 / (scenario.prompts * scenario.samples))
@@ -536,11 +514,6 @@ def main() -> None:
             print(f"  {f'nominal 95 % interval, {how}':<36}{'coverage':>17}{'median width':>14}")
             for label, tally in backtest(scenario, args.draws, args.seed, weighted).items():
                 print(tally.row(label))
-    if args.runs and args.work:
-        backtest_runs(args.runs, args.work)
-    elif args.runs:
-        with tempfile.TemporaryDirectory() as work:
-            backtest_runs(args.runs, Path(work))
     print(f"{time.perf_counter() - started:.0f} s")
 
 
