@@ -43,6 +43,13 @@ class WeightSyncError(ScaleRLError):
     """A weight broadcast failed or arrived damaged; the receiver keeps its previous version."""
 
 
+class SandboxUnavailable(ScaleRLError):
+    """No sandbox for model-written code can be made here, and the spec did not allow plain
+    processes by name (`data.code.unsafeAllowPlain`): the run must not start."""
+
+    exit_code = 3
+
+
 class PeerError(ScaleRLError):
     """A peer process (trainer or generator) is unreachable or died."""
 

@@ -3,10 +3,10 @@
 Everything a run needs from the user's model folder and data is checked here, once, with one line
 per problem naming the field to change: the model loads (config and tokenizer), it has an EOS,
 `thinkEnd` is one token when set, a chat template exists when asked for, the data files have the
-fields and enough rows, the reward resolves, and the longest tokenized prompt plus the budgets
-fits the model's context. The generators make the model and context checks with the same
-functions (`model_dir_problem`, `context_problem`) and compute their engine's `max_model_len` with
-`model_len_needed`, so what was checked is what runs.
+fields and enough rows, the reward resolves (`reward: code`: its sandbox can be made here), and
+the longest tokenized prompt plus the budgets fits the model's context. The generators make the
+model and context checks with the same functions (`model_dir_problem`, `context_problem`) and
+compute their engine's `max_model_len` with `model_len_needed`, so what was checked is what runs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from scalerl.errors import InputError, PeerError, SpecError
+from scalerl.errors import InputError, PeerError, SandboxUnavailable, SpecError
 from scalerl.generator.prompts import NO_CHAT_TEMPLATE
 from scalerl.spec import RunSpec, ScaleRLRun
 
@@ -163,6 +163,19 @@ def _rewards(spec: RunSpec, examples: list[Any] | None, problems: list[str]) -> 
             load_reward(name)
         except InputError as err:
             problems.append(f"{where}: {err}")
+    if "code" in named:
+        _sandbox(spec, named["code"], problems)
+
+
+def _sandbox(spec: RunSpec, where: str, problems: list[str]) -> None:
+    """A run that scores model-written code can make its sandbox here, or allows plain
+    processes by name: tried before any process starts, so such a run never starts to fail."""
+    from scalerl.sandbox import required
+
+    try:
+        required(spec.data.code.unsafe_allow_plain)
+    except SandboxUnavailable as err:
+        problems.append(f"{where}: code: {err}")
 
 
 def _environment(spec: RunSpec, tokenizer: Any, problems: list[str]) -> None:

@@ -49,7 +49,7 @@ from typing import Any
 from scalerl.errors import InputError, ScaleRLError
 from scalerl.generator.code_asserts import AssertCheck, parse_assert
 from scalerl.generator.code_judge import as_json, decode_value, same_output, same_value
-from scalerl.sandbox import Execution, Limits, PerThread, Sandbox
+from scalerl.sandbox import Execution, Limits, PerThread, Sandbox, isolation
 from scalerl.spec import CodeSpec
 
 PASSED = "passed"
@@ -414,8 +414,10 @@ def code(answer: str, reference: str) -> float:
 
 def code_reward(spec: CodeSpec) -> Callable[[str, str], float]:
     """The `code` RewardFn with a run's limits (spec.data.code): +1 when every test passes. Each
-    thread that calls it keeps a sandbox, closed when the process exits."""
-    sandboxes = PerThread()
+    thread that calls it keeps a sandbox, closed when the process exits. Raises
+    SandboxUnavailable here, before any program, where no sandbox can be made and the spec does
+    not allow plain processes (`isolation.required`)."""
+    sandboxes = PerThread(isolation.required(spec.unsafe_allow_plain))
     atexit.register(sandboxes.close)
 
     def reward(answer: str, reference: str) -> float:

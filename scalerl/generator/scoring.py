@@ -29,7 +29,7 @@ from scalerl.errors import InputError, ScaleRLError
 from scalerl.generator.code_reward import NOT_RUN, TIMEOUT, score_code
 from scalerl.generator.rewards import INCORRECT, RewardFn, load_reward
 from scalerl.metrics import GeneratorMetrics
-from scalerl.sandbox import PerThread
+from scalerl.sandbox import PerThread, isolation
 from scalerl.spec import CodeSpec
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,11 @@ class Scorer:
         )
         # One sandbox per pool thread, kept for the run: a program then starts in a forked
         # child, not in a new bubblewrap and interpreter (bench/code_bench.py: ~12x the tests/s).
-        self.sandboxes = PerThread()
+        # Refused here, at the generator's start, where no sandbox can be made and the spec does
+        # not allow plain processes by name (SandboxUnavailable).
+        self.sandboxes = PerThread(
+            isolation.required(self.code_spec.unsafe_allow_plain) if self.is_code else None
+        )
 
     async def score(
         self, pairs: list[tuple[str, str]], reward: str | None = None

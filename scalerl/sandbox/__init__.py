@@ -15,15 +15,26 @@ every process it started is killed (scalerl/sandbox/supervisor.py).
 `Execution.error` is a failure no program could cause (the program never ran: unscored);
 `Execution.damaged` is what a program did to its sandbox (its failure; the next program gets a
 new sandbox). Where the platform refuses user namespaces (a pod whose seccomp profile forbids
-them), executions run as plain processes with the limits that still hold, and
-`Isolation.missing` — in every `Execution` and logged once — names what is lost. What the
+them), a sandbox is refused with SandboxUnavailable (`isolation.required`) unless the caller
+passes a plain Isolation by name (a spec's `data.code.unsafeAllowPlain`): executions then run
+as plain processes with the limits that still hold, and `Isolation.missing` — in every
+`Execution` and logged once — names what is lost. What the
 sandbox does not protect against: kernel bugs (the namespaces share the machine's kernel; a
 gVisor runtime class closes that on a cluster), CPU and memory-bandwidth contention with the
 generator (the pool bounds how many run at once), and a program reading what the system's /usr
 holds.
 """
 
-from scalerl.sandbox.isolation import Isolation, probe
+from scalerl.sandbox.isolation import Isolation, probe, required
 from scalerl.sandbox.run import Execution, Limits, PerThread, Sandbox, execute
 
-__all__ = ["Execution", "Isolation", "Limits", "PerThread", "Sandbox", "execute", "probe"]
+__all__ = [
+    "Execution",
+    "Isolation",
+    "Limits",
+    "PerThread",
+    "Sandbox",
+    "execute",
+    "probe",
+    "required",
+]

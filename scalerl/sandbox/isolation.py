@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scalerl.errors import SandboxUnavailable
+
 log = logging.getLogger(__name__)
 
 # The guarantees an execution can have; `Isolation.missing` names those it lacks.
@@ -142,6 +144,27 @@ def probe() -> Isolation:
     if not isolation.full:
         log.warning("code sandbox without %s: %s", ", ".join(isolation.missing), isolation.reason)
     return isolation
+
+
+# What to do where no sandbox can be made: said with every refusal.
+FIXES = (
+    "install bubblewrap (apt-get install bubblewrap) and allow unprivileged user namespaces; on "
+    "a cluster, the pods that run code need a user namespace of their own and an unmasked /proc "
+    "(the chart's sandbox values: hostUsers: false, procMount: Unmasked) and a seccomp profile "
+    "that allows unshare (docs/cluster.md, 'Model-written code'); or, knowing it runs "
+    "model-written code unsandboxed, set spec.data.code.unsafeAllowPlain: true"
+)
+
+
+def required(allow_plain: bool = False) -> Isolation:
+    """The isolation programs get here (`probe`), where a sandbox can be made; plain processes
+    only when the caller allows them by name (a spec's `data.code.unsafeAllowPlain`). Raises
+    SandboxUnavailable, saying why and what to change, otherwise: model-written code never runs
+    unsandboxed because a machine silently refused the sandbox (audit F16)."""
+    found = probe()
+    if found.mode == "plain" and not allow_plain:
+        raise SandboxUnavailable(f"no sandbox for model-written code: {found.reason}. {FIXES}")
+    return found
 
 
 def plain(reason: str) -> Isolation:

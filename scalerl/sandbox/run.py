@@ -107,7 +107,9 @@ class Sandbox:
     One per thread: `run` sends a job and waits for its result."""
 
     def __init__(self, mode: Isolation | None = None) -> None:
-        self.mode = mode or isolation.probe()
+        # Plain processes only when asked for by name (an Isolation passed in): by default a
+        # machine that refuses the sandbox raises SandboxUnavailable (`isolation.required`).
+        self.mode = mode or isolation.required()
         self._proc: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._inner = 0  # the supervisor's pid on this machine (bubblewrap's info), 0: unknown

@@ -174,6 +174,13 @@ class CodeSpec(_Model):
         le=4096,
         description="Tests run at once by a generator; 0: one per CPU the process may use.",
     )
+    unsafe_allow_plain: Bool = Field(
+        False,
+        description="UNSAFE. Where no sandbox can be made (no bubblewrap, or user namespaces "
+        "refused), run model-written programs as plain processes of the generator's user: they "
+        "can read its environment and files, reach the network and signal its processes. "
+        "False (default): such a run fails before it starts (SandboxUnavailable).",
+    )
 
 
 class DataSpec(_Model):
