@@ -439,6 +439,34 @@ def cmd_fetch_sources(args: argparse.Namespace) -> int:
     return fetch_into_status(run, Path(args.out), status)
 
 
+# --- scalerl sandbox-check ----------------------------------------------------------------------
+
+
+def add_sandbox_check_parser(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "sandbox-check",
+        help="make one sandbox for model-written code here and say how isolated it is (a "
+        "cluster's sandbox check Job)",
+        description="Start one empty sandbox (scalerl.sandbox) as `reward: code` would in this "
+        "process's place, and print its mode and any guarantee it lacks. Exit 3 with the reason "
+        "(SandboxUnavailable) where none can be made, unless --allow-plain (the spec's "
+        "data.code.unsafeAllowPlain) accepts plain processes.",
+    )
+    p.add_argument(
+        "--allow-plain", action="store_true", help="accept plain, unsandboxed processes (UNSAFE)"
+    )
+    p.set_defaults(handler=cmd_sandbox_check)
+
+
+def cmd_sandbox_check(args: argparse.Namespace) -> int:
+    from scalerl.sandbox import required
+
+    found = required(args.allow_plain)
+    lacks = f"; without: {', '.join(found.missing)} ({found.reason})" if found.missing else ""
+    print(f"sandbox: {found.mode}{lacks}")
+    return 0
+
+
 # Each entry declares one subcommand; add new commands here.
 COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_run_parser,
@@ -451,6 +479,7 @@ COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     add_export_parser,
     add_score_parser,
     add_fetch_sources_parser,
+    add_sandbox_check_parser,
     add_process_parsers,
     add_operator_parser,
 )

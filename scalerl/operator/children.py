@@ -115,8 +115,14 @@ def refused_pods(kube: Kube, owner: Owner, attempt: int) -> str | None:
     ...), as its newest FailedCreate Event on the gang's Jobs says; None when it says nothing."""
     gang = _gang_labels(owner, attempt)
     jobs = {job["metadata"]["uid"] for job in kube.list("batch/v1", "Job", owner.namespace, gang)}
+    return refused(kube, owner.namespace, jobs)
+
+
+def refused(kube: Kube, namespace: str, jobs: set[str]) -> str | None:
+    """The newest FailedCreate Event's message on the Jobs of these uids: why the Job controller
+    could not create their pods; None when there is none."""
     refusals = kube.list(
-        "v1", "Event", owner.namespace, {}, {"involvedObject.kind": "Job", "reason": "FailedCreate"}
+        "v1", "Event", namespace, {}, {"involvedObject.kind": "Job", "reason": "FailedCreate"}
     )
     mine = [e for e in refusals if e["involvedObject"].get("uid") in jobs]
     newest = max(mine, key=_last_seen, default=None)

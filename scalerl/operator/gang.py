@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from scalerl.environment import OPENENV_URL_VAR, ProcessEnv
-from scalerl.operator import names, sources
+from scalerl.operator import codepods, names, sources
 from scalerl.operator.envserver import env_server_url, runs_rollouts
 from scalerl.operator.objects import (
     CHANNEL_PORT,
@@ -181,7 +181,7 @@ def workload(
         mounts.append({"name": "stream-keys", "mountPath": KEYS_DIR, "readOnly": True})
         volumes.append(_keys_volume(owner, role_name))
     image = replicas.image or _default_image(run, role_name, images)
-    container = {
+    container: dict[str, Any] = {
         "name": role_name,
         "image": image,
         "command": process_command(run, role_name),
@@ -211,6 +211,10 @@ def workload(
         "containers": [container],
         "volumes": volumes,
     }
+    if role_name == codepods.scoring_role(run)[0]:  # it runs model-written code
+        pod_fields, container_security = codepods.code_pod_fields(run)
+        pod_spec.update(pod_fields)
+        container["securityContext"] = {**CONTAINER_SECURITY, **container_security}
     if role_name == names.ROLE_TRAINER:
         pod_spec["serviceAccountName"] = names.account(owner.name)
     else:

@@ -268,21 +268,24 @@ def register(
         if type != "DELETED" and broken:
             act(memo, _run_of(job), lambda ctx: lifecycle.on_workload_job(ctx, job))
 
-    @kopf.on.event(
-        "batch",
-        "v1",
-        "jobs",
-        registry=registry,
-        id="initializer-jobs",
-        labels={names.LABEL_ROLE: names.ROLE_INITIALIZER},
-    )
-    def initializer_job_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
-        # A pod of it ended (its SourcesReady says how) or the Job did: start the gang, or say
-        # why the download failed.
+    def preparation_job_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+        # A pod of it ended (the initializer's SourcesReady says how) or the Job did: start the
+        # gang, or say why the download or the sandbox check failed.
         job = _plain(body)
         ended = job.get("status") or {}
         if type != "DELETED" and (ended.get("failed") or ended.get("conditions")):
             act(memo, _run_of(job), lifecycle.reconcile)
+
+    # The Jobs a run's gang waits for: the initializer's downloads, the sandbox check.
+    for role in (names.ROLE_INITIALIZER, names.ROLE_SANDBOX_CHECK):
+        kopf.on.event(
+            "batch",
+            "v1",
+            "jobs",
+            registry=registry,
+            id=f"{role}-jobs",
+            labels={names.LABEL_ROLE: role},
+        )(preparation_job_changed)
 
     # A sweep acts on its runs' predictions: the periodic check reads them (a run's status
     # changes every step; a sweep's decisions need not follow each one).

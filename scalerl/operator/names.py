@@ -19,6 +19,7 @@ ROLE_TRAINER = "trainer"
 ROLE_GENERATOR = "generator"
 ROLE_FIT = "fit"
 ROLE_INITIALIZER = "initializer"  # downloads the run's hf:// sources before its gang starts
+ROLE_SANDBOX_CHECK = "sandbox-check"  # makes one sandbox before a code-scoring run's gang
 ROLE_ENV = "env"  # spec.environment.openenv.image's server: a Deployment and its Service
 # The roles that may have a Job (a colocated run has only the trainer's).
 WORKLOAD_ROLES = (ROLE_TRAINER, ROLE_GENERATOR)
@@ -78,6 +79,11 @@ def fit_job(run: str, number: int) -> str:
 
 def initializer(run: str) -> str:
     return f"{run}-initializer"
+
+
+def sandbox_check(run: str) -> str:
+    """The Job that makes one sandbox before a code-scoring run's gang (sandboxcheck.py)."""
+    return f"{run}-sandbox-check"
 
 
 def env_server(run: str) -> str:

@@ -149,10 +149,10 @@ def probe() -> Isolation:
 # What to do where no sandbox can be made: said with every refusal.
 FIXES = (
     "install bubblewrap (apt-get install bubblewrap) and allow unprivileged user namespaces; on "
-    "a cluster, the pods that run code need a user namespace of their own and an unmasked /proc "
-    "(the chart's sandbox values: hostUsers: false, procMount: Unmasked) and a seccomp profile "
-    "that allows unshare (docs/cluster.md, 'Model-written code'); or, knowing it runs "
-    "model-written code unsandboxed, set spec.data.code.unsafeAllowPlain: true"
+    "a cluster, run the pods that score code in a user namespace with an unmasked /proc "
+    "(spec.data.code.unmaskedProc: true, in a namespace at the baseline Pod Security level) or "
+    "under a sandboxed runtime class (docs/cluster.md, 'Model-written code'); or, knowing it "
+    "runs model-written code unsandboxed, set spec.data.code.unsafeAllowPlain: true"
 )
 
 
@@ -204,4 +204,11 @@ def _probe() -> Isolation:
             why = f"bubblewrap refused a capability in its own namespace ({refused})"
             return Isolation("bwrap", (FRESH_MACHINE,), why)
         refused = done.stderr.decode(errors="replace").strip()[-300:] or f"exit {done.returncode}"
+    if "mount proc" in refused:
+        # A container's /proc has paths masked (over-mounted) by its runtime, and the kernel
+        # refuses a new /proc where one would reveal them: a restricted pod's procMount: Default.
+        return plain(
+            f"bubblewrap refused ({refused}): this /proc is masked, as a container's is unless "
+            "its pod asks for procMount: Unmasked, and the sandbox cannot mount one of its own"
+        )
     return plain(f"bubblewrap refused ({refused}); user namespaces may be disabled here")

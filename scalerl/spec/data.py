@@ -174,6 +174,15 @@ class CodeSpec(_Model):
         le=4096,
         description="Tests run at once by a generator; 0: one per CPU the process may use.",
     )
+    unmasked_proc: Bool = Field(
+        False,
+        description="On a cluster, the pods that run these programs (the generators, or a "
+        "colocated run's pods, and the sandbox check before them) get a user namespace of their "
+        "own and an unmasked /proc (hostUsers: false, procMount: Unmasked): the sandbox gives "
+        "each program a /proc of its own, which a masked /proc forbids. Needs a namespace at "
+        "the baseline Pod Security level (restricted refuses procMount: Unmasked) and nodes "
+        "that run user-namespaced pods.",
+    )
     unsafe_allow_plain: Bool = Field(
         False,
         description="UNSAFE. Where no sandbox can be made (no bubblewrap, or user namespaces "

@@ -29,6 +29,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -40,6 +41,9 @@ from kubelet_plan import ProcessPlan
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "localhost/scalerl/base:bookworm"
 OPERATOR_REPOSITORY = "localhost/scalerl/operator"
+SANDBOX_REPOSITORY = "localhost/scalerl/sandbox-check"
+# hostUsers: false as Podman's id map: container ids 0-65535 are these ids on this machine.
+USER_NAMESPACE_MAP = "0:200000:65536"
 # What the operator's Dockerfile copies (tests/test_images.py holds it to the .dockerignore).
 OPERATOR_INPUTS = ("operator/Dockerfile", "pyproject.toml", "README.md", "scalerl")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # pip's CA bundle inside a build
@@ -109,16 +113,38 @@ def operator_image() -> str:
     return tag
 
 
+@functools.cache
+def sandbox_image() -> str:
+    """The operator's image with Debian's bubblewrap added, as the generator image installs it
+    (images/generator/Dockerfile): an image that can make the code sandbox, without the
+    generator's torch and vLLM, for the sandbox check's pods. This machine's bwrap (the same
+    Debian release as the base: its libraries are in the image) is copied in: no download."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.fail("bubblewrap is not installed here (apt-get install bubblewrap)")
+    base = operator_image()
+    tag = f"{SANDBOX_REPOSITORY}:{base.rsplit(':', 1)[1]}"
+    if image_exists(tag):
+        return tag
+    with tempfile.TemporaryDirectory() as context:
+        shutil.copy2(bwrap, Path(context) / "bwrap")
+        (Path(context) / "Dockerfile").write_text(f"FROM {base}\nCOPY bwrap /usr/bin/bwrap\n")
+        _run(["podman", "build", "--isolation", "chroot", "-t", tag, context], "the sandbox image")
+    return tag
+
+
 def _untag_others(tag: str) -> None:
-    """Builds of other sources go (their layers shared with this one stay, as the build cache):
-    Podman's store, which CI caches, holds one operator image of the tests."""
+    """Builds of other sources go, and the sandbox images built on them (their layers shared with
+    this one stay, as the build cache): Podman's store, which CI caches, holds one operator image
+    of the tests."""
     listed = subprocess.run(
         ["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"],
         capture_output=True,
         text=True,
         timeout=60,
     ).stdout.split()
-    old = [t for t in listed if t.startswith(f"{OPERATOR_REPOSITORY}:src-") and t != tag]
+    ours = (f"{OPERATOR_REPOSITORY}:src-", f"{SANDBOX_REPOSITORY}:src-")  # and what is built on it
+    old = [t for t in listed if t.startswith(ours) and t.rsplit(":", 1)[1] != tag.rsplit(":", 1)[1]]
     if old:
         subprocess.run(["podman", "rmi", *old], capture_output=True, timeout=120)
         # Their own layers, no longer under any tag (the build cache under this one stays).
@@ -206,6 +232,12 @@ def _security(pod: dict[str, Any], container: dict[str, Any]) -> list[str]:
         **(container.get("securityContext") or {}),
     }
     out = []
+    if pod["spec"].get("hostUsers") is False:
+        # A user namespace of its own: the container's ids 0-65535 are these ids here (a
+        # kubelet picks a free range per pod; Podman as root needs no /etc/subuid for this).
+        out += ["--uidmap", USER_NAMESPACE_MAP, "--gidmap", USER_NAMESPACE_MAP]
+    if context.get("procMount") == "Unmasked":
+        out += ["--security-opt", "unmask=ALL"]
     user = context.get("runAsUser")
     if user is not None:
         out += ["--user", f"{user}:{context.get('runAsGroup', user)}"]
@@ -267,4 +299,4 @@ if __name__ == "__main__":
     # `make test-images`, which `make test` runs first: the tests then find the image built and
     # download nothing themselves (the build installs from Debian's and PyPI's mirrors).
     absent = podman_missing()
-    print(f"test-images: {absent}; the image tests say so" if absent else operator_image())
+    print(f"test-images: {absent}; the image tests say so" if absent else sandbox_image())

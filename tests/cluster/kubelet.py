@@ -314,7 +314,8 @@ class Kubelet:
                     self._restart(container, pod)
                 return
             if pod is not None:
-                self._write_status(pod, _terminated(pod, code, container.started))
+                said = _termination_message(pod, code, self.log(container.pod))
+                self._write_status(pod, _terminated(pod, code, container.started, said))
         if container.finished and (pod is None or _deleting(pod)):
             if pod is not None:
                 self._delete_now(pod)
@@ -600,14 +601,30 @@ def _running(pod: dict[str, Any], started: str, restarts: int = 0) -> dict[str, 
     }
 
 
-def _terminated(pod: dict[str, Any], code: int, started: str) -> dict[str, Any]:
-    """The pod's end as a kubelet reports it: phase, exit code, reason and times."""
+# A kubelet's FallbackToLogsOnError keeps this much of a failed container's log as its message.
+MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
+
+
+def _termination_message(pod: dict[str, Any], code: int, log: str) -> str:
+    """The container's termination message as a kubelet makes it from its log: the log's tail
+    where the container failed and asked for it (`terminationMessagePolicy:
+    FallbackToLogsOnError`); no message file is written here, so nothing otherwise."""
+    policy = pod["spec"]["containers"][0].get("terminationMessagePolicy")
+    if code == 0 or policy != "FallbackToLogsOnError":
+        return ""
+    tail = "\n".join(log.splitlines()[-MESSAGE_LINES:])
+    return tail.encode()[-MESSAGE_BYTES:].decode(errors="replace")
+
+
+def _terminated(pod: dict[str, Any], code: int, started: str, message: str = "") -> dict[str, Any]:
+    """The pod's end as a kubelet reports it: phase, exit code, reason, message and times."""
     container = pod["spec"]["containers"][0]
     ended = {
         "exitCode": code,
         "reason": "Completed" if code == 0 else "Error",
         "startedAt": started,
         "finishedAt": _now(),
+        **({"message": message} if message else {}),
     }
     return {
         "phase": "Succeeded" if code == 0 else "Failed",

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from scalerl.errors import SpecError
-from scalerl.operator import children, initializer, sources
+from scalerl.operator import children, codepods, initializer, sandboxcheck, sources
 from scalerl.operator.lifecycle.gang import (
+    end_failed,
     first_phase,
     gang_created,
     gang_queued,
@@ -34,6 +35,7 @@ from scalerl.operator.lifecycle.state import (
     status_of,
     transition,
 )
+from scalerl.operator.sandboxcheck import Verdict
 from scalerl.spec import ScaleRLRun
 
 
@@ -74,8 +76,22 @@ def reconcile(ctx: Context, *, new: bool = False) -> None:
     if not ready:
         initialize(ctx, run, run_obj, generation)
         return
+    if codepods.scores_code(run) and status_of(run_obj).get("phase") in (
+        None,
+        PENDING,
+        INITIALIZING,
+    ):
+        verdict = sandboxcheck.ensure(ctx.kube, run, ctx.owner, ctx.images)
+        if verdict.reason != sandboxcheck.READY:
+            check_sandbox(ctx, run_obj, generation, verdict)
+            return
+        checked: list[ConditionArgs] = [
+            (sandboxcheck.CONDITION, True, verdict.reason, verdict.message)
+        ]
+    else:
+        checked = []
     try:
-        start(ctx, run, run_obj, generation, new=new)
+        start(ctx, run, run_obj, generation, new=new, conditions=checked)
     except children.NoJobSetAPI as err:
         no_queue(ctx, run_obj, str(err))
 
@@ -122,6 +138,36 @@ def initialize(
         ctx.emit(run_obj, WARNING, sources.FAILED, progress.message)
 
 
+def check_sandbox(
+    ctx: Context, run_obj: dict[str, Any], generation: dict[str, Any], verdict: Verdict
+) -> None:
+    """Initializing while the sandbox check runs (no gang meanwhile: no GPU waits on it);
+    Failed with SandboxUnavailable, in the check's own words, where it found no sandbox."""
+    if verdict.reason == sandboxcheck.UNAVAILABLE:
+        end_failed(
+            ctx,
+            run_obj,
+            lambda s: s.get("phase") in (None, PENDING, INITIALIZING),
+            sandboxcheck.UNAVAILABLE,
+            verdict.message,
+            [(sandboxcheck.CONDITION, False, verdict.reason, verdict.message)],
+        )
+        return
+    written = transition(
+        ctx.status,
+        not_terminal,
+        phase=INITIALIZING,
+        message=verdict.message,
+        conditions=[
+            ("Ready", True, "Reconciled", "children in place"),
+            (sandboxcheck.CONDITION, False, verdict.reason, verdict.message),
+        ],
+        fields=generation,
+    )
+    if written and verdict.created:
+        ctx.emit(run_obj, NORMAL, "CheckingSandbox", verdict.message)
+
+
 def no_queue(ctx: Context, run_obj: dict[str, Any], message: str) -> None:
     """A queued run on a cluster without JobSet: Pending until there is (the periodic check
     tries again), Ready=False and a Warning saying what to install."""
@@ -163,13 +209,16 @@ def start(
     generation: dict[str, Any],
     *,
     new: bool = False,
+    conditions: list[ConditionArgs] | None = None,
 ) -> None:
+    """The gang, created where missing; `conditions` go with its first status (the sandbox
+    check's verdict)."""
     status = status_of(run_obj)
     attempt = int(status.get("restarts", 0))
     created = children.ensure_workloads(ctx.kube, run, ctx.owner, attempt, ctx.images, new=new)
     was = status.get("phase")
     begins = was in (None, PENDING, INITIALIZING, SUSPENDED)  # the first gang since it last ran
-    conditions: list[ConditionArgs] = [("Ready", True, "Reconciled", "children in place")]
+    conditions = [("Ready", True, "Reconciled", "children in place"), *(conditions or [])]
     if begins:
         conditions.append(gang_created(run, attempt))
     if was == SUSPENDED:

@@ -1,0 +1,168 @@
+"""A run that scores model-written code, on the real control plane: before its gang exists, the
+operator's sandbox check Job makes one sandbox in a pod with the code-running pods' settings; a
+cluster that cannot isolate the programs fails the run then (SandboxUnavailable, in the check's
+own words), with no trainer or generator pod made.
+
+The check's pod runs where its image is one the test kubelet was given, with Podman: an image
+with bubblewrap and scalerl (containers.sandbox_image), under Podman's default seccomp profile
+and the pod's securityContext. Its other pods are processes of this machine, where bubblewrap
+works. The runs ask for GPUs, which the test kubelet's node has none of: their gang pods stay
+Pending, so no training process runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import containers
+from chart import in_thread
+from controlplane import ControlPlane
+from kubelet import Kubelet, printing_logs_on_failure
+from runs import RUNS, condition, ensure_crd, listed, phase_is, pods, status, wait_for
+from small_run import run_manifest
+
+from scalerl.operator import names
+from scalerl.operator.objects import Images
+
+CHECK_S = 120.0  # the check pod's start (a Podman container, scalerl's imports) and its sandbox
+
+
+def code_run(ns: str, **code: Any) -> dict[str, Any]:
+    return run_manifest(ns, data={"reward": "code", "code": code})
+
+
+@contextlib.contextmanager
+def operating(
+    plane: ControlPlane,
+    ns: str,
+    kubeconfig: Path,
+    images: dict[str, str] | None = None,
+    check_interval_s: float = 3600.0,
+) -> Iterator[Kubelet]:
+    ensure_crd(plane)
+    with (
+        in_thread(plane, kubeconfig, [ns], check_interval_s=check_interval_s),
+        Kubelet(plane, ns, images=images or {}) as kubelet,
+        printing_logs_on_failure(kubelet),
+    ):
+        yield kubelet
+
+
+def create(plane: ControlPlane, ns: str, body: dict[str, Any]) -> None:
+    code, made = plane.api("POST", f"{RUNS}/{ns}/scalerlruns", body)
+    assert code == 201, made
+
+
+def roles(objs: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["metadata"]["labels"][names.LABEL_ROLE] for o in objs)
+
+
+def check_pod(plane: ControlPlane, ns: str) -> str:
+    """The name of the sandbox check's pod."""
+    found = wait_for(lambda: pods(plane, ns, role=names.ROLE_SANDBOX_CHECK), "the check's pod")
+    return str(found[0]["metadata"]["name"])
+
+
+def failed_before_its_gang(plane: ControlPlane, ns: str) -> dict[str, Any]:
+    """The run's status once Failed; no trainer or generator Job or pod was ever made."""
+    wait_for(lambda: phase_is(plane, ns, "Failed"), "Failed", CHECK_S)
+    assert roles(listed(plane, ns, "jobs")) == [names.ROLE_SANDBOX_CHECK]
+    assert roles(pods(plane, ns)) in ([], [names.ROLE_SANDBOX_CHECK])
+    return status(plane, ns)
+
+
+def test_a_code_run_starts_its_gang_once_the_check_made_a_sandbox(
+    plane: ControlPlane, ns: str, operator_kubeconfig: Path
+) -> None:
+    with operating(plane, ns, operator_kubeconfig) as kubelet:
+        create(plane, ns, code_run(ns))
+        wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting", CHECK_S)
+        ready = condition(plane, ns, "SandboxReady")
+        assert ready is not None and (ready["status"], ready["reason"]) == ("True", "Checked")
+        assert "a generator pod's settings make a sandbox" in ready["message"]
+        check = check_pod(plane, ns)  # its log says which sandbox the generators get
+        assert "sandbox: bwrap" in kubelet.log(check).splitlines()
+        (job,) = [j for j in listed(plane, ns, "jobs") if roles([j]) == [names.ROLE_SANDBOX_CHECK]]
+        pod = job["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False and "volumes" not in pod
+        assert "resources" not in pod or not pod["resources"].get("limits")
+        wait_for(lambda: len(pods(plane, ns, role=names.ROLE_GENERATOR)) == 2, "generator pods")
+
+
+def test_in_a_restricted_pod_the_sandbox_is_refused_and_the_run_fails_before_its_gang(
+    plane: ControlPlane, ns: str, operator_kubeconfig: Path
+) -> None:
+    """Restricted Pod Security keeps /proc masked, and a masked /proc forbids the sandbox's own:
+    run in an image that has bubblewrap, under Podman, the check finds no sandbox."""
+    images = {Images().generator: containers.sandbox_image()}
+    with operating(plane, ns, operator_kubeconfig, images) as kubelet:
+        create(plane, ns, code_run(ns))
+        ended = failed_before_its_gang(plane, ns)
+        check = check_pod(plane, ns)
+        assert kubelet.in_image(check) == containers.sandbox_image()
+    reasons = {c["type"]: c for c in ended["conditions"]}
+    assert (reasons["Ready"]["reason"], reasons["SandboxReady"]["reason"]) == (
+        "SandboxUnavailable",
+        "SandboxUnavailable",
+    )
+    assert ended["message"].startswith(
+        "no sandbox for model-written code in a generator pod's settings (Job r1-sandbox-check): "
+        "no sandbox for model-written code: bubblewrap refused (bwrap: Can't mount proc"
+    )
+    assert "this /proc is masked" in ended["message"]
+    assert "unmaskedProc: true" in ended["message"]
+
+
+def test_with_an_unmasked_proc_in_a_baseline_namespace_podman_makes_the_sandbox(
+    plane: ControlPlane, operator_kubeconfig: Path
+) -> None:
+    """data.code.unmaskedProc: the check's (and the generators') pods get a user namespace and
+    an unmasked /proc, which the baseline level admits: there the sandbox is made, in Podman."""
+    first = len(plane.made)
+    ns = plane.namespace("t-sandbox-baseline", enforce="baseline")
+    images = {Images().generator: containers.sandbox_image()}
+    try:
+        with operating(plane, ns, operator_kubeconfig, images) as kubelet:
+            create(plane, ns, code_run(ns, unmaskedProc=True))
+            wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting", CHECK_S)
+            check = check_pod(plane, ns)
+            assert kubelet.in_image(check) == containers.sandbox_image()
+            assert "sandbox: bwrap" in kubelet.log(check).splitlines()
+            generators = wait_for(
+                lambda: pods(plane, ns, role=names.ROLE_GENERATOR), "generator pods"
+            )
+            for pod in generators:  # the pods that will run the programs get the same settings
+                assert pod["spec"]["hostUsers"] is False
+                assert pod["spec"]["containers"][0]["securityContext"]["procMount"] == "Unmasked"
+            (trainer,) = pods(plane, ns, role=names.ROLE_TRAINER)
+            assert "hostUsers" not in trainer["spec"]
+    finally:
+        plane.clear_runs(plane.made[first:])
+
+
+def test_an_unmasked_proc_in_a_restricted_namespace_fails_with_pod_security_s_words(
+    plane: ControlPlane, ns: str, operator_kubeconfig: Path
+) -> None:
+    # The refusal is an Event on the Job, which changes nothing the operator watches: its
+    # periodic check (every 30 s by default) reads it.
+    with operating(plane, ns, operator_kubeconfig, check_interval_s=2.0):
+        create(plane, ns, code_run(ns, unmaskedProc=True))
+        ended = failed_before_its_gang(plane, ns)
+    assert "violates PodSecurity" in ended["message"]
+    assert 'procMount to "Unmasked"' in ended["message"]
+
+
+def test_plain_processes_asked_for_by_name_pass_the_check_and_say_so(
+    plane: ControlPlane, ns: str, operator_kubeconfig: Path
+) -> None:
+    images = {Images().generator: containers.sandbox_image()}
+    with operating(plane, ns, operator_kubeconfig, images) as kubelet:
+        create(plane, ns, code_run(ns, unsafeAllowPlain=True))
+        wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting", CHECK_S)
+        check = check_pod(plane, ns)
+        said = [line for line in kubelet.log(check).splitlines() if line.startswith("sandbox:")]
+    assert said[0].startswith("sandbox: plain; without: no network")
+    assert "this /proc is masked" in said[0]
