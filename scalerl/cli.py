@@ -447,10 +447,12 @@ def add_sandbox_check_parser(subparsers: Subparsers) -> None:
         "sandbox-check",
         help="make one sandbox for model-written code here and say how isolated it is (a "
         "cluster's sandbox check Job)",
-        description="Start one empty sandbox (scalerl.sandbox) as `reward: code` would in this "
-        "process's place, and print its mode and any guarantee it lacks. Exit 3 with the reason "
-        "(SandboxUnavailable) where none can be made, unless --allow-plain (the spec's "
-        "data.code.unsafeAllowPlain) accepts plain processes.",
+        description="Make one sandbox (scalerl.sandbox) as `reward: code` would in this "
+        "process's place, print its mode and any guarantee it lacks, and run a program in it "
+        "that looks for this process's secrets, a file of its user and the network "
+        "(scalerl.sandbox.selftest). Exit 3 with the reason (SandboxUnavailable) where no "
+        "sandbox can be made or it let the program reach anything, unless --allow-plain (the "
+        "spec's data.code.unsafeAllowPlain) accepts plain processes.",
     )
     p.add_argument(
         "--allow-plain", action="store_true", help="accept plain, unsandboxed processes (UNSAFE)"
@@ -459,11 +461,17 @@ def add_sandbox_check_parser(subparsers: Subparsers) -> None:
 
 
 def cmd_sandbox_check(args: argparse.Namespace) -> int:
-    from scalerl.sandbox import required
+    from scalerl.sandbox.selftest import check
 
-    found = required(args.allow_plain)
-    lacks = f"; without: {', '.join(found.missing)} ({found.reason})" if found.missing else ""
-    print(f"sandbox: {found.mode}{lacks}")
+    mode, reached = check(args.allow_plain)
+    lacks = f"; without: {', '.join(mode.missing)} ({mode.reason})" if mode.missing else ""
+    print(f"sandbox: {mode.mode}{lacks}")
+    print(
+        f"a program in it reached: {', '.join(reached)}"
+        if reached
+        else "a program in it reached nothing: not this process's environment nor any under "
+        "/proc, not a file of this user, not 127.0.0.1"
+    )
     return 0
 
 

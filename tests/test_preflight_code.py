@@ -90,7 +90,8 @@ def test_a_generator_refuses_to_score_code_unsandboxed_unless_the_spec_allows_it
         score_code("print(3)", GOOD)  # a sandbox of its own: refused too
     scorer = Scorer("code", CodeSpec.model_validate({"unsafeAllowPlain": True}))
     try:
-        verdict = scorer.score_program("```python\nprint(sum(map(int, input().split())))\n```", GOOD)
+        adds = "```python\nprint(sum(map(int, input().split())))\n```"
+        verdict = scorer.score_program(adds, GOOD)
     finally:
         scorer.close()
     assert verdict == 1.0

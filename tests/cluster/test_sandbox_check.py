@@ -13,6 +13,7 @@ Pending, so no training process runs.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,11 @@ def test_a_code_run_starts_its_gang_once_the_check_made_a_sandbox(
         assert ready is not None and (ready["status"], ready["reason"]) == ("True", "Checked")
         assert "a generator pod's settings make a sandbox" in ready["message"]
         check = check_pod(plane, ns)  # its log says which sandbox the generators get
-        assert "sandbox: bwrap" in kubelet.log(check).splitlines()
+        assert kubelet.log(check).splitlines()[-2:] == [
+            "sandbox: bwrap",
+            "a program in it reached nothing: not this process's environment nor any under "
+            "/proc, not a file of this user, not 127.0.0.1",
+        ]
         (job,) = [j for j in listed(plane, ns, "jobs") if roles([j]) == [names.ROLE_SANDBOX_CHECK]]
         pod = job["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False and "volumes" not in pod
@@ -130,7 +135,9 @@ def test_with_an_unmasked_proc_in_a_baseline_namespace_podman_makes_the_sandbox(
             wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting", CHECK_S)
             check = check_pod(plane, ns)
             assert kubelet.in_image(check) == containers.sandbox_image()
-            assert "sandbox: bwrap" in kubelet.log(check).splitlines()
+            said = kubelet.log(check).splitlines()
+            assert said[-2] == "sandbox: bwrap"
+            assert said[-1].startswith("a program in it reached nothing")
             generators = wait_for(
                 lambda: pods(plane, ns, role=names.ROLE_GENERATOR), "generator pods"
             )
@@ -163,6 +170,10 @@ def test_plain_processes_asked_for_by_name_pass_the_check_and_say_so(
         create(plane, ns, code_run(ns, unsafeAllowPlain=True))
         wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting", CHECK_S)
         check = check_pod(plane, ns)
-        said = [line for line in kubelet.log(check).splitlines() if line.startswith("sandbox:")]
-    assert said[0].startswith("sandbox: plain; without: no network")
-    assert "this /proc is masked" in said[0]
+        said = kubelet.log(check).splitlines()
+    (mode,) = [line for line in said if line.startswith("sandbox:")]
+    assert mode.startswith("sandbox: plain; without: no network") and "/proc is masked" in mode
+    # What the check shows a plain process reaching in its pod: the environment another
+    # process of its user started with, a file of its user, the network.
+    assert re.match(r"a program in it reached: /proc/\d+/environ, a file of this user", said[-1])
+    assert said[-1].endswith("the network (127.0.0.1)")
