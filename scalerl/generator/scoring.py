@@ -107,9 +107,11 @@ class Scorer:
         # child, not in a new bubblewrap and interpreter (bench/code_bench.py: ~12x the tests/s).
         # Refused here, at the generator's start, where no sandbox can be made and the spec does
         # not allow plain processes by name (SandboxUnavailable).
-        self.sandboxes = PerThread(
-            isolation.required(self.code_spec.unsafe_allow_plain) if self.is_code else None
-        )
+        mode = isolation.required(self.code_spec.unsafe_allow_plain) if self.is_code else None
+        if mode is not None:  # the pod's log says which sandbox its programs get
+            lacks = f" without {', '.join(mode.missing)}" if mode.missing else ""
+            log.info("code sandbox: %s%s", mode.mode, lacks)
+        self.sandboxes = PerThread(mode)
 
     async def score(
         self, pairs: list[tuple[str, str]], reward: str | None = None

@@ -128,7 +128,9 @@ def ensure(kube: Kube, run: ScaleRLRun, owner: Owner, images: Images) -> Verdict
         return Verdict(CHECKING, checking, created=created)
     conditions = {c.get("type"): c for c in (current.get("status") or {}).get("conditions") or []}
     if (conditions.get("Complete") or {}).get("status") == "True":
-        return Verdict(READY, f"a {role} pod's settings make a sandbox (Job {job_name})")
+        said = _ended(kube, owner, job_name, succeeded=True)
+        made = f"a {role} pod's settings make a sandbox (Job {job_name})"
+        return Verdict(READY, f"{made}: {said}" if said else made)
     failed = (conditions.get("Failed") or {}).get("status") == "True"
     # A pod the cluster refuses to create (Pod Security refusing an unmasked /proc, a quota)
     # leaves the Job waiting forever: that refusal is the check's answer too.
@@ -152,15 +154,18 @@ def _key_of(job_obj: dict[str, Any]) -> str | None:
     return (job_obj["metadata"].get("annotations") or {}).get(KEY_ANNOTATION)
 
 
-def _ended(kube: Kube, owner: Owner, job_name: str) -> str:
-    """The failed check's own words: its container's termination message (its log's tail,
-    `error:` lines first), else its exit code."""
+def _ended(kube: Kube, owner: Owner, job_name: str, succeeded: bool = False) -> str:
+    """The check's own words: its container's termination message (what it wrote, which
+    sandbox and what a program in it reached; where it failed, its log's tail, `error:` lines
+    first), else, where it failed, its exit code."""
     for pod in kube.list("v1", "Pod", owner.namespace, {"job-name": job_name}):
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             ended = (status.get("state") or {}).get("terminated") or {}
-            if not ended:
+            if not ended or (ended.get("exitCode") == 0) != succeeded:
                 continue
             text = (ended.get("message") or "").strip()
+            if succeeded:
+                return "; ".join(text.splitlines())[-MESSAGE_CHARS:]
             lines = text.splitlines()
             said = "; ".join(line[len(ERROR) :] for line in lines if line.startswith(ERROR)) or text
             if said:

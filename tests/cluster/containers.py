@@ -44,6 +44,7 @@ OPERATOR_REPOSITORY = "localhost/scalerl/operator"
 SANDBOX_REPOSITORY = "localhost/scalerl/sandbox-check"
 # hostUsers: false as Podman's id map: container ids 0-65535 are these ids on this machine.
 USER_NAMESPACE_MAP = "0:200000:65536"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"  # a container's default terminationMessagePath
 # What the operator's Dockerfile copies (tests/test_images.py holds it to the .dockerignore).
 OPERATOR_INPUTS = ("operator/Dockerfile", "pyproject.toml", "README.md", "scalerl")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # pip's CA bundle inside a build
@@ -192,9 +193,21 @@ def podman_run(
         )
     outside = [d for d in plan.dirs if not d.is_relative_to(scratch)]  # claims
     binds = [*pod_binds(pod, volumes, [scratch, *outside]), (ca, f"{ca}:ro")]
+    # The file a kubelet mounts for the container's termination message, read when it ends.
+    message = termination_log(scratch)
+    message.parent.mkdir(parents=True, exist_ok=True)
+    message.write_bytes(b"")
+    message.chmod(0o666)  # whatever user (and user namespace) the container runs as
+    path = pod["spec"]["containers"][0].get("terminationMessagePath", TERMINATION_MESSAGE_PATH)
+    binds.append((message, path))
     # TMPDIR is the local processes' scratch; a container has only what its pod mounts.
     env = {k: v for k, v in plan.env.items() if k != "TMPDIR"} | dict(extra_env)
     return run_argv(pod, image, container_name(pod), env, plan.argv, binds)
+
+
+def termination_log(scratch: Path) -> Path:
+    """Where a pod's container writes its termination message, on this machine."""
+    return scratch / "termination-log"
 
 
 def run_argv(

@@ -314,7 +314,9 @@ class Kubelet:
                     self._restart(container, pod)
                 return
             if pod is not None:
-                said = _termination_message(pod, code, self.log(container.pod))
+                written = containers.termination_log(self.root / "pods" / container.uid[:8])
+                said = written.read_text(errors="replace") if written.exists() else ""
+                said = said or _termination_message(pod, code, self.log(container.pod))
                 self._write_status(pod, _terminated(pod, code, container.started, said))
         if container.finished and (pod is None or _deleting(pod)):
             if pod is not None:
@@ -606,9 +608,10 @@ MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
 
 
 def _termination_message(pod: dict[str, Any], code: int, log: str) -> str:
-    """The container's termination message as a kubelet makes it from its log: the log's tail
-    where the container failed and asked for it (`terminationMessagePolicy:
-    FallbackToLogsOnError`); no message file is written here, so nothing otherwise."""
+    """The container's termination message where it wrote none (a Podman pod may write its
+    terminationMessagePath; a local process has none), as a kubelet makes it from its log: the
+    log's tail where the container failed and asked for it (`terminationMessagePolicy:
+    FallbackToLogsOnError`), nothing otherwise."""
     policy = pod["spec"]["containers"][0].get("terminationMessagePolicy")
     if code == 0 or policy != "FallbackToLogsOnError":
         return ""

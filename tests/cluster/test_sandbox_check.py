@@ -133,6 +133,12 @@ def test_with_an_unmasked_proc_in_a_baseline_namespace_podman_makes_the_sandbox(
         with operating(plane, ns, operator_kubeconfig, images) as kubelet:
             create(plane, ns, code_run(ns, unmaskedProc=True))
             wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting", CHECK_S)
+            ready = condition(plane, ns, "SandboxReady")  # the check's own words, in status
+            assert ready is not None and ready["message"] == (
+                "a generator pod's settings make a sandbox (Job r1-sandbox-check): sandbox: "
+                "bwrap; a program in it reached nothing: not this process's environment nor any "
+                "under /proc, not a file of this user, not 127.0.0.1"
+            )
             check = check_pod(plane, ns)
             assert kubelet.in_image(check) == containers.sandbox_image()
             said = kubelet.log(check).splitlines()
