@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import containers
+import pytest
 from chart import in_thread
 from controlplane import ControlPlane
 from kubelet import Kubelet, printing_logs_on_failure
@@ -31,8 +32,11 @@ from scalerl.operator.objects import Images
 CHECK_S = 120.0  # the check pod's start (a Podman container, scalerl's imports) and its sandbox
 
 
-def code_run(ns: str, **code: Any) -> dict[str, Any]:
-    return run_manifest(ns, data={"reward": "code", "code": code})
+def code_run(ns: str, placement: str | None = None, **code: Any) -> dict[str, Any]:
+    shape: dict[str, Any] = {}
+    if placement is not None:
+        shape = {"placement": placement, "generators": {"replicas": 1}}
+    return run_manifest(ns, data={"reward": "code", "code": code}, **shape)
 
 
 @contextlib.contextmanager
@@ -121,21 +125,26 @@ def test_in_a_restricted_pod_the_sandbox_is_refused_and_the_run_fails_before_its
     assert "unmaskedProc: true" in ended["message"]
 
 
+@pytest.mark.parametrize("placement", ["generators", "colocated"])
 def test_with_an_unmasked_proc_in_a_baseline_namespace_podman_makes_the_sandbox(
-    plane: ControlPlane, operator_kubeconfig: Path
+    plane: ControlPlane, operator_kubeconfig: Path, placement: str
 ) -> None:
-    """data.code.unmaskedProc: the check's (and the generators') pods get a user namespace and
-    an unmasked /proc, which the baseline level admits: there the sandbox is made, in Podman."""
+    """data.code.unmaskedProc: the check's pod and those that will run the programs (the
+    generators; a colocated run's one pod, which also holds the run's token) get a user
+    namespace and an unmasked /proc, which the baseline level admits: there the sandbox is made,
+    in Podman, and a program in it reaches nothing."""
     first = len(plane.made)
-    ns = plane.namespace("t-sandbox-baseline", enforce="baseline")
+    ns = plane.namespace(f"t-sandbox-{placement}", enforce="baseline")
     images = {Images().generator: containers.sandbox_image()}
+    colocated = placement == "colocated"
+    role = names.ROLE_TRAINER if colocated else names.ROLE_GENERATOR
     try:
         with operating(plane, ns, operator_kubeconfig, images) as kubelet:
-            create(plane, ns, code_run(ns, unmaskedProc=True))
+            create(plane, ns, code_run(ns, "colocated" if colocated else None, unmaskedProc=True))
             wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting", CHECK_S)
             ready = condition(plane, ns, "SandboxReady")  # the check's own words, in status
             assert ready is not None and ready["message"] == (
-                "a generator pod's settings make a sandbox (Job r1-sandbox-check): sandbox: "
+                f"a {role} pod's settings make a sandbox (Job r1-sandbox-check): sandbox: "
                 "bwrap; a program in it reached nothing: not this process's environment nor any "
                 "under /proc, not a file of this user, not 127.0.0.1"
             )
@@ -144,14 +153,13 @@ def test_with_an_unmasked_proc_in_a_baseline_namespace_podman_makes_the_sandbox(
             said = kubelet.log(check).splitlines()
             assert said[-2] == "sandbox: bwrap"
             assert said[-1].startswith("a program in it reached nothing")
-            generators = wait_for(
-                lambda: pods(plane, ns, role=names.ROLE_GENERATOR), "generator pods"
-            )
-            for pod in generators:  # the pods that will run the programs get the same settings
+            scoring = wait_for(lambda: pods(plane, ns, role=role), f"{role} pods")
+            for pod in scoring:  # the pods that will run the programs get the same settings
                 assert pod["spec"]["hostUsers"] is False
                 assert pod["spec"]["containers"][0]["securityContext"]["procMount"] == "Unmasked"
-            (trainer,) = pods(plane, ns, role=names.ROLE_TRAINER)
-            assert "hostUsers" not in trainer["spec"]
+            if not colocated:
+                (trainer,) = pods(plane, ns, role=names.ROLE_TRAINER)
+                assert "hostUsers" not in trainer["spec"]
     finally:
         plane.clear_runs(plane.made[first:])
 
