@@ -8,9 +8,11 @@ generators; a colocated run's one role), with their image, pod security, schedul
 class, node selector, tolerations) and, where `data.code.unmaskedProc` asks for them, a user
 namespace of its own and an unmasked /proc (`code_pod_fields`, which those pods get too). It asks
 for no GPU, mounts nothing and holds no ServiceAccount token: it runs `scalerl sandbox-check`,
-which starts one empty sandbox and exits 3 with the reason where none can be made (unless the
-spec allows plain processes by name, `data.code.unsafeAllowPlain`). Its pod's log tail is its
-termination message (`FallbackToLogsOnError`), which the run's status quotes.
+which makes one sandbox, runs a program in it that looks for the pod's secrets and the network
+(`scalerl.sandbox.selftest`), and exits 3 with the reason where no sandbox can be made or the
+program reached anything (unless the spec allows plain processes by name,
+`data.code.unsafeAllowPlain`). What it says is its termination message (the file it writes; its
+log's tail where it failed, `FallbackToLogsOnError`), which the run's status quotes.
 
 The Job is owned by the run, kept while it lives (its log says which sandbox the pods get) and
 replaced when what it checks changes (`key`).
@@ -51,14 +53,10 @@ def key(run: ScaleRLRun, images: Images) -> str:
     return hashlib.sha256(json.dumps(checked, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def name(run: str) -> str:
-    return names.sandbox_check(run)
-
-
 def job(run: ScaleRLRun, owner: Owner, images: Images) -> dict[str, Any]:
     """The sandbox check Job of `run` (one that scores code: `codepods.scores_code`)."""
     _, replicas = scoring_role(run)
-    metadata = owner.metadata(name(owner.name), ROLE)
+    metadata = owner.metadata(names.sandbox_check(owner.name), ROLE)
     metadata["annotations"] = {KEY_ANNOTATION: key(run, images)}
     pod = _pod_spec(run, images, replicas)
     return {
@@ -114,7 +112,7 @@ class Verdict:
 def ensure(kube: Kube, run: ScaleRLRun, owner: Owner, images: Images) -> Verdict:
     """The run's sandbox check Job, created where missing (replaced where it checked other
     settings), and what it found."""
-    job_name = name(owner.name)
+    job_name = names.sandbox_check(owner.name)
     current = kube.find("batch/v1", "Job", owner.namespace, job_name)
     if current is not None and _key_of(current) != key(run, images):
         kube.delete("batch/v1", "Job", owner.namespace, job_name)
