@@ -304,8 +304,11 @@ class ControlPlane:
 
     def audit(self) -> list[dict[str, Any]]:
         """The API server's audit events so far (one per request, at ResponseComplete)."""
-        path = self.work / "audit.log"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        text = (self.work / "audit.log").read_text()
+        # The server may be writing an event as we read: its line is complete only once its
+        # newline is written, so what follows the last newline is read next time.
+        whole = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
     def stop(self) -> None:
         stop_processes(list(reversed(self.processes.values())))
