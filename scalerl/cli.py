@@ -26,7 +26,7 @@ from scalerl.cli_fit import (
     prediction_line,
 )
 from scalerl.cli_score import add_score_parser
-from scalerl.errors import ScaleRLError, report
+from scalerl.errors import SandboxUnavailable, ScaleRLError, report
 
 if TYPE_CHECKING:
     from scalerl.cli_args import Subparsers
@@ -450,9 +450,11 @@ def add_sandbox_check_parser(subparsers: Subparsers) -> None:
         description="Make one sandbox (scalerl.sandbox) as `reward: code` would in this "
         "process's place, print its mode and any guarantee it lacks, and run a program in it "
         "that looks for this process's secrets, a file of its user and the network "
-        "(scalerl.sandbox.selftest). Exit 3 with the reason (SandboxUnavailable) where no "
-        "sandbox can be made or it let the program reach anything, unless --allow-plain (the "
-        "spec's data.code.unsafeAllowPlain) accepts plain processes.",
+        "(scalerl.sandbox.selftest), then score a right and a wrong program in each test shape "
+        "there with the generators' code reward. Exit 3 with the reason (SandboxUnavailable) "
+        "where no sandbox can be made (unless --allow-plain, the spec's "
+        "data.code.unsafeAllowPlain, accepts plain processes), where one let the program reach "
+        "anything, or where it scored a known program wrongly.",
     )
     p.add_argument(
         "--allow-plain", action="store_true", help="accept plain, unsandboxed processes (UNSAFE)"
@@ -464,16 +466,28 @@ TERMINATION_LOG = "/dev/termination-log"  # a container's default terminationMes
 
 
 def cmd_sandbox_check(args: argparse.Namespace) -> int:
+    from scalerl.generator.code_reward import Unscored, known_scores
+    from scalerl.sandbox import Sandbox
     from scalerl.sandbox.selftest import check
 
     mode, reached = check(args.allow_plain)
-    lacks = f"; without: {', '.join(mode.missing)} ({mode.reason})" if mode.missing else ""
-    said = f"sandbox: {mode.mode}{lacks}\n" + (
+    try:  # the generators' harness, run where they will run it
+        with Sandbox(mode) as sandbox:
+            scores = known_scores(sandbox)
+    except Unscored as err:
+        why = f"the sandbox ({mode.mode}) could not score a program: {err.reason}"
+        raise SandboxUnavailable(why) from err
+    if wrong := {shape: s for shape, s in scores.items() if s != (1.0, -1.0)}:
+        raise SandboxUnavailable(
+            f"the sandbox ({mode.mode}) scored known programs wrongly (right, wrong): {wrong}"
+        )
+    said = f"sandbox: {mode.describe()}\n" + (
         f"a program in it reached: {', '.join(reached)}"
         if reached
         else "a program in it reached nothing: not this process's environment nor any under "
         "/proc, not a file of this user, not 127.0.0.1"
     )
+    said += f"\nit scored a right program +1 and a wrong one -1 in {', '.join(scores)} tests"
     print(said)
     # In a pod, its termination message: the operator quotes it in the run's status.
     if os.access(TERMINATION_LOG, os.W_OK):

@@ -76,7 +76,7 @@ def test_a_code_run_where_no_sandbox_can_be_made_is_refused_before_it_starts(
         "spec.data.reward: code: no sandbox for model-written code: bubblewrap (bwrap) is not "
         "installed."
     )
-    assert "unsafeAllowPlain: true" in found[0] and "unmaskedProc: true" in found[0]
+    assert "unsafeAllowPlain: true" in found[0] and "sandboxed runtime class" in found[0]
     run["spec"]["data"]["code"] = {"unsafeAllowPlain": True}
     assert problems(run) == []  # asked for by name
 

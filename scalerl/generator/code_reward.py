@@ -427,3 +427,39 @@ def code_reward(spec: CodeSpec) -> Callable[[str, str], float]:
         return verdict.reward
 
     return reward
+
+
+# A problem in each test shape with a right and a wrong program: what `scalerl sandbox-check`
+# scores in the sandbox it made, as the generators will, so that a sandbox that starts but cannot
+# run the harness fails the check rather than every rollout.
+KNOWN_PROBLEMS = {
+    "stdin/stdout": (
+        '{"inputs": ["1 2\\n", "5 -7\\n"], "outputs": ["3\\n", "-2\\n"]}',
+        "a, b = map(int, input().split())\nprint(a + b)\n",
+        "a, b = map(int, input().split())\nprint(a - b)\n",
+    ),
+    "call-based": (
+        '{"fn_name": "add", "inputs": [[1, 2], [5, -7]], "outputs": [3, -2]}',
+        "def add(a, b):\n    return a + b\n",
+        "def add(a, b):\n    return a - b\n",
+    ),
+    "asserts": (
+        '{"asserts": ["assert add(1, 2) == 3", "assert sorted([add(5, -7)]) == [-2]"]}',
+        "def add(a, b):\n    return a + b\n",
+        "def add(a, b):\n    return a - b\n",
+    ),
+}
+
+
+def known_scores(sandbox: Sandbox, spec: CodeSpec | None = None) -> dict[str, tuple[float, float]]:
+    """The reward of KNOWN_PROBLEMS' right and wrong program for each test shape, scored in
+    `sandbox` ((1.0, -1.0) each where the harness works there). Raises Unscored with the reason
+    where the sandbox could not run one."""
+    scores = {}
+    for shape, (reference, right, wrong) in KNOWN_PROBLEMS.items():
+        verdicts = [score_code(p, reference, spec, sandbox=sandbox) for p in (right, wrong)]
+        for verdict in verdicts:
+            if verdict.unscored:
+                raise Unscored(f"{shape}: {verdict.unscored}")
+        scores[shape] = (verdicts[0].reward, verdicts[1].reward)
+    return scores

@@ -109,8 +109,7 @@ class Scorer:
         # not allow plain processes by name (SandboxUnavailable).
         mode = isolation.required(self.code_spec.unsafe_allow_plain) if self.is_code else None
         if mode is not None:  # the pod's log says which sandbox its programs get
-            lacks = f" without {', '.join(mode.missing)}" if mode.missing else ""
-            log.info("code sandbox: %s%s", mode.mode, lacks)
+            log.info("code sandbox: %s", mode.describe())
         self.sandboxes = PerThread(mode)
 
     async def score(

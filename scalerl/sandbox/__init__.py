@@ -8,7 +8,9 @@ namespace so the process count is its own) and CPU and memory limits on all its 
 together; bounded stdout/stderr (killed past the limit); and, with bubblewrap
 (`scalerl.sandbox.isolation`), its own user, PID, network, mount and IPC namespaces: no network,
 a read-only view of /usr and nothing else of the machine, and a fresh machine per program (new
-small tmpfs mounts wherever it may write, its own IPC namespace, no keyring). Its stdin, stdout
+small tmpfs mounts wherever it may write, its own IPC namespace, no keyring, no namespace of its
+own making). Where a container's /proc is masked, the sandbox has no /proc and its limits are
+added up in the /proc outside it (`Isolation.proc`). Its stdin, stdout
 and stderr never pass through the process that programs are forked from. After each program
 every process it started is killed (scalerl/sandbox/supervisor.py).
 

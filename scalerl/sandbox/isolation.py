@@ -61,10 +61,22 @@ class Isolation:
     mode: str  # "bwrap" | "plain"
     missing: tuple[str, ...] = ()
     reason: str = ""
+    # The sandbox mounts a /proc of its own. Where a container's /proc is masked (a restricted
+    # pod) the kernel refuses it one: its programs then see no /proc at all, and its first
+    # process adds a program's processes up in the /proc of the process that started it.
+    proc: bool = True
 
     @property
     def full(self) -> bool:
         return not self.missing
+
+    def describe(self) -> str:
+        """One line: the mode, what it lacks and why (the mode alone when it lacks nothing)."""
+        if self.missing:
+            return f"{self.mode}; without: {', '.join(self.missing)} ({self.reason})"
+        if not self.proc:
+            return f"{self.mode}; its programs see no /proc ({self.reason})"
+        return self.mode
 
     @property
     def fresh(self) -> bool:
@@ -93,15 +105,18 @@ def interpreter() -> str:
     return str(system) if system.exists() else str(Path(sys.executable).resolve())
 
 
-def bwrap_argv(python: str, fresh: bool = True) -> list[str]:
+def bwrap_argv(python: str, fresh: bool = True, proc: bool = True) -> list[str]:
     """The bubblewrap command line (without the command) that runs `python` in a sandbox. With
     `fresh`, its first process keeps CAP_SYS_ADMIN in the sandbox's user namespace (and only
-    there), to give each program mounts and an IPC namespace of its own; the programs drop it."""
+    there), to give each program mounts and an IPC namespace of its own; the programs drop it.
+    Without `proc`, the sandbox has no /proc (where the kernel refuses it one: a masked /proc),
+    nor bubblewrap's --disable-userns, which writes a limit there: the supervisor's seccomp
+    filter refuses programs new namespaces in every mode."""
     argv = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-all",
         "--unshare-user",
-        "--disable-userns",
+        *(["--disable-userns"] if proc else []),
         "--die-with-parent",
         "--as-pid-1",
         "--new-session",
@@ -125,8 +140,9 @@ def bwrap_argv(python: str, fresh: bool = True) -> list[str]:
     # Every place it may write is a small tmpfs, so a program cannot fill the host's disk: the
     # sandbox's folder (where each program's own folder is made), /tmp and /dev/shm; the rest of
     # /dev is read-only.
+    if proc:
+        argv += ["--proc", "/proc"]
     argv += [
-        "--proc", "/proc",
         "--dev", "/dev",
         "--size", str(TMP_BYTES), "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev",
@@ -149,9 +165,9 @@ def probe() -> Isolation:
 # What to do where no sandbox can be made: said with every refusal.
 FIXES = (
     "install bubblewrap (apt-get install bubblewrap) and allow unprivileged user namespaces; on "
-    "a cluster, run the pods that score code in a user namespace with an unmasked /proc "
-    "(spec.data.code.unmaskedProc: true, in a namespace at the baseline Pod Security level) or "
-    "under a sandboxed runtime class (docs/cluster.md, 'Model-written code'); or, knowing it "
+    "a cluster, give the pods that score code a seccomp profile that allows user namespaces "
+    "(the container runtime's default, or a Localhost profile) or run them under a sandboxed "
+    "runtime class (docs/cluster.md, 'Model-written code'); or, knowing it "
     "runs model-written code unsandboxed, set spec.data.code.unsafeAllowPlain: true"
 )
 
@@ -185,30 +201,45 @@ _PROBE = (
 def _probe() -> Isolation:
     if shutil.which("bwrap") is None:
         return plain("bubblewrap (bwrap) is not installed")
-    refused, python = "", interpreter()
-    for fresh in (True, False):
-        try:
-            done = subprocess.run(
-                [*bwrap_argv(python, fresh), python, "-I", "-c", _PROBE if fresh else "pass"],
-                capture_output=True,
-                timeout=30,
-                check=False,
-                cwd="/",
-                **as_sandbox_user(),
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            return plain(f"bubblewrap could not start: {err}")
-        if done.returncode == 0:
-            if fresh:
-                return Isolation("bwrap")
-            why = f"bubblewrap refused a capability in its own namespace ({refused})"
+    try:
+        refused = _try(fresh=True)
+        if not refused:
+            return Isolation("bwrap")
+        first = refused
+        if "mount proc" in refused:
+            # A container's /proc has paths masked (over-mounted) by its runtime, and the kernel
+            # refuses a new /proc where one would reveal them (a restricted pod's procMount:
+            # Default). The sandbox goes without: its programs then see no process at all.
+            refused = _try(fresh=True, proc=False)
+            if not refused:
+                why = (
+                    f"bubblewrap refused a /proc of its own ({first}): this /proc is masked, as "
+                    "a container's is unless its pod asks for procMount: Unmasked; its programs "
+                    "see no /proc"
+                )
+                log.info("code sandbox without a /proc: %s", why)
+                return Isolation("bwrap", (), why, proc=False)
+            return plain(f"bubblewrap refused ({first}; without a /proc: {refused})")
+        refused = _try(fresh=False)
+        if not refused:
+            why = f"bubblewrap refused a capability in its own namespace ({first})"
             return Isolation("bwrap", (FRESH_MACHINE,), why)
-        refused = done.stderr.decode(errors="replace").strip()[-300:] or f"exit {done.returncode}"
-    if "mount proc" in refused:
-        # A container's /proc has paths masked (over-mounted) by its runtime, and the kernel
-        # refuses a new /proc where one would reveal them: a restricted pod's procMount: Default.
-        return plain(
-            f"bubblewrap refused ({refused}): this /proc is masked, as a container's is unless "
-            "its pod asks for procMount: Unmasked, and the sandbox cannot mount one of its own"
-        )
-    return plain(f"bubblewrap refused ({refused}); user namespaces may be disabled here")
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return plain(f"bubblewrap could not start: {err}")
+    return plain(f"bubblewrap refused ({first}; then {refused}); user namespaces may be disabled")
+
+
+def _try(fresh: bool, proc: bool = True) -> str:
+    """Start one empty sandbox of this kind: '' when it ran, else what bubblewrap said."""
+    python = interpreter()
+    done = subprocess.run(
+        [*bwrap_argv(python, fresh, proc), python, "-I", "-c", _PROBE if fresh else "pass"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+        cwd="/",
+        **as_sandbox_user(),
+    )
+    if done.returncode == 0:
+        return ""
+    return done.stderr.decode(errors="replace").strip()[-300:] or f"exit {done.returncode}"

@@ -216,9 +216,15 @@ class Sandbox:
         supervisor = [python, "-I", "-c", _SUPERVISOR]
         info_read, info_write = os.pipe()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        passed = [info_write]
         if self.mode.mode == "bwrap":
-            argv = [*isolation.bwrap_argv(python, self.mode.fresh), *supervisor]
+            argv = [*isolation.bwrap_argv(python, self.mode.fresh, self.mode.proc), *supervisor]
             argv += ["fresh" if self.mode.fresh else "namespace"]
+            if self.mode.proc:
+                argv.append("proc")
+            else:  # the supervisor adds up a program's processes in our /proc
+                passed.append(os.open("/proc", os.O_RDONLY | os.O_DIRECTORY))
+                argv.append(f"outer-proc={passed[-1]}")
             argv[1:1] = ["--info-fd", str(info_write)]
             home, cwd = SANDBOX_DIR, Path("/")
         else:
@@ -234,11 +240,12 @@ class Sandbox:
                 cwd=cwd,
                 env={"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"},
                 start_new_session=True,
-                pass_fds=(info_write,),
+                pass_fds=passed,
                 **isolation.as_sandbox_user(),
             )
         finally:
-            os.close(info_write)
+            for fd in passed:
+                os.close(fd)
             theirs.close()
         self._control = ours
         try:

@@ -1,7 +1,7 @@
 """The first process of a sandbox: it starts the programs it is sent, one at a time, each in a
 forked child under its own limits, and leaves nothing of one program for the next.
 
-Started by scalerl.sandbox.run as `python -I -c <this file's text> MODE`:
+Started by scalerl.sandbox.run as `python -I -c <this file's text> MODE [PROC]`:
 
 - "fresh": the first process of its own user, PID, mount and IPC namespaces (bubblewrap's
   `--as-pid-1`), holding CAP_SYS_ADMIN in that user namespace only. Each program's child makes
@@ -13,12 +13,19 @@ Started by scalerl.sandbox.run as `python -I -c <this file's text> MODE`:
   places a program may write are shared by the sandbox's programs and emptied after each one.
 - "plain": an ordinary process, where namespaces are refused.
 
+PROC says where this process reads a program's processes, to add up their CPU and memory:
+"proc", the sandbox's own /proc (every process but this one); "outer-proc=N", where the sandbox
+has no /proc (a container's masked /proc refuses it one), the /proc of the process that started
+it, open on descriptor N (the processes that descend from this one). No program inherits it.
+
 Nothing of a program's data passes through this process. The program's stdin, stdout and
 stderr are pipes scalerl.sandbox.run made and feeds or reads itself; its files come in a memfd;
 all arrive here as descriptors passed over a Unix socket (SCM_RIGHTS) and are handed to the
 child unread. So a child, a copy of this process, carries no earlier program's input, output or
-source in its memory. Keyrings are refused to programs (a seccomp filter on add_key,
-request_key and keyctl), since a user's keyring outlives its processes.
+source in its memory. A seccomp filter refuses programs the keyrings (add_key, request_key,
+keyctl: a user's keyring outlives its processes) and new namespaces (clone and unshare with a
+namespace flag, setns; clone3, whose flags a filter cannot read, says ENOSYS and the C library
+falls back to clone): a program gets no capability back in a user namespace of its own.
 
 This process is out of the programs' reach: it resets SIGINT (which Python handles) to the
 default, so as a namespace's first process it takes no signal at all from inside; it is not
@@ -55,6 +62,9 @@ from typing import Any, NoReturn
 MODE = sys.argv[1]  # "fresh" | "namespace" | "plain"
 NAMESPACE = MODE != "plain"  # the first process of a PID namespace
 FRESH = MODE == "fresh"
+PROC = sys.argv[2] if len(sys.argv) > 2 else ""
+# The /proc of the process that started the sandbox, where it has none of its own.
+OUTER = int(PROC.split("=", 1)[1]) if PROC.startswith("outer-proc=") else None
 SANDBOX_DIR = "/sandbox"
 TMP_BYTES = 16 << 20  # each place a program may write
 TMP_INODES = 4096  # files and folders in each (fresh mode): a flood ends here, not in a slow clean
@@ -118,47 +128,67 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
 
 
-# add_key, request_key, keyctl on each architecture (audit arch -> syscall numbers); x32's
-# numbers (bit 30 set on x86-64) are refused whole.
-KEYRING_CALLS = {0xC000003E: (248, 249, 250), 0xC00000B7: (217, 218, 219)}
+# Per architecture (its audit number): the calls refused (add_key, request_key, keyctl, setns),
+# those refused when they ask for a new namespace (clone, unshare), and clone3. x32's numbers
+# (bit 30 set on x86-64) are refused whole.
+CALLS = {
+    0xC000003E: ((248, 249, 250, 308), (56, 272), 435),  # x86-64
+    0xC00000B7: ((217, 218, 219, 268), (220, 97), 435),  # aarch64
+}
 X32_BIT = 0x40000000
+NEW_NAMESPACES = 0x7E020000  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|K forms, RET|K
+ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+NR, ARCH, ARG0 = 0, 4, 16  # offsets in struct seccomp_data (the low word of args[0])
 
 
-def keyring_filter() -> list[tuple[int, int, int, int]]:
-    """A classic BPF program: EPERM for the keyring calls, everything else allowed."""
-    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, eperm = 0x7FFF0000, 0x00050000 | 1
-    blocks = []
-    for arch, calls in KEYRING_CALLS.items():
-        body = [(load, 0, 0, 0)]  # the syscall number
+def syscall_filter() -> list[tuple[int, int, int, int]]:
+    """A classic BPF program (see CALLS): EPERM for the refused calls and for clone or unshare
+    with a namespace flag, ENOSYS for clone3, everything else allowed."""
+    program: list[tuple[int, int | str, int | str, int] | str] = [(LD, 0, 0, ARCH)]
+    for n, (arch, (refused, namespaced, clone3)) in enumerate(CALLS.items()):
+        program += [(JEQ, 0, f"arch{n + 1}", arch), (LD, 0, 0, NR)]
         if arch == 0xC000003E:
-            body.append((jge, 0, 0, X32_BIT))
-        body += [(jeq, 0, 0, nr) for nr in calls]
-        body.append((ret, 0, 0, allow))
-        blocks.append((arch, body))
-    program = [(load, 0, 0, 4)]  # the architecture
-    for arch, body in blocks:
-        program.append((jeq, 0, len(body), arch))
-        program += body
-    program.append((ret, 0, 0, allow))
-    program.append((ret, 0, 0, eperm))
-    refuse = len(program) - 1
-    fixed = []
-    for n, (code, jt, jf, k) in enumerate(program):
-        if code in (jeq, jge) and (jt, jf) == (0, 0):  # a call to refuse: jump to EPERM
-            jt = refuse - n - 1
-        fixed.append((code, jt, jf, k))
-    return fixed
+            program.append((JGE, "eperm", 0, X32_BIT))
+        program += [(JEQ, "eperm", 0, nr) for nr in refused]
+        program += [(JEQ, f"flags{n}", 0, nr) for nr in namespaced]
+        program += [(JEQ, "enosys", 0, clone3), (RET, 0, 0, ALLOW)]
+        program += [f"flags{n}", (LD, 0, 0, ARG0), (JSET, "eperm", 0, NEW_NAMESPACES)]
+        program += [(RET, 0, 0, ALLOW), f"arch{n + 1}"]
+    program += [(RET, 0, 0, ALLOW), "eperm", (RET, 0, 0, EPERM), "enosys", (RET, 0, 0, ENOSYS)]
+    return assemble(program)
+
+
+def assemble(
+    program: list[tuple[int, int | str, int | str, int] | str],
+) -> list[tuple[int, int, int, int]]:
+    """Resolve the labels (strings) in `program`: a jump to one lands on the instruction that
+    follows it (BPF jumps only forward)."""
+    at, count = {}, 0
+    for item in program:
+        if isinstance(item, str):
+            at[item] = count
+        else:
+            count += 1
+    code: list[tuple[int, int, int, int]] = []
+    for item in program:
+        if isinstance(item, str):
+            continue
+        op, true, false, k = item
+        here = len(code)
+        jump = [at[t] - here - 1 if isinstance(t, str) else t for t in (true, false)]
+        code.append((op, jump[0], jump[1], k))
+    return code
 
 
 def confine() -> None:
-    """No capability, no new privileges on exec, no keyring."""
+    """No capability, no new privileges on exec, no keyring, no new namespace."""
     check(LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
     header = CapHeader(0x20080522, 0)
     data = (CapData * 2)()
     check(LIBC.capset(ctypes.byref(header), data), "capset")
     check(LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    rules = keyring_filter()
+    rules = syscall_filter()
     table = (SockFilter * len(rules))(*[SockFilter(*r) for r in rules])
     prog = SockFprog(len(rules), table)
     check(LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
@@ -351,7 +381,7 @@ def watch(
                     kill_all(pid)
                     sys.exit(0)  # the other end is gone: so is the sandbox
                 return result  # `kill`
-            if time.monotonic() >= look and NAMESPACE:
+            if time.monotonic() >= look and NAMESPACE and PROC:
                 used, resident = totals()
                 if cpu > 0 and used > cpu:
                     result["cpu_exceeded"] = True
@@ -369,31 +399,58 @@ STAT = bytearray(4096)  # /proc/PID/stat is read into this, and wiped after
 
 
 def totals() -> tuple[float, int]:
-    """CPU seconds and resident bytes of every process in the namespace but this one. A process
+    """CPU seconds and resident bytes of every process of the sandbox but this one. A process
     reaped by another is in its reaper's children's time; none is reaped by this one while a
-    program runs, so nothing is missed. The process's name (in the stat line, and the program's
-    to set) is wiped from the buffer and never copied: no program's bytes stay in this process's
-    memory for the next program's fork to find."""
-    seconds, resident = 0.0, 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or name == "1":
+    program runs, so nothing is missed."""
+    stats = read_stats()
+    if OUTER is None:  # the sandbox's own /proc: its PID namespace, where this process is 1
+        mine = [pid for pid in stats if pid != 1]
+    else:
+        mine = descendants(stats, int(os.readlink("self", dir_fd=OUTER)))
+    return sum(stats[p][1] for p in mine), sum(stats[p][2] for p in mine)
+
+
+def read_stats() -> dict[int, tuple[int, float, int]]:
+    """Each process's parent, CPU seconds and resident bytes, from its stat line. The process's
+    name (in the line, and the program's to set) is wiped from the buffer and never copied: no
+    program's bytes stay in this process's memory for the next program's fork to find."""
+    stats = {}
+    for name in os.listdir("/proc" if OUTER is None else OUTER):
+        if not name.isdigit():
             continue
         try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            if OUTER is None:
+                fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            else:
+                fd = os.open(f"{name}/stat", os.O_RDONLY, dir_fd=OUTER)
         except OSError:
             continue
         try:
             size = os.readv(fd, [STAT])
             end = STAT.rfind(b")", 0, size)
             fields = bytes(STAT[end + 1 : size]).split()
-            seconds += sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
-            resident += int(fields[21]) * PAGE
+            seconds = sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
+            stats[int(name)] = (int(fields[1]), seconds, int(fields[21]) * PAGE)
         except (OSError, ValueError, IndexError):
             pass
         finally:
             os.close(fd)
             STAT[:] = bytes(len(STAT))
-    return seconds, resident
+    return stats
+
+
+def descendants(stats: dict[int, tuple[int, float, int]], root: int) -> list[int]:
+    """The processes below `root` (orphans of the namespace are its children: it is their
+    reaper)."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    found, frontier = [], [root]
+    while frontier:
+        below = [child for pid in frontier for child in children.get(pid, [])]
+        found += below
+        frontier = below
+    return found
 
 
 def kill_all(pid: int) -> None:

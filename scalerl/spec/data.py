@@ -178,10 +178,11 @@ class CodeSpec(_Model):
         False,
         description="On a cluster, the pods that run these programs (the generators, or a "
         "colocated run's pods, and the sandbox check before them) get a user namespace of their "
-        "own and an unmasked /proc (hostUsers: false, procMount: Unmasked): the sandbox gives "
-        "each program a /proc of its own, which a masked /proc forbids. Needs a namespace at "
-        "the baseline Pod Security level (restricted refuses procMount: Unmasked) and nodes "
-        "that run user-namespaced pods.",
+        "own and an unmasked /proc (hostUsers: false, procMount: Unmasked): the sandbox then "
+        "gives its programs a /proc of their own, for programs that read one (/proc/self); "
+        "under the masked /proc of a default pod they see none, sandboxed alike. Needs a "
+        "namespace at the baseline Pod Security level (restricted refuses procMount: Unmasked) "
+        "and nodes that run user-namespaced pods.",
     )
     unsafe_allow_plain: Bool = Field(
         False,

@@ -219,7 +219,7 @@ def test_the_code_reward_resolves_and_a_sandbox_that_cannot_start_leaves_it_unsc
     if isolation.probe().mode != "bwrap":
         pytest.skip("breaks bubblewrap on purpose; this machine runs without it")
     broken = ["bwrap", "--no-such-option"]
-    monkeypatch.setattr(isolation, "bwrap_argv", lambda python, fresh=True: broken)
+    monkeypatch.setattr(isolation, "bwrap_argv", lambda python, fresh=True, proc=True: broken)
     verdict = score_code(SUM_MAX, reference, FAST)
     # No program could have caused it: unscored, with the reason, in one place.
     assert verdict.unscored.startswith("the sandbox did not start") and not verdict.scored

@@ -194,7 +194,9 @@ def test_samples_whose_sandbox_cannot_run_are_unscored_failures_and_leave_the_fi
     ]
     metrics = GeneratorMetrics("ns", "code")
     scorer = Scorer(["code", "exact"], CodeSpec(workers=2), metrics)
-    monkeypatch.setattr(isolation, "bwrap_argv", lambda python, fresh=True: ["bwrap", "--bad-flag"])
+    monkeypatch.setattr(
+        isolation, "bwrap_argv", lambda python, fresh=True, proc=True: ["bwrap", "--bad-flag"]
+    )
     try:
         generator = code_generator(tmp_path, scorer, metrics, script, validation)
         result, row = evaluated(generator, tmp_path)

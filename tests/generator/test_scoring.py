@@ -105,7 +105,9 @@ def test_a_failed_sandbox_drops_the_sample_and_counts_it(monkeypatch: pytest.Mon
         pytest.skip("breaks bubblewrap on purpose; this machine runs without it")
     metrics = GeneratorMetrics("ns", "r")
     scorer = Scorer("code", CodeSpec(workers=2), metrics)
-    monkeypatch.setattr(isolation, "bwrap_argv", lambda python, fresh=True: ["bwrap", "--bad-flag"])
+    monkeypatch.setattr(
+        isolation, "bwrap_argv", lambda python, fresh=True, proc=True: ["bwrap", "--bad-flag"]
+    )
     try:
         rewards = asyncio.run(scorer.score([(RIGHT, ADD), (RIGHT, ADD)]))
     finally:

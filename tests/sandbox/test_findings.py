@@ -10,7 +10,7 @@ import platform
 import pytest
 
 from scalerl.generator.code_reward import score_code
-from scalerl.sandbox import Limits, Sandbox
+from scalerl.sandbox import Isolation, Limits, Sandbox
 from scalerl.spec import CodeSpec
 
 pytestmark = pytest.mark.usefixtures("nothing_left_behind")
@@ -192,23 +192,33 @@ print(a + b)
 """
 
 
-def test_f17_cpu_split_over_processes_counts_against_the_program(full_isolation: object) -> None:
+# Where the sandbox has no /proc (a container's is masked), its supervisor adds a program's
+# processes up in the /proc of the process that started it.
+PROCS = [Isolation("bwrap"), Isolation("bwrap", reason="a masked /proc here", proc=False)]
+
+
+@pytest.mark.parametrize("mode", PROCS, ids=["own /proc", "no /proc"])
+def test_f17_cpu_split_over_processes_counts_against_the_program(
+    mode: Isolation, full_isolation: object
+) -> None:
     # 1 s of CPU for the program: four processes of 0.8 s each stay under the per-process
     # limit. Before: it ran to the end and printed 3.
-    with Sandbox() as box:
+    with Sandbox(mode) as box:
         limits = Limits(wall_seconds=30.0, cpu_seconds=1, memory_bytes=256 << 20)
         done = box.run(CPU_SPLIT, b"1 2\n", limits)
     assert done.returncode == -9 and done.stdout == b"", done
     assert getattr(done, "cpu_exceeded", False) and not done.timed_out
 
 
+@pytest.mark.parametrize("mode", PROCS, ids=["own /proc", "no /proc"])
 def test_f17_memory_split_over_processes_counts_against_the_program(
-    full_isolation: object,
+    mode: Isolation, full_isolation: object
 ) -> None:
     # 256 MiB for the program: four processes of 200 MiB each stay under the per-process
     # address-space limit. Before: +1.
     spec = CodeSpec(test_timeout_seconds=5.0, problem_timeout_seconds=60.0, memory_mib=256)
-    result = score_code(MEMORY_SPLIT, STDIO, spec)
+    with Sandbox(mode) as box:
+        result = score_code(MEMORY_SPLIT, STDIO, spec, sandbox=box)
     assert result.reward == -1.0 and [t.verdict for t in result.tests] == ["memory"], result
 
 

@@ -8,8 +8,10 @@ import os
 
 import pytest
 
+from scalerl.cli import main
 from scalerl.errors import SandboxUnavailable
-from scalerl.sandbox import isolation, selftest
+from scalerl.generator import code_reward
+from scalerl.sandbox import Sandbox, isolation, selftest
 
 
 def test_a_full_sandbox_lets_the_search_reach_nothing() -> None:
@@ -31,3 +33,37 @@ def test_a_plain_process_reaches_the_file_and_the_network_and_says_so(
         selftest.check()
     mode, said = selftest.check(allow_plain=True)  # by name: said, not raised
     assert mode is plain and "the network (127.0.0.1)" in said
+
+
+def test_scalerl_sandbox_check_says_what_it_made_reached_and_scored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["sandbox-check"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "sandbox: bwrap",
+        "a program in it reached nothing: not this process's environment nor any under /proc, "
+        "not a file of this user, not 127.0.0.1",
+        "it scored a right program +1 and a wrong one -1 in stdin/stdout, call-based, asserts "
+        "tests",
+    ]
+
+
+def test_a_sandbox_that_scores_a_known_program_wrongly_fails_the_check(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A harness that cannot read a program's output would score the right one -1 too.
+    wrong = {**code_reward.KNOWN_PROBLEMS}
+    reference, right, _ = wrong["asserts"]
+    wrong["asserts"] = (reference, right, right)  # its "wrong" program passes: +1, not -1
+    monkeypatch.setattr(code_reward, "KNOWN_PROBLEMS", wrong)
+    assert main(["sandbox-check"]) == 3
+    assert "scored known programs wrongly (right, wrong): {'asserts': (1.0, 1.0)}" in (
+        capsys.readouterr().err
+    )
+
+
+def test_the_harness_scores_known_programs_in_a_sandbox_without_a_proc() -> None:
+    no_proc = isolation.Isolation("bwrap", reason="a masked /proc, in this test", proc=False)
+    with Sandbox(no_proc) as sandbox:
+        scores = code_reward.known_scores(sandbox)
+    assert scores == {shape: (1.0, -1.0) for shape in ("stdin/stdout", "call-based", "asserts")}
