@@ -185,7 +185,9 @@ def required(allow_plain: bool = False) -> Isolation:
 
 def plain(reason: str) -> Isolation:
     """A plain process group with resource limits: what holds where namespaces are refused."""
-    missing = (NO_NETWORK, PRIVATE_FILESYSTEM, NO_SURVIVORS, NO_SIGNALS_OUT, FRESH_MACHINE)
+    # No network holds here too: the supervisor's seccomp filter refuses programs every socket
+    # but a Unix one.
+    missing = (PRIVATE_FILESYSTEM, NO_SURVIVORS, NO_SIGNALS_OUT, FRESH_MACHINE)
     return Isolation("plain", missing, reason)
 
 

@@ -30,6 +30,9 @@ STDERR_BYTES = 64 << 10  # stderr kept (its tail); more than the output limit is
 CHUNK = 1 << 16
 STARTUP_SECONDS = 30.0  # for bubblewrap and the supervisor's interpreter to start, on a busy node
 ANSWER_SECONDS = 10.0  # after a job's wall limit, for the supervisor to kill, reap and clean up
+# For a program's child to be set up (a fork, mounts, limits) before its wall clock starts: a
+# busy host can hold the mount locks for seconds, which is no program's time.
+SETUP_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ class Sandbox:
         if bad := [n for n in named if not n or "/" in n or n in (".", "..")]:
             why = f"sandbox file name {bad[0]!r} must be a plain name"
             return Execution(None, b"", b"", 0.0, error=why, isolation=self.mode)
-        header = json.dumps({"main": MAIN, "limits": self._numbers(limits)}).encode()
+        header = {"main": MAIN, "limits": self._numbers(limits), "setup": SETUP_SECONDS}
         # A supervisor that ended between programs (killed from outside, the host's OOM killer)
         # is no program's doing: one new start, then the failure is unscored.
         for attempt in (1, 2):
@@ -145,7 +148,7 @@ class Sandbox:
             try:
                 if self._proc is None:
                     self._start()
-                pipes = self._send(header, named)
+                pipes = self._send(json.dumps(header).encode(), named)
                 break
             except (SandboxBroken, OSError) as failed:
                 self.close()
@@ -158,9 +161,8 @@ class Sandbox:
                     return Execution(None, b"", b"", 0.0, error=why, isolation=self.mode)
         started = time.monotonic()
         pump = Pump(pipes, stdin, limits.output_bytes, STDERR_BYTES)
-        deadline = started + limits.wall_seconds + ANSWER_SECONDS
         try:
-            result = self._wait(pump, deadline)
+            result = self._wait(pump, started + SETUP_SECONDS + ANSWER_SECONDS, limits)
         except SandboxBroken as broken:
             self.close()
             pump.close()
@@ -277,9 +279,10 @@ class Sandbox:
                 os.close(fd)
         return stdin_w, out_r, err_r
 
-    def _wait(self, pump: Pump, deadline: float) -> dict[str, Any]:
+    def _wait(self, pump: Pump, deadline: float, limits: Limits) -> dict[str, Any]:
         """Feed and read the program until the supervisor's result comes; ask it to kill the
-        program once its output passes the limit."""
+        program once its output passes the limit. `deadline` is for its setup; once the
+        supervisor says it started, its wall limit (and the supervisor's time to answer)."""
         assert self._control is not None
         control = self._control
         asked = False
@@ -298,6 +301,9 @@ class Sandbox:
                             message = b""
                         if not message:
                             raise SandboxBroken(f"the sandbox ended: {self._said()}")
+                        if message == b"started":
+                            deadline = time.monotonic() + limits.wall_seconds + ANSWER_SECONDS
+                            continue
                         result: dict[str, Any] = json.loads(message)
                         return result
                     pump.ready(sel, key)

@@ -25,7 +25,9 @@ child unread. So a child, a copy of this process, carries no earlier program's i
 source in its memory. A seccomp filter refuses programs the keyrings (add_key, request_key,
 keyctl: a user's keyring outlives its processes) and new namespaces (clone and unshare with a
 namespace flag, setns; clone3, whose flags a filter cannot read, says ENOSYS and the C library
-falls back to clone): a program gets no capability back in a user namespace of its own.
+falls back to clone): a program gets no capability back in a user namespace of its own. It
+refuses every socket but a Unix one, and io_uring (whose requests no filter sees): no network,
+in plain mode too.
 
 This process is out of the programs' reach: it resets SIGINT (which Python handles) to the
 default, so as a namespace's first process it takes no signal at all from inside; it is not
@@ -36,12 +38,15 @@ not finish) is reported as that program's; a failure before it runs (fork or set
 the host out of memory) as "unscored": no program could have caused it.
 
 Protocol, on fd 0 (a SOCK_SEQPACKET socket): this process sends `ready`. A job is one message,
-a JSON header {"main": name, "limits": [memory, files, processes, cpu, wall]} with four
-descriptors (stdin to read, stdout and stderr to write, the files' memfd: JSON {name: text}).
-While it runs, a message `kill` ends it (its output went past the limit). Its result is one
-message: JSON {"returncode": int (minus the signal that ended it), "timed_out", "cpu_exceeded",
-"memory_exceeded": bool, "unscored": why it never ran (""), "damaged": why the sandbox is no
-longer sound ("")}. Not imported by scalerl; standard library only, any Python 3.9+.
+a JSON header {"main": name, "limits": [memory, files, processes, cpu, wall], "setup": seconds}
+with four descriptors (stdin to read, stdout and stderr to write, the files' memfd: JSON {name:
+text}). Once the program's child is set up this process sends `started`: the wall clock runs
+from there (its setup, waiting on a busy host's mount locks, is no program's time; it has
+"setup" seconds, else the job is unscored). While it runs, a message `kill` ends it (its output
+went past the limit). Its result is one message: JSON {"returncode": int (minus the signal that
+ended it), "timed_out", "cpu_exceeded", "memory_exceeded": bool, "unscored": why it never ran
+(""), "damaged": why the sandbox is no longer sound ("")}. Not imported by scalerl; standard
+library only, any Python 3.9+.
 """
 
 from __future__ import annotations
@@ -128,13 +133,15 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
 
 
-# Per architecture (its audit number): the calls refused (add_key, request_key, keyctl, setns),
-# those refused when they ask for a new namespace (clone, unshare), and clone3. x32's numbers
-# (bit 30 set on x86-64) are refused whole.
+# Per architecture (its audit number): the calls refused (add_key, request_key, keyctl, setns,
+# io_uring_setup: its requests pass no filter), those refused when they ask for a new namespace
+# (clone, unshare), socket (refused but for AF_UNIX), and clone3. x32's numbers (bit 30 set on
+# x86-64) are refused whole.
 CALLS = {
-    0xC000003E: ((248, 249, 250, 308), (56, 272), 435),  # x86-64
-    0xC00000B7: ((217, 218, 219, 268), (220, 97), 435),  # aarch64
+    0xC000003E: ((248, 249, 250, 308, 425), (56, 272), 41, 435),  # x86-64
+    0xC00000B7: ((217, 218, 219, 268, 425), (220, 97), 198, 435),  # aarch64
 }
+AF_UNIX = 1
 X32_BIT = 0x40000000
 NEW_NAMESPACES = 0x7E020000  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|K forms, RET|K
@@ -143,18 +150,21 @@ NR, ARCH, ARG0 = 0, 4, 16  # offsets in struct seccomp_data (the low word of arg
 
 
 def syscall_filter() -> list[tuple[int, int, int, int]]:
-    """A classic BPF program (see CALLS): EPERM for the refused calls and for clone or unshare
-    with a namespace flag, ENOSYS for clone3, everything else allowed."""
+    """A classic BPF program (see CALLS): EPERM for the refused calls, for clone or unshare with
+    a namespace flag and for a socket that is not AF_UNIX (no network, even in plain mode);
+    ENOSYS for clone3; everything else allowed."""
     program: list[tuple[int, int | str, int | str, int] | str] = [(LD, 0, 0, ARCH)]
-    for n, (arch, (refused, namespaced, clone3)) in enumerate(CALLS.items()):
+    for n, (arch, (refused, namespaced, socket_, clone3)) in enumerate(CALLS.items()):
         program += [(JEQ, 0, f"arch{n + 1}", arch), (LD, 0, 0, NR)]
         if arch == 0xC000003E:
             program.append((JGE, "eperm", 0, X32_BIT))
         program += [(JEQ, "eperm", 0, nr) for nr in refused]
         program += [(JEQ, f"flags{n}", 0, nr) for nr in namespaced]
-        program += [(JEQ, "enosys", 0, clone3), (RET, 0, 0, ALLOW)]
-        program += [f"flags{n}", (LD, 0, 0, ARG0), (JSET, "eperm", 0, NEW_NAMESPACES)]
-        program += [(RET, 0, 0, ALLOW), f"arch{n + 1}"]
+        program += [(JEQ, f"socket{n}", 0, socket_), (JEQ, "enosys", 0, clone3)]
+        program += [(RET, 0, 0, ALLOW), f"flags{n}", (LD, 0, 0, ARG0)]
+        program += [(JSET, "eperm", 0, NEW_NAMESPACES), (RET, 0, 0, ALLOW), f"socket{n}"]
+        program += [(LD, 0, 0, ARG0), (JEQ, 0, "eperm", AF_UNIX), (RET, 0, 0, ALLOW)]
+        program += [f"arch{n + 1}"]
     program += [(RET, 0, 0, ALLOW), "eperm", (RET, 0, 0, EPERM), "enosys", (RET, 0, 0, ENOSYS)]
     return assemble(program)
 
@@ -182,7 +192,7 @@ def assemble(
 
 
 def confine() -> None:
-    """No capability, no new privileges on exec, no keyring, no new namespace."""
+    """No capability, no new privileges on exec, no keyring, no new namespace, no network."""
     check(LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
     header = CapHeader(0x20080522, 0)
     data = (CapData * 2)()
@@ -220,11 +230,7 @@ def run_program(folder: str, job: dict[str, Any], fds: list[int], status: int) -
         limit(resource.RLIMIT_FSIZE, files)
         limit(resource.RLIMIT_NPROC, processes)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        try:
-            confine()
-        except OSError:
-            if NAMESPACE:  # plain mode: whatever this kernel allows (Isolation says the rest)
-                raise
+        confine()
         LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # an ordinary process (this one is not dumpable)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any Python
     except BaseException as err:  # noqa: BLE001 — said on `status`: the job was never run
@@ -332,15 +338,14 @@ def run_job(
         run_program(folder, job, fds, status_w)
     for fd in (*fds, status_w):
         os.close(fd)
-    cpu, wall = job["limits"][3], job["limits"][4]
-    memory = job["limits"][0]
-    result = watch(control, pid, time.monotonic() + wall, cpu, memory)
+    result, said = watch(control, pid, status_r, job)
     kill_all(pid)
     status = os.waitpid(pid, 0)[1]
     reap_rest()
-    said = read_status(status_r)
+    said += read_status(status_r)
     if said != b"ok":
-        return {"unscored": said.decode(errors="replace") or "the program's setup ended"}
+        ended = f"the program's setup did not finish within {job['setup']:g} s"
+        return {"unscored": said.decode(errors="replace") or ended}
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     return {"returncode": code, **result}
 
@@ -354,25 +359,36 @@ def read_status(fd: int) -> bytes:
 
 
 def watch(
-    control: socket.socket, pid: int, deadline: float, cpu: int, memory: int
-) -> dict[str, Any]:
-    """Wait until the program's first process ends, the wall clock runs out, its processes
-    together pass the CPU or memory limit, or a `kill` comes (its output went past the limit)."""
+    control: socket.socket, pid: int, status: int, job: dict[str, Any]
+) -> tuple[dict[str, Any], bytes]:
+    """Wait until the program's first process ends, the wall clock (from the end of its setup)
+    runs out, its processes together pass the CPU or memory limit, or a `kill` comes (its output
+    went past the limit). Also what its setup said on `status` so far."""
+    memory, cpu, wall = job["limits"][0], job["limits"][3], job["limits"][4]
     result = {"timed_out": False, "cpu_exceeded": False, "memory_exceeded": False}
+    said = b""
     pidfd = os.pidfd_open(pid)
     sel = selectors.DefaultSelector()
     sel.register(pidfd, selectors.EVENT_READ, "exit")
     sel.register(control, selectors.EVENT_READ, "control")
+    sel.register(status, selectors.EVENT_READ, "setup")
+    deadline = time.monotonic() + job["setup"]
     look = time.monotonic() + LOOK_SECONDS
     try:
         while True:
             now = time.monotonic()
             if now >= deadline:
-                result["timed_out"] = True
-                return result
+                result["timed_out"] = said == b"ok"
+                return result, said
             events = sel.select(min(deadline, look) - now)
+            if any(key.data == "setup" for key, _ in events):
+                sel.unregister(status)
+                said = os.read(status, 4096)
+                if said == b"ok":  # the program runs from here
+                    deadline = time.monotonic() + wall
+                    control.sendall(b"started")
             if any(key.data == "exit" for key, _ in events):
-                return result
+                return result, said
             if any(key.data == "control" for key, _ in events):
                 message, fds, _, _ = socket.recv_fds(control, 64, 4)
                 for fd in fds:
@@ -380,15 +396,15 @@ def watch(
                 if not message:
                     kill_all(pid)
                     sys.exit(0)  # the other end is gone: so is the sandbox
-                return result  # `kill`
+                return result, said  # `kill`
             if time.monotonic() >= look and NAMESPACE and PROC:
                 used, resident = totals()
                 if cpu > 0 and used > cpu:
                     result["cpu_exceeded"] = True
-                    return result
+                    return result, said
                 if memory > 0 and resident > memory:
                     result["memory_exceeded"] = True
-                    return result
+                    return result, said
                 look = time.monotonic() + LOOK_SECONDS
     finally:
         sel.close()

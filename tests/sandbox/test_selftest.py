@@ -19,12 +19,12 @@ def test_a_full_sandbox_lets_the_search_reach_nothing() -> None:
     assert mode.full and found == []
 
 
-def test_a_plain_process_reaches_the_file_and_the_network_and_says_so(
+def test_a_plain_process_reaches_a_file_of_its_user_but_not_the_network_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     found = selftest.reached(isolation.plain("asked for in this test"))
     assert any(item.startswith("a file of this user (") for item in found)
-    assert "the network (127.0.0.1)" in found
+    assert "the network (127.0.0.1)" not in found  # its filter refuses it every socket but Unix
     if os.geteuid() != 0:  # as root, plain programs run as nobody: root's /proc is closed
         assert any(item.startswith("/proc/") for item in found)
     plain = isolation.plain("bubblewrap refused in this test")
@@ -32,7 +32,7 @@ def test_a_plain_process_reaches_the_file_and_the_network_and_says_so(
     with pytest.raises(SandboxUnavailable, match="bubblewrap refused in this test"):
         selftest.check()
     mode, said = selftest.check(allow_plain=True)  # by name: said, not raised
-    assert mode is plain and "the network (127.0.0.1)" in said
+    assert mode is plain and any(item.startswith("a file of this user (") for item in said)
 
 
 def test_scalerl_sandbox_check_says_what_it_made_reached_and_scored(
