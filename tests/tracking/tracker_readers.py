@@ -14,6 +14,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import wandb
 from mlflow import MlflowClient
 from tensorboard.backend.event_processing.event_accumulator import (
     IMAGES,
@@ -83,6 +84,7 @@ def wandb_records(path: Path) -> list[Any]:
 def wandb_history(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
     """Every history row of every offline folder of W&B run `run_id` in `run_dir`, in order
     (a resumed run adds a folder): `_step` and the logged keys, values decoded from JSON."""
+    written()
     rows = []
     folders = offline_folders(run_dir, run_id)  # its naming: tests/tracking/test_wandb_offline
     assert folders, f"no offline W&B folder for {run_id} in {run_dir}"
@@ -98,7 +100,16 @@ def wandb_history(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
     return rows
 
 
+def written() -> None:
+    """W&B's files as its writer leaves them. The writer is a service process of its own, and a
+    run's finish() in this process can return before it has written the run's file (a CI run
+    read none of a fit's rows); teardown() waits for the service to exit (a no-op where this
+    process started none)."""
+    wandb.teardown()
+
+
 def wandb_config(run_dir: Path, run_id: str) -> dict[str, Any]:
+    written()
     config: dict[str, Any] = {}
     for folder in offline_folders(run_dir, run_id):
         for record in wandb_records(folder / f"run-{run_id}.wandb"):
