@@ -8,6 +8,7 @@ single-token `</think>` and a chat template.
 from __future__ import annotations
 
 import os
+import re
 import string
 import tempfile
 from collections.abc import Callable, Iterator
@@ -60,6 +61,23 @@ def pytest_configure(config: pytest.Config) -> None:
 # worker its tests land on). Whole runs of different modules spread over the other workers with
 # the rest: one after another they alone would outlast the suite (84 minutes of worker time).
 GROUP_CLUSTER = "cluster"
+
+
+# A module whose every test is slow says so once, at its top.
+SLOW_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.slow\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Where the run leaves out `cluster` or `slow` tests (`make test-fast`), what holds nothing
+    else is not imported at all: tests/cluster/, and a module marked slow at its top. Each
+    worker would import it (vLLM, the control plane's helpers) only to deselect every test."""
+    leaves_out = str(config.getoption("markexpr") or "")
+    if "not cluster" in leaves_out and collection_path == CLUSTER_TESTS:
+        return True
+    module = collection_path.suffix == ".py" and collection_path.name.startswith("test_")
+    if "not slow" in leaves_out and module and SLOW_MODULE.search(collection_path.read_text()):
+        return True
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
