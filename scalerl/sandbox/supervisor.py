@@ -70,6 +70,8 @@ FRESH = MODE == "fresh"
 PROC = sys.argv[2] if len(sys.argv) > 2 else ""
 # The /proc of the process that started the sandbox, where it has none of its own.
 OUTER = int(PROC.split("=", 1)[1]) if PROC.startswith("outer-proc=") else None
+# This process's pid there (read once: every look at a program's processes starts from it).
+OUTER_PID = int(os.readlink("self", dir_fd=OUTER)) if OUTER is not None else 0
 SANDBOX_DIR = "/sandbox"
 TMP_BYTES = 16 << 20  # each place a program may write
 TMP_INODES = 4096  # files and folders in each (fresh mode): a flood ends here, not in a slow clean
@@ -422,7 +424,7 @@ def totals() -> tuple[float, int]:
     if OUTER is None:  # the sandbox's own /proc: its PID namespace, where this process is 1
         mine = [pid for pid in stats if pid != 1]
     else:
-        mine = descendants(stats, int(os.readlink("self", dir_fd=OUTER)))
+        mine = descendants(stats, OUTER_PID)
     return sum(stats[p][1] for p in mine), sum(stats[p][2] for p in mine)
 
 
