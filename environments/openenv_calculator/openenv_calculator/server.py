@@ -15,8 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import uuid
 from typing import Any
+
+# The calculator serves no web page. openenv's env_server package imports its Gradio interface
+# whenever gradio is importable (4 of the server's 6 s of start-up CPU here) and goes without it on
+# ModuleNotFoundError; unless ENABLE_WEB_INTERFACE asks for the page, we say gradio is absent.
+if os.environ.get("ENABLE_WEB_INTERFACE", "false").lower() not in ("true", "1", "yes"):
+    sys.modules.setdefault("gradio", None)  # type: ignore[assignment]
 
 from fastmcp import FastMCP
 from openenv.core.env_server import MCPEnvironment, create_app
