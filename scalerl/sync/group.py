@@ -9,6 +9,12 @@ to the backend object directly.
 A collective that fails or times out leaves the peers' sockets or communicators in an unknown
 state (gloo closes the pair), so the first failure marks the group broken and every later call
 raises at once instead of pairing up with the wrong message. Reconnect to recover.
+
+Generations: a run's group is formed again whenever its generators change (one died, a replacement
+joined, the pool was scaled). Each formation is a generation with keys of its own in the store
+(`scalerl/sync/<generation>/`), so the ranks of generation n never meet a leftover of n - 1.
+Trainer rank 0 serves the store for the whole run (`serve_meeting`) and forms every generation on
+it; a receiver connects to it anew for each generation it joins.
 """
 
 from __future__ import annotations
@@ -32,6 +38,14 @@ _PREFIX = "scalerl/sync/"
 _NCCL_POLL_S = 0.001
 
 
+class RanksMissing(WeightSyncError):
+    """A generation did not form: `missing` are the ranks that never joined (None: unknown)."""
+
+    def __init__(self, message: str, missing: list[int] | None) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 class SyncGroup:
     """A process group apart from the default one; rank 0 is the trainer and the source."""
 
@@ -49,6 +63,7 @@ class SyncGroup:
         device: torch.device,
         timeout_s: float,
         address: str,
+        owns_store: bool = True,
     ) -> None:
         self.rank = rank
         self.world_size = world_size
@@ -57,6 +72,7 @@ class SyncGroup:
         self.address = address
         self._backend: Any = backend
         self._store: dist.Store | None = store
+        self._owns_store = owns_store  # False: the run's store outlives this generation
         self._broken: str | None = None
 
     @property
@@ -112,7 +128,8 @@ class SyncGroup:
                 except Exception:  # a broken group may not shut down cleanly
                     pass
         self._backend = None
-        close_store(self._store)
+        if self._owns_store:
+            close_store(self._store)
         self._store = None
         self._broken = self._broken or "closed"
 
@@ -142,9 +159,13 @@ def connect(
     join_timeout_s: float | None = None,
     backend: str | None = None,
     keys: StreamKeys | None = None,
+    generation: int = 0,
+    store: dist.Store | None = None,
 ) -> SyncGroup:
-    """Join the weight-sync group; blocks until all `world_size` ranks joined or `join_timeout_s`
-    (default `timeout_s`: at a gang's start the ranks may join minutes apart).
+    """Join generation `generation` of the weight-sync group; blocks until all `world_size` ranks
+    joined or `join_timeout_s` (default `timeout_s`: at a gang's start the ranks may join minutes
+    apart). Rank 0 passes the run's `store` (`serve_meeting`) to form a generation on it; the
+    group then leaves the store open when it closes.
 
     Rank 0 creates the TCPStore listening on `host:port` only ("127.0.0.1" in local runs, so no
     one else on the network can join; "0.0.0.0" in a pod, where the Service DNS name the others
@@ -163,16 +184,29 @@ def connect(
     where = f"sync group at {address}: rank {rank} of world {world_size}"
     joining_s = timeout_s if join_timeout_s is None else join_timeout_s
     deadline = time.monotonic() + joining_s
-    base = meeting_store(host, port, rank, keys, joining_s, where)
+    where += f", generation {generation}"
+    owned = store is None
+    base = meeting_store(host, port, rank, keys, joining_s, where) if owned else store
+    assert base is not None
+    prefix = f"{_PREFIX}{generation}/"
     try:
-        return _form(base, rank, world_size, deadline, where, use_nccl, timeout_s, address)
+        group = _form(base, prefix, rank, world_size, deadline, where, use_nccl, timeout_s, address)
     except BaseException:
-        close_store(base)  # a group that did not form leaves no server or client behind
+        if owned:
+            close_store(base)  # a group that did not form leaves no server or client behind
         raise
+    group._owns_store = owned
+    return group
+
+
+def serve_meeting(host: str, port: int, keys: StreamKeys | None, timeout_s: float) -> dist.Store:
+    """Rank 0's store for the whole run, which every generation of the group meets on."""
+    return meeting_store(host, port, 0, keys, timeout_s, f"sync group at {host}:{port}")
 
 
 def _form(
     base: dist.Store,
+    prefix: str,
     rank: int,
     world_size: int,
     deadline: float,
@@ -181,7 +215,7 @@ def _form(
     timeout_s: float,
     address: str,
 ) -> SyncGroup:
-    store = dist.PrefixStore(_PREFIX, base)
+    store = dist.PrefixStore(prefix, base)
     _join(store, rank, world_size, deadline, where)
     device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
     remaining = max(deadline - time.monotonic(), 0.001)
@@ -277,9 +311,10 @@ def _join(store: dist.Store, rank: int, world_size: int, deadline: float, where:
     except Exception as err:  # the store raises DistStoreError or RuntimeError
         missing = _missing_ranks(store, keys)
         waited = time.monotonic() - started
-        raise WeightSyncError(
+        raise RanksMissing(
             f"{where}: timed out after {waited:.1f} s waiting for ranks {missing} to join "
-            f"({_first_line(err)})"
+            f"({_first_line(err)})",
+            missing if isinstance(missing, list) else None,
         ) from err
 
 

@@ -1,0 +1,152 @@
+"""Generations of the weight-sync group over real gloo processes: trainer rank 0 serves one store
+for the run; when a receiver dies the trainer's broadcast fails, the group forms again without it
+on the same store, and a replacement joins a later generation and gets the same bits."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import traceback
+from typing import Any
+
+import pytest
+import torch
+
+from scalerl.errors import WeightSyncError
+from scalerl.ports import free_port
+from scalerl.sync import WeightReceiver, WeightSender, connect
+from scalerl.sync.group import RanksMissing, SyncGroup, close_store, serve_meeting
+
+TIMEOUT_S = 60.0
+
+
+def weights(version: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(version)
+    return {"a": torch.randn(1000, generator=gen), "b": torch.randn(7, 3, generator=gen)}
+
+
+def _receiver(port: int, commands: Any, results: Any) -> None:
+    """A generator's receiver: joins the generation it is told, receives versions, reports."""
+    group: SyncGroup | None = None
+    try:
+        while True:
+            command = commands.get(timeout=TIMEOUT_S)
+            if command[0] == "join":
+                _, generation, rank, world = command
+                if group is not None:
+                    group.close()
+                group = connect("127.0.0.1", port, world, rank, timeout_s=TIMEOUT_S,
+                                generation=generation)  # fmt: skip
+                results.put(("joined", generation))
+            elif command[0] == "receive":
+                assert group is not None
+                try:
+                    version, named = WeightReceiver(group).receive(timeout_s=TIMEOUT_S)
+                except WeightSyncError as err:
+                    results.put(("failed", str(err)))
+                    continue
+                expected = weights(version)
+                same = [n for n, t in named] == list(expected) and all(
+                    torch.equal(t, expected[n]) for n, t in named
+                )
+                results.put(("received", version, same))
+            else:
+                return
+    except Exception:
+        results.put(("error", traceback.format_exc()))
+
+
+class Receiver:
+    def __init__(self, port: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.commands, self.results = ctx.Queue(), ctx.Queue()
+        self.process = ctx.Process(target=_receiver, args=(port, self.commands, self.results))
+        self.process.start()
+
+    def tell(self, *command: Any) -> None:
+        self.commands.put(command)
+
+    def answer(self) -> tuple[Any, ...]:
+        try:
+            got: tuple[Any, ...] = self.results.get(timeout=TIMEOUT_S)
+        except queue.Empty:
+            pytest.fail("a receiver did not answer")
+        assert got[0] != "error", got[1]
+        return got
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.tell("exit")
+            self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+
+
+def form(store: Any, port: int, generation: int, members: list[Receiver]) -> SyncGroup:
+    """Tell each member its rank in `generation`, then form it as rank 0 on the run's store."""
+    world = len(members) + 1
+    for rank, member in enumerate(members, start=1):
+        member.tell("join", generation, rank, world)
+    group = connect("127.0.0.1", port, world, 0, timeout_s=TIMEOUT_S, generation=generation,
+                    store=store)  # fmt: skip
+    assert all(m.answer() == ("joined", generation) for m in members)
+    return group
+
+
+def send(group: SyncGroup, members: list[Receiver], version: int) -> None:
+    for member in members:
+        member.tell("receive")
+    WeightSender(group).send(list(weights(version).items()), version)
+
+
+def test_a_dead_receiver_breaks_one_broadcast_and_the_next_generation_forms_without_it() -> None:
+    port = free_port()
+    store = serve_meeting("127.0.0.1", port, None, TIMEOUT_S)
+    survivor, doomed, replacement = Receiver(port), Receiver(port), None
+    try:
+        group = form(store, port, 0, [survivor, doomed])
+        send(group, [survivor, doomed], 1)
+        assert survivor.answer() == doomed.answer() == ("received", 1, True)
+
+        os.kill(doomed.process.pid, signal.SIGKILL)
+        doomed.process.join()
+        survivor.tell("receive")
+        with pytest.raises(WeightSyncError):
+            WeightSender(group).send(list(weights(2).items()), 2)
+        group.close()  # closing it is what tells a survivor still waiting that nothing comes
+        assert survivor.answer()[0] in ("failed", "received")
+
+        group = form(store, port, 1, [survivor])  # the same store: nothing to restart
+        send(group, [survivor], 2)
+        assert survivor.answer() == ("received", 2, True)
+
+        replacement = Receiver(port)
+        group.close()
+        group = form(store, port, 2, [survivor, replacement])
+        send(group, [survivor, replacement], 3)
+        assert survivor.answer() == replacement.answer() == ("received", 3, True)
+        group.close()
+    finally:
+        for r in (survivor, doomed, replacement):
+            if r is not None:
+                r.stop()
+        close_store(store)
+
+
+def test_a_member_that_never_joins_is_named_by_its_rank() -> None:
+    port = free_port()
+    store = serve_meeting("127.0.0.1", port, None, TIMEOUT_S)
+    member = Receiver(port)
+    try:
+        member.tell("join", 0, 1, 3)  # rank 2 never comes
+        with pytest.raises(RanksMissing) as caught:
+            connect("127.0.0.1", port, 3, 0, timeout_s=TIMEOUT_S, join_timeout_s=3.0,
+                    store=store)  # fmt: skip
+        assert caught.value.missing == [2]
+    finally:
+        member.process.kill()
+        member.process.join()
+        close_store(store)
