@@ -188,7 +188,7 @@ def connect(
     owned = store is None
     base = meeting_store(host, port, rank, keys, joining_s, where) if owned else store
     assert base is not None
-    prefix = f"{_PREFIX}{generation}/"
+    prefix = f"{_PREFIX}{generation}"  # PrefixStore puts the "/" after it
     try:
         group = _form(base, prefix, rank, world_size, deadline, where, use_nccl, timeout_s, address)
     except BaseException:
