@@ -9,10 +9,12 @@ import os
 import queue
 import signal
 import traceback
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import torch
+from torch.distributed import PrefixStore
 
 from scalerl.errors import WeightSyncError
 from scalerl.ports import free_port
@@ -142,6 +144,8 @@ def test_a_member_that_never_joins_is_named_by_its_rank() -> None:
     member = Receiver(port)
     try:
         member.tell("join", 0, 1, 3)  # rank 2 never comes
+        # Once rank 1 has announced itself (a spawned process takes seconds to get there):
+        PrefixStore("scalerl/sync/0", store).wait(["joined/1"], timedelta(seconds=TIMEOUT_S))
         with pytest.raises(RanksMissing) as caught:
             connect("127.0.0.1", port, 3, 0, timeout_s=TIMEOUT_S, join_timeout_s=3.0,
                     store=store)  # fmt: skip
