@@ -5,9 +5,7 @@ on the same store, and a replacement joins a later generation and gets the same 
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import queue
-import signal
 import traceback
 from datetime import timedelta
 from typing import Any
@@ -113,7 +111,7 @@ def test_a_dead_receiver_breaks_one_broadcast_and_the_next_generation_forms_with
         send(group, [survivor, doomed], 1)
         assert survivor.answer() == doomed.answer() == ("received", 1, True)
 
-        os.kill(doomed.process.pid, signal.SIGKILL)
+        doomed.process.kill()  # SIGKILL
         doomed.process.join()
         survivor.tell("receive")
         with pytest.raises(WeightSyncError):
