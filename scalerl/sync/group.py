@@ -181,22 +181,20 @@ def connect(
         )
     use_nccl = _choose_nccl(backend)
     address = f"{host}:{port}"
-    where = f"sync group at {address}: rank {rank} of world {world_size}"
+    where = f"sync group at {address}: rank {rank} of world {world_size}, generation {generation}"
     joining_s = timeout_s if join_timeout_s is None else join_timeout_s
     deadline = time.monotonic() + joining_s
-    where += f", generation {generation}"
     owned = store is None
-    base = meeting_store(host, port, rank, keys, joining_s, where) if owned else store
-    assert base is not None
+    base = store if store is not None else meeting_store(host, port, rank, keys, joining_s, where)
     prefix = f"{_PREFIX}{generation}"  # PrefixStore puts the "/" after it
     try:
-        group = _form(base, prefix, rank, world_size, deadline, where, use_nccl, timeout_s, address)
+        return _form(
+            base, prefix, rank, world_size, deadline, where, use_nccl, timeout_s, address, owned
+        )
     except BaseException:
         if owned:
             close_store(base)  # a group that did not form leaves no server or client behind
         raise
-    group._owns_store = owned
-    return group
 
 
 def serve_meeting(host: str, port: int, keys: StreamKeys | None, timeout_s: float) -> dist.Store:
@@ -214,6 +212,7 @@ def _form(
     use_nccl: bool,
     timeout_s: float,
     address: str,
+    owns_store: bool,
 ) -> SyncGroup:
     store = dist.PrefixStore(prefix, base)
     _join(store, rank, world_size, deadline, where)
@@ -231,6 +230,7 @@ def _form(
         device=device,
         timeout_s=timeout_s,
         address=address,
+        owns_store=owns_store,
     )
     # One tiny collective proves every link works; NCCL builds its communicator here.
     group.broadcast(torch.zeros(1, device=device), src=0, timeout_s=remaining)
