@@ -111,6 +111,9 @@ class InMemoryPublisher:
         seconds = self.colocation.load(weights, version, self.timeout_s)
         return self._announce(version, Published(seconds, tensor_bytes(weights)))
 
+    def regroup(self, generation: int, members: list[int], join_timeout_s: float) -> None:
+        raise WeightSyncError("a colocated run's one generator lives in the trainer's process")
+
     def _announce(self, version: int, published: Published) -> Published:
         assert self.channel is not None
         self.channel.broadcast(MoreRollouts(version=version))

@@ -70,9 +70,11 @@ class Gang:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
     environ: dict[str, str] = field(default_factory=dict)  # variables for every process
+    started: dict[str, tuple[str, ProcessEnv]] = field(default_factory=dict)  # role: command, env
 
     def start(self, role: str, command: str, env: ProcessEnv, log_path: Path) -> None:
         """Start `scalerl <command>` as `role` (its processes.json and Prometheus name)."""
+        self.started[role] = (command, env)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             # Own process group: Ctrl-C reaches only the runner, which stops the gang in order,
@@ -86,6 +88,13 @@ class Gang:
                 preexec_fn=_die_with_parent,
             )
         self.logs[role] = log_path
+
+    def restart(self, role: str) -> None:
+        """Start `role` again, as it was started, once whatever is left of its process group (a
+        killed generator's vLLM engine process) is gone."""
+        _signal_group(self.processes[role], signal.SIGKILL)
+        command, env = self.started[role]
+        self.start(role, command, env, self.logs[role])
 
     def failed(self) -> list[str]:
         """The roles of the processes that exited non-zero, likeliest cause first: one killed by
@@ -168,6 +177,8 @@ class LocalRun:
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"  # the prediction, for Prometheus
         self.fitted_at = 0
         self.restarts = 0
+        self.replacements = 0  # generators replaced alone
+        self.replaced_at: dict[str, int] = {}  # role: the trained step it was last replaced at
         self.fit_skipped: str | None = None  # why the last fit could not be made
         # history.jsonl's size and mtime when refresh last read it: it is read again only when
         # it changed (every evaluation), not every half-second tick.
@@ -220,26 +231,50 @@ class LocalRun:
         for g in range(0 if spec.colocated else count):
             env = replace(base, metrics_port=ports[f"generator-{g}"], generator_index=g)
             gang.start(f"generator-{g}", "generator", env, logs / f"generator-{g}.log")
+        self.write_processes(gang)
+        return gang
+
+    def write_processes(self, gang: Gang) -> None:
+        """processes.json and the Prometheus targets: each process's pid and /metrics."""
         processes = {
-            role: {"pid": proc.pid, "metrics": f"http://127.0.0.1:{ports[role]}/metrics"}
+            role: {"pid": proc.pid, "metrics": f"http://127.0.0.1:{port}/metrics"}
             for role, proc in gang.processes.items()
+            if (port := gang.started[role][1].metrics_port)
         }
         processes["runner"] = {"pid": os.getpid(), "metrics": self.metrics_url}
         (self.out / PROCESSES_FILE).write_text(json.dumps(processes, indent=2))
         write_targets(self.out / TARGETS_FILE, processes)
-        return gang
 
     def supervise(self, gang: Gang) -> None:
-        """Until the trainer finishes: show progress, refit; raise PeerError when a process dies
-        (naming every process that has, since one death takes the trainer ranks with it)."""
+        """Until the trainer finishes: show progress, refit; a generator that died is replaced
+        alone (the trainer trains on with the others: scalerl.trainer.pool); raise PeerError
+        when another process dies (naming every process that has, since one death takes the
+        trainer ranks with it)."""
         while gang.processes[LEADER].poll() != 0:
             failed = gang.failed()
             if LEADER in failed and (stopped := stopped_reason(self.out)) is not None:
                 raise ScaleRLError(f"run stopped: {stopped}")  # on purpose: no restart
-            if failed:
+            if any(not role.startswith("generator-") for role in failed):
                 raise PeerError(gang.describe(failed))
+            for role in failed:
+                self.replace(gang, role)
             time.sleep(0.5)
             self.refresh()
+
+    def replace(self, gang: Gang, role: str) -> None:
+        """Start a dead generator again; one that dies again before the trainer took a step
+        since its last replacement fails the gang instead (it would only fail again)."""
+        step = self.trained_steps()
+        if self.replaced_at.get(role) == step:
+            raise PeerError(f"{gang.describe([role])}\n(it died again before another step)")
+        self.replaced_at[role] = step
+        self.replacements += 1
+        self.display.note(
+            f"{role} exited with code {gang.processes[role].returncode}; starting a replacement "
+            "(training goes on with the other generators)"
+        )
+        gang.restart(role)
+        self.write_processes(gang)
 
     def refresh(self) -> None:
         progress_file = self.out / PROGRESS_FILE

@@ -73,6 +73,9 @@ GENERATOR_GAUGES = {
 }
 TRAINER_COUNTERS = {
     "trained_tokens": "Completion tokens trained on (loss tokens).",
+    "generator_replacements": (
+        "Generators that joined mid-run in place of one that was lost (no gang restart)."
+    ),
     "zero_variance_groups": "Prompt groups dropped because all rewards were equal.",
     "received_groups": "Prompt groups the trainer received for its batches, stale ones included.",
     "stale_groups": "Prompt groups dropped for being more than k policy versions old.",
@@ -94,6 +97,10 @@ UNSCORED_GAUGES = {
 }
 TRAINER_GAUGES = {
     "entropy": "Mean token entropy (nats) of the last training batch.",
+    "generators_ready": (
+        "Generators in the weight-sync group now, sampling on the trainer's weights; below "
+        "spec.generators.replicas while a lost one is being replaced."
+    ),
     "pass_rate": (
         "Train pass rate of the last batch (reward > 0 and not truncated), over every sample"
         " received for it."

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -121,6 +122,19 @@ def _address(hex_address: str) -> str:
     return socket.inet_ntop(socket.AF_INET6, words)
 
 
+def wait_for_resume(out: Path, proc: subprocess.Popen[str], timeout_s: float) -> int:
+    """The step the restarted trainer resumed from, once it has (its log says so)."""
+    log = out / "logs" / "trainer-0.log"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        found = re.search(r"resumed from \S+ \(step (\d+)\)", log.read_text())
+        if found:
+            return int(found.group(1))
+        time.sleep(0.5)
+    raise AssertionError(f"the trainer did not resume within {timeout_s} s")
+
+
 def kill(out: Path, role: str) -> None:
     process = json.loads((out / "processes.json").read_text())[role]
     os.kill(process["pid"], signal.SIGKILL)
@@ -129,13 +143,15 @@ def kill(out: Path, role: str) -> None:
 @pytest.mark.slow
 def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    # Evaluations every 3 steps: four past step 0 (compute 0), as many as a fit needs. 24 train
-    # prompts and no curriculum: the run goes through four epochs of them, whole.
+    # 120 steps (a step takes a fraction of a second here; a replacement generator needs seconds
+    # to start, and the run must outlast it), evaluated every 20. 24 train prompts and no
+    # curriculum: the run goes through 40 epochs of them, whole.
     data = {"train": small_train_set(tmp_path), "logConsumed": True}
     changes = {
-        "evaluation": {"everySteps": 3},
+        "evaluation": {"everySteps": 20},
         "data": data,
         "recipe": {"noPositiveResampling": {"enabled": False}},
+        "budget": {"maxSteps": 120},
     }
     with running(write_spec(tmp_path, **changes), out) as proc:
         wait_for_step(out, 5, proc, timeout_s=300)
@@ -148,15 +164,24 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
             port: {"127.0.0.1"} for port in ports
         }
         kill(out, "trainer-0")  # kill -9 mid-run: the gang restarts from the step-4 checkpoint
-        wait_for_step(out, 9, proc, timeout_s=300)
-        kill(out, "generator-1")  # a generator dies: the same again, from step 8
+        # A generator dies: it is replaced alone, and the other trains on (and evaluates the
+        # lost one's share of the held-out prompts) while the replacement starts.
+        resumed = wait_for_resume(out, proc, timeout_s=300)
+        wait_for_step(out, resumed + 3, proc, timeout_s=300)
+        kill(out, "generator-1")
         output = finish(proc, timeout_s=400)
     assert "restarting from the last checkpoint (1/3): trainer-0 exited with code -9" in output
-    assert "restarting from the last checkpoint (2/3): generator-1 exited with code -9" in output
+    assert "generator-1 exited with code -9; starting a replacement" in output
+    assert "(2/3)" not in output  # no second gang restart
+    trainer_log = (out / "logs" / "trainer-0.log").read_text()
+    lost = re.findall(r"generator 1 lost at step (\d+)", trainer_log)
+    joined = re.findall(r"generator 1 joins the weight-sync group at step (\d+)", trainer_log)
+    assert len(lost) == len(joined) == 1, trainer_log
+    assert int(joined[0]) > int(lost[0])  # steps went on while the replacement started
     assert "prediction: A " in output  # A = x [lo, hi], or A >= x where bounded below only
 
     history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == [0, 3, 6, 9, 12]  # continuous: nothing twice, no gap
+    assert [e["step"] for e in history] == list(range(0, 121, 20))  # nothing twice, no gap
     assert all(0.0 <= e["pass_rate"] <= 1.0 for e in history)
     computes = [e["compute"] for e in history]
     assert computes[0] == 0.0 and computes == sorted(computes)  # training compute only
@@ -174,7 +199,7 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     # (Whether a sample spans a weight update here depends on timing: the demo's generators
     # finish their batch ahead of the trainer and wait for it. Samples that do, stamped token by
     # token with the version that sampled them: tests/generator/test_engine.py.)
-    # The step profile (bench/step_profile.py): the phases, summed over the three attempts up to
+    # The step profile (bench/step_profile.py): the phases, summed over the two attempts up to
     # their checkpoints, add up to the trainer's wall time, as compute does to its training time.
     last, seconds = history[-1], history[-1]["trainer_seconds"]
     phases = [seconds[p] for p in (*PHASES, "other")]
@@ -184,15 +209,17 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     assert last["compute"] * 3600 / 3 == pytest.approx(training, rel=0.05)  # 3 processes
     generation = last["generation"]
     assert 0 < generation["generator_score_seconds"] < generation["generation_seconds"]
-    assert (out / "logs" / "trainer-0.log").read_text().count("resumed from") == 2
+    assert trainer_log.count("resumed from") == 1
+    assert history[-1]["counters"]["generator_replacements"] == 1
     fit = json.loads((out / "fit.json").read_text())
     assert {"A", "B", "C_mid", "R0", "A_interval"} <= fit.keys()
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not alive(json.loads((out / "processes.json").read_text()))
 
     # Resumed with one generator (its shard: all 24 prompts) for four more steps: no prompt was
-    # taken twice in an epoch, none was skipped, through two kills and the reshard.
-    more = {**changes, "generators": {"replicas": 1}, "budget": {"maxSteps": 16}}
+    # taken twice in an epoch, none was skipped, through the kills, the replacement and the
+    # reshard.
+    more = {**changes, "generators": {"replicas": 1}, "budget": {"maxSteps": 126}}
     result = subprocess.run(
         run_command(write_spec(tmp_path, **more), out), capture_output=True, text=True, timeout=600
     )
@@ -200,7 +227,7 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     epochs = assert_once_per_epoch(out)
     assert len(epochs) == 24
     counts = [len(seen) for seen in epochs.values()]
-    assert max(counts) - min(counts) <= 1, epochs  # 16 steps x 8 groups: 5 to 6 epochs each
+    assert max(counts) - min(counts) <= 1, epochs  # 126 steps x 8 groups: 42 epochs each
 
 
 def alive(processes: dict[str, dict[str, object]]) -> list[str]:

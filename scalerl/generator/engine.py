@@ -338,15 +338,16 @@ class GenerationEngine:
         timeout_s: float,
         join_timeout_s: float | None = None,
         keys_dir: str | None = None,
+        generation: int = 0,
     ) -> None:
-        """Join the trainer's weight-sync group as receiver `rank` (call again to rejoin);
-        `join_timeout_s` bounds the wait for the other ranks (default `timeout_s`), `keys_dir`
-        holds the run's keys (its sync store admits no one else)."""
+        """Join `generation` of the trainer's weight-sync group as receiver `rank` (call again
+        to join a later one); `join_timeout_s` bounds the wait for the other ranks (default
+        `timeout_s`), `keys_dir` holds the run's keys (its sync store admits no one else)."""
         llm = self._receiver()
         where = f"the weight-sync group at {host}:{port} as rank {rank} of {world_size}"
         joining_s = timeout_s if join_timeout_s is None else join_timeout_s
         async with self._update_lock:
-            args = (host, port, world_size, rank, timeout_s, joining_s, keys_dir)
+            args = (host, port, world_size, rank, timeout_s, joining_s, keys_dir, generation)
             if isinstance(llm, InprocLLM):
                 join = functools.partial(llm.engine.collective_rpc, "init_weight_sync", args=args)
                 rpc = llm.while_held(join)

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from scalerl.environment import ProcessEnv
 from scalerl.errors import InputError
 from scalerl.recipe.interruption import InterruptionPlan
 from scalerl.recipe.sampling import NO_FILTERS, SamplingFilters
-from scalerl.spec import THINK_END, LoraSpec
+from scalerl.spec import THINK_END, LoraSpec, RunSpec
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 # vLLM's own default for an engine on a CPU: tokens one engine step may compute.
@@ -135,3 +136,21 @@ def whole_prefills(config: EngineConfig) -> dict[str, Any]:
         "enable_chunked_prefill": False,
         "max_num_batched_tokens": max(config.max_model_len, CPU_BATCHED_TOKENS),
     }
+
+
+def engine_config(spec: RunSpec, env: ProcessEnv, max_model_len: int) -> EngineConfig:
+    """The engine's slice of the spec; `max_model_len` is measured (`model_len_needed`)."""
+    return EngineConfig(
+        model_path=spec.model.path,
+        dtype=spec.model.dtype,
+        fp32_lm_head=spec.model.fp32_lm_head,
+        max_model_len=max_model_len,
+        temperature=spec.recipe.sampling.temperature,
+        filters=SamplingFilters.of(spec.recipe.sampling),
+        seed=spec.seed * 1000 + env.generator_index,
+        phrase=spec.interruption_phrase,
+        think_end=spec.model.think_end,
+        plan=InterruptionPlan.of(spec.recipe.length),
+        run_dir=str(env.run_dir / f"vllm-{env.generator_index}"),
+        lora=spec.model.lora,
+    )

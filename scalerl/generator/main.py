@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from scalerl.environment import ProcessEnv, configure_logging, exit_now
 from scalerl.errors import DataError, PeerError, ScaleRLError, WeightSyncError
+from scalerl.generator.agent_setup import agent_rollouts, environment_prompts
 from scalerl.generator.colocation import Colocation
-from scalerl.generator.engine import EngineConfig, GenerationEngine, prepare_vllm_environment
+from scalerl.generator.engine import GenerationEngine, prepare_vllm_environment
+from scalerl.generator.engine_config import engine_config
 from scalerl.generator.prompts import (
     Example,
     PromptEncoder,
@@ -31,12 +33,12 @@ from scalerl.generator.prompts import (
     shard,
     train_and_validation,
 )
-from scalerl.generator.scoring import Scorer
+from scalerl.generator.scoring import Scorer, rewards_of
 from scalerl.generator.tally import Group, Tally, score
 from scalerl.generator.tokens import ModelTokens
 from scalerl.metrics import GeneratorMetrics
 from scalerl.preflight import context_problem, model_dir_problem, model_len_needed, model_limit
-from scalerl.recipe import InterruptionPlan, NoPositiveResampling, SamplingFilters
+from scalerl.recipe import NoPositiveResampling
 from scalerl.rollout.keys import GENERATOR_FILES, StreamKeys
 from scalerl.rollout.pipe import GeneratorEnd
 from scalerl.rollout.position import DataPosition
@@ -45,8 +47,9 @@ from scalerl.rollout.records import (
     EvalResult,
     Evaluate,
     Failure,
-    GeneratorStats,
     MoreRollouts,
+    Ready,
+    Regroup,
     RolloutGroup,
     Sample,
     Start,
@@ -56,6 +59,7 @@ from scalerl.rollout.records import (
 from scalerl.rollout.stream import GeneratorChannel
 from scalerl.spec import RunSpec, ScaleRLRun, load_run
 from scalerl.status.history import SANDBOX
+from scalerl.sync.group import REJOIN_S
 
 if TYPE_CHECKING:  # verifiers is imported only by a run with spec.environment
     from scalerl.agents.rollouts import AgentRollouts
@@ -63,24 +67,6 @@ if TYPE_CHECKING:  # verifiers is imported only by a run with spec.environment
 log = logging.getLogger("scalerl.generator")
 T = TypeVar("T")
 Channel = GeneratorChannel | GeneratorEnd  # to trainer 0, or to the trainer thread (colocated)
-
-
-def engine_config(spec: RunSpec, env: ProcessEnv, max_model_len: int) -> EngineConfig:
-    """The engine's slice of the spec; `max_model_len` is measured (`model_len_needed`)."""
-    return EngineConfig(
-        model_path=spec.model.path,
-        dtype=spec.model.dtype,
-        fp32_lm_head=spec.model.fp32_lm_head,
-        max_model_len=max_model_len,
-        temperature=spec.recipe.sampling.temperature,
-        filters=SamplingFilters.of(spec.recipe.sampling),
-        seed=spec.seed * 1000 + env.generator_index,
-        phrase=spec.interruption_phrase,
-        think_end=spec.model.think_end,
-        plan=InterruptionPlan.of(spec.recipe.length),
-        run_dir=str(env.run_dir / f"vllm-{env.generator_index}"),
-        lora=spec.model.lora,
-    )
 
 
 @dataclass
@@ -93,13 +79,20 @@ class Generator:
     tokens: ModelTokens
     prompts: PromptEncoder
     train: list[Example]
-    validation: list[Example]
+    validation: list[Example]  # this generator's share of the held-out prompts
     metrics: GeneratorMetrics
     curriculum: NoPositiveResampling = field(default_factory=NoPositiveResampling)
     # spec.environment's rollouts (scalerl.agents); None: one completion scored by data.reward.
     agents: AgentRollouts | None = None
     # The run's data position at Start: prompt id -> the epochs a training step consumed it in.
     consumed: dict[str, list[int]] = field(default_factory=dict)
+    # The generators in the weight-sync group with this one (Start, Regroup): they share a batch.
+    members: list[int] = field(default_factory=list)
+    # Every held-out prompt: a lost generator's share is evaluated by another meanwhile.
+    held_out: list[Example] = field(default_factory=list)
+    # Every train prompt: the members share them out anew when one is lost or joins.
+    train_all: list[Example] = field(default_factory=list)
+    order: Iterator[tuple[Example, int]] = field(default_factory=lambda: iter(()))
     tally: Tally = field(init=False)
 
     def __post_init__(self) -> None:
@@ -164,17 +157,15 @@ class Generator:
             return self.agents.prompt_ids(example)
         return self.prompts.encode(example)
 
-    async def produce(
-        self, prompts: Iterator[tuple[Example, int]], outbox: asyncio.Queue[RolloutGroup]
-    ) -> None:
+    async def produce(self, outbox: asyncio.Queue[RolloutGroup]) -> None:
         """One producer: pull the next prompt, sample its group, queue it (blocks when full).
 
-        Several producers share one prompt iterator so the engine always has groups in flight.
+        Several producers share one prompt order so the engine always has groups in flight.
         """
         n = self.spec.recipe.batch.generations_per_prompt
         while not self.stopped.is_set():
             await self.wait_for_quota()
-            example, epoch = next(prompts)
+            example, epoch = next(self.order)
             self.tally.begin()
             try:
                 samples = (await self.sample_group(example, n)).samples
@@ -229,7 +220,7 @@ class Generator:
 
     def grant_quota(self, *, first: bool = False) -> None:
         recipe = self.spec.recipe
-        share = math.ceil(recipe.batch.prompts / self.spec.generators.replicas)
+        share = math.ceil(recipe.batch.prompts / max(len(self.members), 1))
         if recipe.algorithm == "ppo-off-policy":
             self._quota_left = recipe.max_off_policy_steps * share
         elif first:
@@ -258,7 +249,7 @@ class Generator:
             )
         except WeightSyncError as err:
             # The engine resumed on the previous weights; the trainer sees the broken broadcast
-            # on its side too and restarts the gang from its checkpoint.
+            # on its side too and forms the group again (Regroup), the current weights following.
             self.metrics.weight_sync_failures.inc()
             log.error("weight update to version %d failed: %s", command.version, err)
             return
@@ -271,24 +262,35 @@ class Generator:
         """Sample k completions of every held-out prompt and report what each prompt scored:
         out of k, a sample that could not be scored counting as not passed."""
         k = self.spec.evaluation.generations_per_prompt
+        index, examples = self.shard_of(command)
         self.tally.begin()
         try:
             groups = await asyncio.gather(
-                *(self.sample_group(e, k, self.eval_seed(command, e)) for e in self.validation)
+                *(self.sample_group(e, k, self.eval_seed(command, e)) for e in examples)
             )
         finally:
             self.tally.end()
         result = EvalResult(
             step=command.step,
             version=command.version,
-            generator=self.index,
-            scores=[score(e, g, k) for e, g in zip(self.validation, groups, strict=True)],
+            generator=index,
+            scores=[score(e, g, k) for e, g in zip(examples, groups, strict=True)],
             tokens=sum(s.generated_tokens for g in groups for s in g.samples),
-            completions=self.readable([g.samples for g in groups]),
+            completions=self.readable(examples, [g.samples for g in groups]),
         )
-        for message in (self.stats(), result):  # stats first: the trainer records both
+        for message in (
+            self.tally.report(self.index, self.engine.version),
+            result,
+        ):  # stats first: the trainer records both
             while not self.channel.try_send(message):
                 await asyncio.sleep(0.005)
+
+    def shard_of(self, command: Evaluate) -> tuple[int, list[Example]]:
+        """Which share of the held-out prompts `command` asks for: this generator's own, or
+        (while it is being replaced) a lost generator's, and its prompts."""
+        if command.shard < 0 or command.shard == self.index:
+            return self.index, self.validation
+        return command.shard, shard(self.held_out, command.shard, self.spec.generators.replicas)
 
     def eval_seed(self, command: Evaluate, example: Example) -> str:
         """What an evaluation samples a held-out prompt with: the run's seed, the step and the
@@ -296,11 +298,11 @@ class Generator:
         evaluation n samples alike whether or not the run restarted before it."""
         return f"{self.spec.seed}/eval/{command.step}/{example.id}"
 
-    def readable(self, groups: list[list[Sample]]) -> list[dict[str, Any]]:
-        """The first `evaluation.logCompletions` completions of this generator's share, decoded
-        (one per prompt in turn, so they cover as many prompts as they can)."""
+    def readable(self, examples: list[Example], groups: list[list[Sample]]) -> list[dict[str, Any]]:
+        """The first `evaluation.logCompletions` completions of a share, decoded (one per
+        prompt in turn, so they cover as many prompts as they can)."""
         wanted = self.spec.evaluation.log_completions
-        pairs = [(e, g[0]) for e, g in zip(self.validation, groups, strict=True) if g][:wanted]
+        pairs = [(e, g[0]) for e, g in zip(examples, groups, strict=True) if g][:wanted]
         return [
             {
                 "prompt_id": example.id,
@@ -328,27 +330,6 @@ class Generator:
             for trained, span in itertools.groupby(pairs, key=lambda pair: pair[1] > 0)
         ]
         return "".join(text if trained else f"⟦{text}⟧" for trained, text in spans)
-
-    def stats(self) -> GeneratorStats:
-        t = self.tally
-        return GeneratorStats(
-            generator=self.index,
-            version=self.engine.version,
-            generated_tokens=t.tokens,
-            generated_sequences=t.sequences,
-            truncated_sequences=t.truncated,
-            idle_seconds=t.idle_seconds(),
-            weight_sync_seconds=t.sync_s,
-            uptime_seconds=time.monotonic() - t.started,
-            score_seconds=t.score_s,
-            send_wait_seconds=t.send_wait_s,
-            reward_wait_seconds=t.reward_wait_s,
-            agent_turns=t.agent_turns,
-            tool_calls=t.tool_calls,
-            tool_errors=t.tool_errors,
-            environment_seconds=t.environment_seconds,
-            environment_failures=t.environment_failures,
-        )
 
     async def next_command(self, timeout_s: float) -> object | None:
         """Poll the channel from the loop thread (a ZeroMQ socket must stay on one thread)."""
@@ -380,6 +361,14 @@ class Generator:
                 continue
             if isinstance(command, UpdateWeights):
                 await self.update(command)
+            elif isinstance(command, Regroup):  # a generator was lost or joins: weights follow
+                try:
+                    await self.join(command, REJOIN_S)
+                except WeightSyncError as err:  # the trainer forms the next one without us
+                    log.error("generator %d could not rejoin: %s", self.index, err)
+                self.consumed = command.consumed
+                self.curriculum.load_state_dict(command.curriculum)
+                self.serve_shard()
             elif isinstance(command, MoreRollouts):  # colocated: new weights are in already
                 self.metrics.generator_policy_version.set(self.engine.version)
                 self.grant_quota()
@@ -405,46 +394,80 @@ class Generator:
         start = await self.wait_for(Start, self.env.startup_timeout_s)
         self.curriculum.load_state_dict(start.curriculum)
         self.consumed = start.consumed
+        self.members = start.members or [self.index]
         colocated = self.engine.colocation is not None  # weights are loaded in memory
-        if not colocated:
-            await self.engine.init_weight_sync(
-                self.env.trainer_host,
-                self.env.sync_port,
-                self.spec.generators.replicas + 1,
-                self.index + 1,
-                self.env.peer_timeout_s,
+        if not colocated and self.index not in self.members:
+            await self.replace(start)  # started mid-run in place of a lost generator
+        else:
+            if not colocated:
                 # The others join once their engines started: a gang's start, not a silence.
-                join_timeout_s=self.env.startup_timeout_s,
-                keys_dir=str(self.env.stream_keys) if self.env.stream_keys else None,
-            )
-        if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
-            if colocated:  # the trainer loads them, then says so
-                await self.wait_for(MoreRollouts, self.env.startup_timeout_s)
-            else:
-                await self.update(await self.wait_for(UpdateWeights, self.env.startup_timeout_s))
-            if self.engine.version != start.version:
-                raise WeightSyncError(
-                    f"could not load the resumed weights of version {start.version}"
-                )
+                await self.join(Regroup(start.generation, self.members), self.env.startup_timeout_s)
+            if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
+                if colocated:  # the trainer loads them, then says so
+                    await self.wait_for(MoreRollouts, self.env.startup_timeout_s)
+                else:
+                    await self.update(
+                        await self.wait_for(UpdateWeights, self.env.startup_timeout_s)
+                    )
+                if self.engine.version != start.version:
+                    raise WeightSyncError(
+                        f"could not load the resumed weights of version {start.version}"
+                    )
         self.grant_quota(first=True)
         self.tally = Tally(self.metrics)
 
-    def order_seed(self) -> str:
-        """What fixes the order of this generator's shard in each epoch: the run's seed and the
-        shard (which generator of how many), so a restarted gang serves the same orders."""
-        return f"{self.spec.seed}/shard-{self.index}-of-{self.spec.generators.replicas}"
+    async def replace(self, start: Start) -> None:
+        """Ask to be let into the weight-sync group (Ready), join the generation that lets this
+        generator in, from where the run stands then, and load the run's current weights."""
+        while not self.channel.try_send(Ready(generator=self.index)):
+            await asyncio.sleep(0.005)
+        regroup = await self.wait_for(Regroup, self.env.startup_timeout_s)
+        self.consumed = regroup.consumed  # where the run stands now, not at its hello
+        self.curriculum.load_state_dict(regroup.curriculum)
+        await self.join(regroup, REJOIN_S)
+        await self.update(await self.wait_for(UpdateWeights, self.env.startup_timeout_s))
+        if self.engine.version < start.version:
+            raise WeightSyncError(f"could not load the run's weights (version {start.version})")
+
+    async def join(self, regroup: Regroup, join_timeout_s: float) -> None:
+        """Join `regroup`'s generation of the weight-sync group at this generator's rank."""
+        self.members = list(regroup.members)
+        await self.engine.init_weight_sync(
+            self.env.trainer_host,
+            self.env.sync_port,
+            len(self.members) + 1,
+            self.members.index(self.index) + 1,
+            self.env.peer_timeout_s,
+            join_timeout_s=join_timeout_s,
+            keys_dir=str(self.env.stream_keys) if self.env.stream_keys else None,
+            generation=regroup.generation,
+        )
+
+    def serve_shard(self) -> None:
+        """(Re)start the order of this generator's shard of the train prompts from the run's
+        data position. The shard is its place among the members: every generator's own shard
+        while all are up, a larger one while one is lost (its prompts are served meanwhile), so
+        every prompt goes through each epoch once. The order of an epoch is fixed by the run's
+        seed and the shard (which of how many), so a restarted gang serves the same orders."""
+        if self.train_all and self.index in self.members:
+            place, count = self.members.index(self.index), len(self.members)
+            self.train = shard(self.train_all, place, count)
+        else:
+            place, count = self.index, self.spec.generators.replicas
+        active = self.spec.recipe.no_positive_resampling.enabled
+        served = DataPosition(self.consumed).of(e.id for e in self.train)  # this shard's part
+        seed = f"{self.spec.seed}/shard-{place}-of-{count}"
+        self.order = iter(
+            PromptOrder(self.train, self.curriculum if active else None, seed, served)
+        )
 
     async def run_forever(self) -> None:
         await self.start()
         recipe = self.spec.recipe
         per_generator = math.ceil(recipe.batch.prompts / self.spec.generators.replicas)
         outbox: asyncio.Queue[RolloutGroup] = asyncio.Queue(maxsize=per_generator)
-        active = self.spec.recipe.no_positive_resampling.enabled
-        curriculum = self.curriculum if active else None
-        served = DataPosition(self.consumed).of(e.id for e in self.train)  # this shard's part
-        prompts = PromptOrder(self.train, curriculum, self.order_seed(), served=served)
-        shared = iter(prompts)
-        tasks = [asyncio.create_task(self.produce(shared, outbox)) for _ in range(per_generator)]
+        self.serve_shard()
+        tasks = [asyncio.create_task(self.produce(outbox)) for _ in range(per_generator)]
         tasks.append(asyncio.create_task(self.send_outbox(outbox)))
         tasks.append(asyncio.create_task(self.command_loop()))
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -499,7 +522,7 @@ def build_generator(
         # Every generator measures all prompts, so all engines get the same max_model_len.
         longest = prompts.longest(train + validation)
     else:
-        environment, train, validation, longest = _environment(spec, tokenizer)
+        environment, train, validation, longest = environment_prompts(spec, tokenizer)
     problem = context_problem(spec, tokenizer, longest)
     if problem is not None:
         raise DataError(problem)
@@ -520,41 +543,12 @@ def build_generator(
         prompts=prompts,
         train=shard(train, env.generator_index, count),
         validation=shard(validation, env.generator_index, count),
+        held_out=validation,
+        train_all=train,
         metrics=metrics,
         curriculum=NoPositiveResampling(spec.recipe.no_positive_resampling.pass_rate_threshold),
-        agents=None if environment is None else _agents(spec, environment, engine, tokens),
+        agents=None if environment is None else agent_rollouts(spec, environment, engine, tokens),
     )
-
-
-def _environment(spec: RunSpec, tokenizer: Any) -> tuple[Any, list[Example], list[Example], int]:
-    """spec.environment loaded, its prompts, and the longest first context among them."""
-    from scalerl.agents.load import environment_examples, load_environment
-    from scalerl.agents.rollouts import first_context
-
-    assert spec.environment is not None
-    environment = load_environment(spec)
-    train, validation = environment_examples(environment, spec)
-    longest = max(len(first_context(environment, tokenizer, e)) for e in train + validation)
-    return environment, train, validation, longest
-
-
-def _agents(
-    spec: RunSpec, environment: Any, engine: GenerationEngine, tokens: ModelTokens
-) -> AgentRollouts:
-    """The environment's rollouts on this engine: each model turn sampled under the recipe's
-    length rules with what is left of its rollout's budgets (`GenerationEngine.turn`)."""
-    from scalerl.agents.client import EngineClient
-    from scalerl.agents.rollouts import AgentRollouts
-
-    assert spec.environment is not None
-    config = engine.config
-    client = EngineClient(engine.turn, tokens, config.max_model_len, config.plan, config.seed)
-    return AgentRollouts(environment, client, spec.environment)
-
-
-def rewards_of(default: str, examples: list[Example]) -> list[str]:
-    """The rewards `examples` are scored by, the run's `default` first (a scorer's fallback)."""
-    return list(dict.fromkeys([default, *(e.reward for e in examples if e.reward)]))
 
 
 async def run_generator(generator: Generator, *, exiting: bool = False) -> None:

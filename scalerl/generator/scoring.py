@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scalerl.errors import InputError, ScaleRLError
 from scalerl.generator.code_reward import NOT_RUN, TIMEOUT, score_code
@@ -31,6 +32,9 @@ from scalerl.generator.rewards import INCORRECT, RewardFn, load_reward
 from scalerl.metrics import GeneratorMetrics
 from scalerl.sandbox import PerThread, isolation
 from scalerl.spec import CodeSpec
+
+if TYPE_CHECKING:
+    from scalerl.generator.prompts import Example
 
 log = logging.getLogger(__name__)
 
@@ -167,3 +171,8 @@ class Scorer:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
         self.sandboxes.close()
+
+
+def rewards_of(default: str, examples: list[Example]) -> list[str]:
+    """The rewards `examples` are scored by, the run's `default` first (a scorer's fallback)."""
+    return list(dict.fromkeys([default, *(e.reward for e in examples if e.reward)]))

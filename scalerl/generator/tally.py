@@ -12,9 +12,7 @@ from scalerl.generator.prompts import (
     Example,
 )
 from scalerl.metrics import GeneratorMetrics
-from scalerl.rollout.records import (
-    Sample,
-)
+from scalerl.rollout.records import GeneratorStats, Sample
 from scalerl.status.history import REWARD_ERROR, PromptScore, add_reasons
 
 
@@ -110,6 +108,27 @@ class Tally:
             self.reward_wait_s += seconds
             self.metrics.generator_reward_wait_seconds.inc(seconds)
             self.scoring_since = None
+
+    def report(self, generator: int, version: int) -> GeneratorStats:
+        """The counters so far, for the trainer (`generator` at policy `version`)."""
+        return GeneratorStats(
+            generator=generator,
+            version=version,
+            generated_tokens=self.tokens,
+            generated_sequences=self.sequences,
+            truncated_sequences=self.truncated,
+            idle_seconds=self.idle_seconds(),
+            weight_sync_seconds=self.sync_s,
+            uptime_seconds=time.monotonic() - self.started,
+            score_seconds=self.score_s,
+            send_wait_seconds=self.send_wait_s,
+            reward_wait_seconds=self.reward_wait_s,
+            agent_turns=self.agent_turns,
+            tool_calls=self.tool_calls,
+            tool_errors=self.tool_errors,
+            environment_seconds=self.environment_seconds,
+            environment_failures=self.environment_failures,
+        )
 
     def idle_seconds(self) -> float:
         now = time.monotonic()

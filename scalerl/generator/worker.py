@@ -45,9 +45,10 @@ class WeightSyncExtension:
         timeout_s: float,
         join_timeout_s: float | None = None,
         keys_dir: str | None = None,
+        generation: int = 0,
     ) -> None:
-        """Join (or rejoin, after a broken transfer) the sync group as receiver `rank`, with the
-        run's keys from `keys_dir` where it has them."""
+        """Join `generation` of the sync group as receiver `rank` (leaving the one it was in),
+        with the run's keys from `keys_dir` where it has them."""
         self.close_weight_sync()
         keys = StreamKeys.load(Path(keys_dir), GENERATOR_FILES) if keys_dir else None
         self._scalerl_group = connect(
@@ -58,8 +59,12 @@ class WeightSyncExtension:
             timeout_s=timeout_s,
             join_timeout_s=join_timeout_s,
             keys=keys,
+            generation=generation,
         )
-        log.info("joined weight-sync group %s:%d as rank %d of %d", host, port, rank, world_size)
+        log.info(
+            "joined generation %d of the weight-sync group %s:%d as rank %d of %d",
+            generation, host, port, rank, world_size,
+        )  # fmt: skip
 
     def receive_weights(self, timeout_s: float, expected_version: int | None = None) -> int:
         """Receive one whole policy version and load it into the model; return its version.

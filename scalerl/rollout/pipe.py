@@ -45,8 +45,9 @@ class TrainerEnd:
     def send(self, generator: int, msg: Message, timeout_s: float | None = None) -> None:
         self._down.put(msg)
 
-    def broadcast(self, msg: Message, timeout_s: float | None = None) -> None:
+    def broadcast(self, msg: Message, timeout_s: float | None = None) -> list[int]:
         self._down.put(msg)
+        return []  # the one generator shares this process: it cannot be gone
 
     def close(self) -> None:
         pass  # nothing to release: the queues go with the process

@@ -70,6 +70,8 @@ def _check(value: Any, hint: Any, where: str) -> Any:
             return value
         if typing.get_origin(option) is dict and isinstance(value, dict):
             return value
+        if option == list[int] and isinstance(value, list) and all(map(_is_int, value)):
+            return value
     raise InputError(f"{where}: expected {hint}, got {value!r}")
 
 
@@ -456,13 +458,52 @@ class Failure(_Plain):
 class Start(_Plain):
     """Where the run stands, sent to each generator after its Hello (trainer -> one generator):
     the policy version and step to resume from, that generator's curriculum state and the run's
-    data position (scalerl.rollout.position: prompt id -> epochs consumed)."""
+    data position (scalerl.rollout.position: prompt id -> epochs consumed; for a generator that
+    replaces one mid-run, also the groups the trainer holds and has not consumed yet).
+
+    `members`: the generators of the weight-sync group's `generation` that the trainer forms now
+    (a gang's start: every generator). One not among them (a replacement) says Ready once its
+    engine is up and is let in by a Regroup."""
 
     TYPE: ClassVar[str] = "start"
     version: int
     step: int
     curriculum: dict[str, Any] = field(default_factory=dict)
     consumed: dict[str, list[int]] = field(default_factory=dict)
+    generation: int = 0
+    members: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Ready(_Plain):
+    """A generator that started mid-run has its engine up: let it into the weight-sync group
+    (generator -> trainer)."""
+
+    TYPE: ClassVar[str] = "ready"
+    generator: int
+
+
+@dataclass
+class Regroup(_Plain):
+    """Join `generation` of the weight-sync group, whose receivers are `members` in this order
+    (rank 1 onwards); the current weights follow (trainer -> each member). Sent when a generator
+    died or one joins: the members also share the batch and the train prompts among
+    themselves."""
+
+    TYPE: ClassVar[str] = "regroup"
+    generation: int
+    members: list[int]
+    # As in Start: the members share the train prompts out anew from where the run stands.
+    curriculum: dict[str, Any] = field(default_factory=dict)
+    consumed: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class Ping(_Plain):
+    """Nothing to do: the trainer checks that a generator is still connected (a send to one
+    that is gone fails at once)."""
+
+    TYPE: ClassVar[str] = "ping"
 
 
 @dataclass
@@ -484,11 +525,13 @@ class MoreRollouts(_Plain):
 
 @dataclass
 class Evaluate(_Plain):
-    """Run the held-out prompts with the current weights and answer EvalResult."""
+    """Run the held-out prompts with the current weights and answer EvalResult: the generator's
+    own share, or with `shard` >= 0 that generator's share (one lost and being replaced)."""
 
     TYPE: ClassVar[str] = "evaluate"
     step: int
     version: int
+    shard: int = -1
 
 
 @dataclass
@@ -506,6 +549,9 @@ Message = (
     | Hello
     | Failure
     | Start
+    | Ready
+    | Regroup
+    | Ping
     | UpdateWeights
     | MoreRollouts
     | Evaluate

@@ -41,6 +41,10 @@ def _socket(
     return context, sock
 
 
+class GeneratorGone(PeerError):
+    """The generator is not connected: it never was, or its process ended."""
+
+
 class TrainerChannel:
     """The trainer's end: binds `bind` (e.g. "tcp://127.0.0.1:5555"), talks to every generator;
     with `keys`, only generators holding the run's client key."""
@@ -97,11 +101,18 @@ class TrainerChannel:
         `timeout_s` (default: the channel's send_timeout_s)."""
         self._send_bytes(generator, encode(msg), timeout_s)
 
-    def broadcast(self, msg: Message, timeout_s: float | None = None) -> None:
-        """Send `msg` to every generator that said hello."""
+    def broadcast(self, msg: Message, timeout_s: float | None = None) -> list[int]:
+        """Send `msg` to every generator that said hello; those no longer connected (a process
+        that died: its replacement says hello again) are forgotten and returned."""
         payload = encode(msg)
+        gone = []
         for generator in sorted(self.generators):
-            self._send_bytes(generator, payload, timeout_s)
+            try:
+                self._send_bytes(generator, payload, timeout_s)
+            except GeneratorGone:
+                gone.append(generator)
+        self.generators.difference_update(gone)
+        return gone
 
     def close(self) -> None:
         if not self._socket.closed:
@@ -150,7 +161,7 @@ class TrainerChannel:
                 time.sleep(_RETRY_S)
             except zmq.ZMQError as err:
                 if err.errno == zmq.EHOSTUNREACH:
-                    raise PeerError(
+                    raise GeneratorGone(
                         f"generator {generator} is not connected to {self.endpoint}"
                     ) from err
                 raise

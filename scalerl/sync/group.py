@@ -34,6 +34,9 @@ from scalerl.rollout.keys import StreamKeys
 from scalerl.sync.store import KeyedStore
 
 _PREFIX = "scalerl/sync/"
+# How long the members of a new generation have to join it: they are up and only need to hear of
+# it (a generator's command loop answers within a second); one that does not is taken for lost.
+REJOIN_S = 30.0
 # NCCL work is polled rather than waited on so that a dead peer becomes an error, not a hang.
 _NCCL_POLL_S = 0.001
 

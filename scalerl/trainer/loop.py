@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scalerl.environment import ProcessEnv
-from scalerl.errors import PeerError, ScaleRLError
+from scalerl.errors import PeerError, ScaleRLError, WeightSyncError
 from scalerl.metrics import TrainerMetrics
 from scalerl.recipe import Correction, NoPositiveResampling
 from scalerl.rollout.pipe import TrainerEnd
@@ -22,6 +22,7 @@ from scalerl.rollout.records import (
     GeneratorStats,
     Hello,
     MoreRollouts,
+    Ready,
     RolloutGroup,
     Start,
     Stop,
@@ -45,6 +46,7 @@ from scalerl.trainer.checkpoint import (
 )
 from scalerl.trainer.history import ComputeClock, TrainerState
 from scalerl.trainer.policy import Policy
+from scalerl.trainer.pool import ElasticPool, Pool
 from scalerl.trainer.profile import Phases
 from scalerl.trainer.publish import WeightPublisher
 from scalerl.trainer.shard import (
@@ -56,7 +58,7 @@ log = logging.getLogger("scalerl.trainer")
 
 
 @dataclass
-class Trainer:
+class Trainer(ElasticPool):
     run: ScaleRLRun
     env: ProcessEnv
     policy: Policy
@@ -86,6 +88,7 @@ class Trainer:
     stepped: tuple[list[RolloutGroup], BatchStats, StepResult] | None = None  # the last update
     sync_seconds: float | None = None  # the last weight broadcast's
     tracked_step: int = -1  # the last step sent to the trackers
+    pool: Pool = field(default_factory=lambda: Pool.of(1))  # the generators (scalerl.trainer.pool)
 
     @property
     def spec(self) -> RunSpec:
@@ -97,6 +100,8 @@ class Trainer:
         """Wait for every generator, tell each where the run stands, start the publisher."""
         count = self.spec.generators.replicas
         self.channel.wait_for_generators(count, self.env.startup_timeout_s)
+        self.pool = Pool.of(count)
+        self.metrics.generators_ready.set(count)
         self.curriculum = NoPositiveResampling(
             self.spec.recipe.no_positive_resampling.pass_rate_threshold
         )
@@ -107,6 +112,7 @@ class Trainer:
             step=self.state.step,
             curriculum=self.curriculum.state_dict(),
             consumed=self.state.consumed,
+            members=self.pool.members,
         )
         for g in range(count):
             self.channel.send(g, start)
@@ -124,18 +130,34 @@ class Trainer:
             return
         generator, message = got
         if isinstance(message, RolloutGroup):
-            # PipelineRL at work: samples whose tokens came from more than one policy version.
-            mixed = sum(len(set(s.versions)) > 1 for s in message.samples)
-            self.state.bump("mixed_version_samples", mixed)
-            self.backlog.append(message)
+            self.hold(message)
         elif isinstance(message, EvalResult):
             self.results.append(message)
         elif isinstance(message, GeneratorStats):
             self.generator_stats[message.generator] = message
         elif isinstance(message, Failure):
-            raise PeerError(f"generator {message.generator} failed: {message.message}")
+            if not self.elastic:
+                raise PeerError(f"generator {message.generator} failed: {message.message}")
+            self.lose([message.generator], f"it failed: {message.message}")
         elif isinstance(message, Hello):
-            raise PeerError(f"generator {generator} restarted mid-run; restarting the gang")
+            self.welcome(generator)
+        elif isinstance(message, Ready):
+            self.admit(generator)
+
+    def hold(self, group: RolloutGroup) -> None:
+        """A group for a coming step; one the run consumed or holds already is dropped (a
+        generator that died may have sent what its replacement then served again)."""
+        held = {(g.prompt_id, g.epoch) for g in self.backlog}
+        if group.epoch in self.state.consumed.get(group.prompt_id, ()) or (
+            (group.prompt_id, group.epoch) in held
+        ):
+            # Expected after the pool changed: what was in flight is served again (pool.py).
+            log.info("prompt %s of epoch %d came twice; dropped", group.prompt_id, group.epoch)
+            return
+        # PipelineRL at work: samples whose tokens came from more than one policy version.
+        mixed = sum(len(set(s.versions)) > 1 for s in group.samples)
+        self.state.bump("mixed_version_samples", mixed)
+        self.backlog.append(group)
 
     def collect(self, groups: int) -> list[RolloutGroup]:
         deadline = time.monotonic() + self.env.peer_timeout_s
@@ -146,6 +168,7 @@ class Trainer:
                 )
             before = len(self.backlog)
             self.receive(1.0)
+            self.watch()
             if len(self.backlog) > before:
                 deadline = time.monotonic() + self.env.peer_timeout_s
         taken, self.backlog = self.backlog[:groups], self.backlog[groups:]
@@ -162,7 +185,18 @@ class Trainer:
             self.channel.broadcast(MoreRollouts(version=version))
             return
         with self.phases.timing("broadcast"):
-            self.publish()
+            try:
+                self.publish()
+                return
+            except WeightSyncError as err:
+                if not self.elastic:
+                    raise
+                why = str(err)
+            # Out of the except clause: its traceback holds the broken group's last collective,
+            # and with it the sockets a member still waiting on it would need closed to fail.
+            self.lose(self.unreachable(), why)
+            if self.broadcast_version != version:  # nobody was gone: try them all again
+                self.regroup()
 
     def publish(self) -> None:
         """Send the policy as it is now, in whatever phase the caller is timing."""
@@ -386,17 +420,32 @@ class Trainer:
         return row
 
     def ask_for_evaluation(self) -> list[EvalResult]:
-        """Every generator's share of the held-out evaluation at this step."""
-        step, count = self.state.step, self.spec.generators.replicas
-        self.channel.broadcast(Evaluate(step=step, version=self.state.version))
+        """Every generator's share of the held-out evaluation at this step, once each: a lost
+        generator's share is asked of another member (evaluations sample alike in any process)."""
+        step, shards = self.state.step, set(range(self.spec.generators.replicas))
+        asked: dict[int, int] = {}  # shard: the member asked for it
         deadline = time.monotonic() + self.env.peer_timeout_s
-        while len([r for r in self.results if r.step == step]) < count:
+        while not shards <= (answered := {r.generator for r in self.results if r.step == step}):
             if time.monotonic() > deadline:
-                raise PeerError(f"evaluation at step {step}: not every generator answered")
+                raise PeerError(
+                    f"evaluation at step {step}: generators {sorted(shards - answered)} did not "
+                    f"answer within {self.env.peer_timeout_s:.0f} s"
+                )
+            members = self.pool.members
+            for shard in sorted(shards - answered):
+                if members and asked.get(shard) not in members:
+                    asked[shard] = shard if shard in members else members[shard % len(members)]
+                    command = Evaluate(step=step, version=self.state.version, shard=shard)
+                    self.tell([asked[shard]], command)  # one gone is found by watch()
+            before = len(self.results)
             self.receive(1.0)
-        mine = sorted((r for r in self.results if r.step == step), key=lambda r: r.generator)
+            self.watch()
+            if len(self.results) != before:
+                deadline = time.monotonic() + self.env.peer_timeout_s
+        # One result per shard (a generator lost after it answered has its share asked again).
+        mine = {r.generator: r for r in self.results if r.step == step}
         self.results = [r for r in self.results if r.step != step]
-        return mine
+        return [mine[shard] for shard in sorted(mine)]
 
     def generation_totals(self) -> dict[str, float]:
         """The generators' totals over the run: earlier attempts' (to their checkpoint) plus

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Protocol
 from scalerl.errors import WeightSyncError
 from scalerl.rollout.keys import StreamKeys
 from scalerl.rollout.records import UpdateWeights
-from scalerl.sync.group import SyncGroup, connect
+from scalerl.sync.group import SyncGroup, close_store, connect, serve_meeting
 from scalerl.sync.weights import WeightSender
 from scalerl.trainer.shard import GatheredWeights, Ranks
 
 if TYPE_CHECKING:
     from torch import Tensor
+    from torch.distributed import Store
 
     from scalerl.rollout.pipe import TrainerEnd
     from scalerl.rollout.stream import TrainerChannel
@@ -53,6 +54,11 @@ class WeightPublisher(Protocol):
 
     def publish(self, policy: Policy, version: int) -> Published:
         """Hand `policy` to the generators as `version`, telling them on the channel."""
+        ...
+
+    def regroup(self, generation: int, members: list[int], join_timeout_s: float) -> None:
+        """Form the generators' group anew as `generation`, of `members` (each was told to join
+        it): after a generator died or before one joins. RanksMissing names who did not come."""
         ...
 
     def device(self) -> AbstractContextManager[None]:
@@ -86,23 +92,35 @@ class BroadcastPublisher:
     group: SyncGroup | None = None
     sender: WeightSender | None = None
 
+    store: Store | None = None  # served for the whole run: every generation meets on it
+    members: list[int] = field(default_factory=list)
+
     def start(self, channel: Channel, generators: int) -> None:
         self.channel = channel
+        joining_s = self.timeout_s if self.join_timeout_s is None else self.join_timeout_s
+        self.store = serve_meeting(self.host, self.port, self.keys, joining_s)
+        self.regroup(0, list(range(generators)), joining_s)
+
+    def regroup(self, generation: int, members: list[int], join_timeout_s: float) -> None:
+        self.close_group()
         self.group = connect(
             self.host,
             self.port,
-            generators + 1,
+            len(members) + 1,
             0,
             timeout_s=self.timeout_s,
-            join_timeout_s=self.join_timeout_s,
-            keys=self.keys,
+            join_timeout_s=join_timeout_s,
+            generation=generation,
+            store=self.store,
         )
+        self.members = list(members)
         self.sender = WeightSender(self.group)
 
     def publish(self, policy: Policy, version: int) -> Published:
         if self.channel is None or self.sender is None:
             raise WeightSyncError(f"version {version} published before the sync group formed")
-        self.channel.broadcast(UpdateWeights(version=version))
+        for generator in self.members:  # receivers only: one still starting is not in the group
+            self.channel.send(generator, UpdateWeights(version=version))
         sent = self.sender.send(GatheredWeights(policy, self.ranks), version)
         return Published(sent.seconds, sent.bytes)
 
@@ -112,6 +130,12 @@ class BroadcastPublisher:
     def stepped(self, seconds: float) -> None:
         pass  # nothing here shares the trainer's device
 
-    def close(self) -> None:
+    def close_group(self) -> None:
         if self.group is not None:
-            self.group.close()
+            self.group.close()  # a receiver still waiting on it fails at once
+        self.group = self.sender = None
+
+    def close(self) -> None:
+        self.close_group()
+        close_store(self.store)
+        self.store = None

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from scalerl.errors import InputError
-from scalerl.generator.main import rewards_of
 from scalerl.generator.prompts import load_examples
-from scalerl.generator.scoring import Scorer
+from scalerl.generator.scoring import Scorer, rewards_of
 from scalerl.spec import CodeSpec
 
 ADD = json.dumps({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]})

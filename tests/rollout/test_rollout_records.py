@@ -25,7 +25,7 @@ from scalerl.rollout import (
     decode,
     encode,
 )
-from scalerl.rollout.records import MESSAGE_TYPES
+from scalerl.rollout.records import MESSAGE_TYPES, Ping, Ready, Regroup
 from scalerl.status.history import PromptScore
 
 
@@ -73,6 +73,10 @@ EXAMPLES: list[Message] = [
         version=8, step=7, curriculum={"threshold": 0.9, "dropped": ["a", "b"], "seen": {"a": 3}}
     ),
     Start(version=0, step=0),
+    Start(version=9, step=9, consumed={"p": [0, 1]}, generation=3, members=[0, 2]),
+    Ready(generator=1),
+    Regroup(generation=4, members=[0, 1, 2]),
+    Ping(),
     UpdateWeights(version=8),
     MoreRollouts(version=8),
     Evaluate(step=200, version=8),

@@ -89,9 +89,12 @@ class Recorder:
     def broadcast(self, message: object) -> None:
         self.sent.append(message)
 
-    def send(self, weights: object, version: int) -> SendStats:
-        self.sent.append(("weights", version))
-        return SendStats(version=version, bytes=0, buckets=0, seconds=0.0)
+    def send(self, to: object, what: object) -> SendStats | None:
+        if isinstance(what, int):  # the sender's send(weights, version)
+            self.sent.append(("weights", what))
+            return SendStats(version=what, bytes=0, buckets=0, seconds=0.0)
+        self.sent.append((to, what))  # the channel's send(generator, message)
+        return None
 
 
 def test_an_unchanged_policy_is_not_broadcast(tmp_path: Path) -> None:
@@ -103,9 +106,11 @@ def test_an_unchanged_policy_is_not_broadcast(tmp_path: Path) -> None:
     publisher = BroadcastPublisher("127.0.0.1", 0, 1.0)
     t.channel = publisher.channel = publisher.sender = wire  # type: ignore[assignment]
     t.publisher = publisher
+    publisher.members = [0, 2]
     t.policy = type("P", (), {"named_weights": lambda self: []})()  # type: ignore[assignment]
     t.broadcast_version = 0
     t.broadcast_weights()  # a step that learnt nothing: same version 0
     t.state.version = 1
     t.broadcast_weights()
-    assert wire.sent == [MoreRollouts(version=0), UpdateWeights(version=1), ("weights", 1)]
+    told = [(0, UpdateWeights(version=1)), (2, UpdateWeights(version=1))]
+    assert wire.sent == [MoreRollouts(version=0), *told, ("weights", 1)]

@@ -1,0 +1,198 @@
+"""The trainer's generators as a pool that changes while it trains (PipelineRL takes whatever
+rollouts arrive): which generators are in the weight-sync group now (`members`), which started
+mid-run and wait to be let in (`joining`), and what the pool's changes cost.
+
+A generator is lost when its process is gone (a send to it fails: killed, OOM, its pod deleted),
+when it reports a Failure, or when a weight broadcast breaks and it does not rejoin. The trainer
+then forms the group again of the others, hands them the current weights (each member's share of
+a batch grows, so the steps go on) and trains on. Its replacement (started by `scalerl run` or
+the operator, same index, same shard) says hello, gets Start with the data position including the
+groups the trainer holds, starts its engine, says Ready, and is let in by the next formation,
+which hands it the current weights before it samples. A trainer's failure still restarts the
+gang (scalerl.local, the operator).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from scalerl.errors import PeerError, WeightSyncError
+from scalerl.rollout.position import DataPosition
+from scalerl.rollout.records import Evaluate, Ping, Regroup, RolloutGroup, Start
+from scalerl.rollout.stream import GeneratorGone, TrainerChannel
+from scalerl.sync.group import REJOIN_S, RanksMissing
+
+if TYPE_CHECKING:
+    from scalerl.metrics import TrainerMetrics
+    from scalerl.recipe import NoPositiveResampling
+    from scalerl.rollout.pipe import TrainerEnd
+    from scalerl.rollout.records import GeneratorStats
+    from scalerl.trainer.history import TrainerState
+    from scalerl.trainer.publish import WeightPublisher
+
+log = logging.getLogger("scalerl.trainer")
+
+# How often the trainer checks, while it waits, that every member is still connected.
+CHECK_EVERY_S = 1.0
+
+
+@dataclass
+class Pool:
+    desired: int  # spec.generators.replicas
+    members: list[int]  # in the sync group now, in rank order (rank 1 onwards)
+    joining: set[int] = field(default_factory=set)  # said hello mid-run, not yet Ready
+    generation: int = 0  # of the sync group (scalerl.sync.group)
+    checked: float = 0.0  # when the members were last checked
+
+    @classmethod
+    def of(cls, desired: int) -> Pool:
+        return cls(desired, list(range(desired)), checked=time.monotonic())
+
+    def lose(self, generators: list[int], why: str, step: int) -> bool:
+        """Take `generators` out of the pool at training step `step`; whether any was in it."""
+        lost = [g for g in generators if g in self.members or g in self.joining]
+        for g in lost:
+            log.warning("generator %d lost at step %d (%s); training goes on", g, step, why)
+        self.members = [g for g in self.members if g not in lost]
+        self.joining.difference_update(lost)
+        return bool(lost)
+
+    def admit(self, generator: int) -> None:
+        self.joining.discard(generator)
+        self.members = sorted({*self.members, generator})
+
+    def next_generation(self) -> int:
+        self.generation += 1
+        return self.generation
+
+    def due(self) -> bool:
+        """Whether it is time to check the members again."""
+        now = time.monotonic()
+        if now - self.checked < CHECK_EVERY_S:
+            return False
+        self.checked = now
+        return True
+
+
+class ElasticPool:
+    """The trainer's side of a pool that changes (module doc); `scalerl.trainer.loop.Trainer`
+    has what it needs."""
+
+    channel: TrainerChannel | TrainerEnd
+    publisher: WeightPublisher
+    pool: Pool
+    state: TrainerState
+    backlog: list[RolloutGroup]
+    curriculum: NoPositiveResampling
+    metrics: TrainerMetrics
+    generator_stats: dict[int, GeneratorStats]
+    generation_spent: dict[str, float]
+
+    def publish(self) -> None: ...
+
+    @property
+    def elastic(self) -> bool:
+        """Generators in processes of their own can be lost and replaced; a colocated run's
+        one lives and fails with this process."""
+        return isinstance(self.channel, TrainerChannel)
+
+    def welcome(self, generator: int) -> None:
+        """A generator said hello mid-run: a replacement (its predecessor, if still counted, is
+        gone). It gets where the run stands, the groups the trainer holds counting as served."""
+        if not self.elastic:
+            raise PeerError(f"generator {generator} restarted mid-run; restarting the gang")
+        self.retire(generator)
+        self.lose([generator], "it started again")
+        start = Start(
+            version=self.state.version,
+            step=self.state.step,
+            curriculum=self.curriculum.state_dict(),
+            consumed=self.position(),
+            generation=self.pool.generation,
+            members=self.pool.members,
+        )
+        self.channel.send(generator, start)
+        self.pool.joining.add(generator)
+
+    def admit(self, generator: int) -> None:
+        """A replacement's engine is up: the group forms again with it, and it gets the current
+        weights before it samples (the members get them again too: one broadcast)."""
+        self.pool.admit(generator)
+        self.state.bump("generator_replacements")
+        self.metrics.generator_replacements.inc()
+        log.info("generator %d joins the weight-sync group at step %d", generator, self.state.step)
+        self.regroup()
+
+    def lose(self, generators: list[int], why: str) -> None:
+        if self.pool.lose(generators, why, self.state.step):
+            self.regroup()
+
+    def regroup(self) -> None:
+        """Form the sync group anew of the pool's members and hand them the current weights;
+        a member that does not join, or breaks the broadcast and is gone, is lost too."""
+        while True:
+            generation, members = self.pool.next_generation(), list(self.pool.members)
+            regroup = Regroup(generation, members, self.curriculum.state_dict(), self.position())
+            gone = self.tell(members, regroup)
+            if gone:
+                self.pool.lose(gone, "its process is gone", self.state.step)
+                continue
+            try:
+                self.publisher.regroup(generation, members, REJOIN_S)
+                self.publish()
+            except RanksMissing as err:
+                missing = [members[r - 1] for r in err.missing or () if r >= 1]
+                if not self.pool.lose(missing or self.unreachable(), str(err), self.state.step):
+                    raise
+                continue
+            except WeightSyncError as err:
+                if not self.pool.lose(self.unreachable(), str(err), self.state.step):
+                    raise
+                continue
+            self.metrics.generators_ready.set(len(members))
+            log.info("weight-sync group %d formed of generators %s", generation, members)
+            return
+
+    def position(self) -> dict[str, list[int]]:
+        """The data position a generator starts serving from: what the steps consumed, and the
+        groups the trainer holds for the next ones (served: they are trained anyway)."""
+        position = DataPosition.from_dict(self.state.consumed)
+        for group in self.backlog:
+            position.consume(group.prompt_id, group.epoch)
+        return position.to_dict()
+
+    def tell(self, generators: list[int], message: Regroup | Ping | Evaluate) -> list[int]:
+        """Send `message` to each of `generators`; those that are gone."""
+        gone = []
+        for generator in generators:
+            try:
+                self.channel.send(generator, message)
+            except GeneratorGone:
+                gone.append(generator)
+        return gone
+
+    def unreachable(self) -> list[int]:
+        return self.tell(self.pool.members, Ping())
+
+    def watch(self) -> None:
+        """While waiting: a member whose process is gone is lost now, so that the others take
+        its share of the batch at once."""
+        if self.elastic and self.pool.due():
+            gone = self.unreachable()
+            if gone:
+                self.lose(gone, "its process is gone")
+
+    def retire(self, generator: int) -> None:
+        """A generator's process is replaced: what it generated stays in the run's totals."""
+        stats = self.generator_stats.pop(generator, None)
+        if stats is None:
+            return
+        spent = self.generation_spent
+        for name, value in (
+            ("generated_samples", stats.generated_sequences),
+            ("generated_tokens", stats.generated_tokens),
+        ):
+            spent[name] = spent.get(name, 0.0) + value
