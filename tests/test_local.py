@@ -143,15 +143,15 @@ def kill(out: Path, role: str) -> None:
 @pytest.mark.slow
 def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    # 120 steps (a step takes a fraction of a second here; a replacement generator needs seconds
-    # to start, and the run must outlast it), evaluated every 20. 24 train prompts and no
-    # curriculum: the run goes through 40 epochs of them, whole.
+    # 160 steps (a step takes a fraction of a second here; a replacement generator needs seconds
+    # to start, and the run must outlast it: in a full `make test` one joined 77 steps after the
+    # loss), evaluated every 20. 24 train prompts and no curriculum: 53 epochs of them, whole.
     data = {"train": small_train_set(tmp_path), "logConsumed": True}
     changes = {
         "evaluation": {"everySteps": 20},
         "data": data,
         "recipe": {"noPositiveResampling": {"enabled": False}},
-        "budget": {"maxSteps": 120},
+        "budget": {"maxSteps": 160},
     }
     with running(write_spec(tmp_path, **changes), out) as proc:
         wait_for_step(out, 5, proc, timeout_s=300)
@@ -181,7 +181,7 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     assert "prediction: A " in output  # A = x [lo, hi], or A >= x where bounded below only
 
     history = read_history(out / "history.jsonl")
-    assert [e["step"] for e in history] == list(range(0, 121, 20))  # nothing twice, no gap
+    assert [e["step"] for e in history] == list(range(0, 161, 20))  # nothing twice, no gap
     assert all(0.0 <= e["pass_rate"] <= 1.0 for e in history)
     computes = [e["compute"] for e in history]
     assert computes[0] == 0.0 and computes == sorted(computes)  # training compute only
@@ -219,7 +219,7 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     # Resumed with one generator (its shard: all 24 prompts) for four more steps: no prompt was
     # taken twice in an epoch, none was skipped, through the kills, the replacement and the
     # reshard.
-    more = {**changes, "generators": {"replicas": 1}, "budget": {"maxSteps": 126}}
+    more = {**changes, "generators": {"replicas": 1}, "budget": {"maxSteps": 166}}
     result = subprocess.run(
         run_command(write_spec(tmp_path, **more), out), capture_output=True, text=True, timeout=600
     )
@@ -227,7 +227,7 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     epochs = assert_once_per_epoch(out)
     assert len(epochs) == 24
     counts = [len(seen) for seen in epochs.values()]
-    assert max(counts) - min(counts) <= 1, epochs  # 126 steps x 8 groups: 42 epochs each
+    assert max(counts) - min(counts) <= 1, epochs  # 166 steps x 8 groups: 55 to 56 epochs each
 
 
 def alive(processes: dict[str, dict[str, object]]) -> list[str]:
