@@ -114,8 +114,8 @@ class ElasticPool:
             generation=self.pool.generation,
             members=self.pool.members,
         )
-        self.channel.send(generator, start)
-        self.pool.joining.add(generator)
+        if not self.tell([generator], start):  # gone already: the runner sees it exit
+            self.pool.joining.add(generator)
 
     def admit(self, generator: int) -> None:
         """A replacement's engine is up: the group forms again with it, and it gets the current
@@ -164,7 +164,7 @@ class ElasticPool:
             position.consume(group.prompt_id, group.epoch)
         return position.to_dict()
 
-    def tell(self, generators: list[int], message: Regroup | Ping | Evaluate) -> list[int]:
+    def tell(self, generators: list[int], message: Start | Regroup | Ping | Evaluate) -> list[int]:
         """Send `message` to each of `generators`; those that are gone."""
         gone = []
         for generator in generators:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from scalerl.errors import WeightSyncError
 from scalerl.rollout.keys import StreamKeys
 from scalerl.rollout.records import UpdateWeights
+from scalerl.rollout.stream import GeneratorGone
 from scalerl.sync.group import SyncGroup, close_store, connect, serve_meeting
 from scalerl.sync.weights import WeightSender
 from scalerl.trainer.shard import GatheredWeights, Ranks
@@ -120,7 +121,10 @@ class BroadcastPublisher:
         if self.channel is None or self.sender is None:
             raise WeightSyncError(f"version {version} published before the sync group formed")
         for generator in self.members:  # receivers only: one still starting is not in the group
-            self.channel.send(generator, UpdateWeights(version=version))
+            try:
+                self.channel.send(generator, UpdateWeights(version=version))
+            except GeneratorGone as err:  # died since the group formed: the group is broken
+                raise WeightSyncError(f"version {version} not sent: {err}") from err
         sent = self.sender.send(GatheredWeights(policy, self.ranks), version)
         return Published(sent.seconds, sent.bytes)
 

@@ -17,6 +17,8 @@ a CA made here. Everything else is the released manifests.
 from __future__ import annotations
 
 import base64
+import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -63,6 +65,7 @@ class Queues:
     ports: dict[str, int]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     webhook_configs: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
+    mounted: dict[str, str] = field(default_factory=dict)  # the Secret's data, as projected
     started_s: float = 0.0
 
     @classmethod
@@ -235,10 +238,10 @@ class Queues:
         path = f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets/{KUEUE_SECRET}"
         code, secret = self.plane.api("GET", path)
         assert code == 200, secret
-        certs = self.work / "kueue"
-        for key, value in (secret.get("data") or {}).items():
-            certs.mkdir(exist_ok=True)
-            (certs / key).write_bytes(base64.b64decode(value))
+        data = secret.get("data") or {}
+        if data and data != self.mounted:
+            _project(self.work / "kueue", {k: base64.b64decode(v) for k, v in data.items()})
+            self.mounted = data
 
     def trusted(self, name: str) -> tuple[str | None, str]:
         """(the caBundle the API server trusts for `name`'s webhooks, the name it checks)."""
@@ -313,6 +316,28 @@ class Queues:
         code, found = self.plane.api("GET", f"/apis/{KUEUE_API}/namespaces/{namespace}/workloads")
         assert code == 200, found
         return list(found["items"])
+
+
+def _project(directory: Path, files: dict[str, bytes]) -> None:
+    """Project `files` into `directory` at once, as the kubelet's atomic writer does: a new
+    timestamped directory, the `..data` link swapped to it, each name a link through `..data`.
+    A reader never sees a file half written, nor a certificate beside another's key (Kueue read
+    an empty tls.crt once, when files were rewritten in place, and exited)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    version = directory / f"..{time.time_ns()}"
+    version.mkdir()
+    for name, content in files.items():
+        (version / name).write_bytes(content)
+    swap = directory / "..data_tmp"
+    swap.unlink(missing_ok=True)
+    swap.symlink_to(version.name)
+    previous = (directory / "..data").resolve() if (directory / "..data").is_symlink() else None
+    os.replace(swap, directory / "..data")
+    for name in files:
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(f"..data/{name}")
+    if previous is not None:
+        shutil.rmtree(previous)
 
 
 def _converted(crds: Path) -> set[str]:
