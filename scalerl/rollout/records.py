@@ -435,6 +435,28 @@ class GeneratorStats(_Plain):
     environment_seconds: float = 0.0
     environment_failures: int = 0
 
+    def counts(self) -> dict[str, float]:
+        """What this generator process adds to the run's totals (the history's `generation`):
+        samples and tokens, and with an environment its agent counters. A replaced process's
+        stay in the totals, all of them, so the counters keep agreeing with each other."""
+        counts: dict[str, float] = {
+            "generated_samples": self.generated_sequences,
+            "generated_tokens": self.generated_tokens,
+        }
+        if self.agent_turns:
+            counts |= {name: getattr(self, name) for name in AGENT_COUNTS}
+        return counts
+
+
+# GeneratorStats' counters of spec.environment's rollouts, under the same names in the totals.
+AGENT_COUNTS = (
+    "agent_turns",
+    "tool_calls",
+    "tool_errors",
+    "environment_seconds",
+    "environment_failures",
+)
+
 
 @dataclass
 class Hello(_Plain):

@@ -1,16 +1,18 @@
 """The generator <-> trainer channel: one ZeroMQ ROUTER at the trainer, one DEALER per generator.
 
-Rollouts and replies flow up, commands flow down, all as `records` messages (one frame each; the
-ROUTER adds the sender's identity, which is the generator index in ASCII). Both ends are bounded:
-at most `max_in_flight` messages queue per direction and peer (plus what the OS socket buffers
-hold), so a trainer that stops reading makes the generators' `send` block, and a block longer
-than its timeout becomes a `PeerError` instead of a hang. LINGER is bounded too, so `close` never
-hangs on a dead peer. Sockets are not thread-safe: use each channel from one thread.
+Rollouts and replies flow up, commands flow down, all as `records` messages (one frame each;
+the ROUTER adds the sender's identity: `<generator index>/<nonce of its process>`). Both ends are
+bounded: at most `max_in_flight` messages queue per direction and peer (plus what the OS socket
+buffers hold), so a trainer that stops reading makes the generators' `send` block, and a block
+longer than its timeout becomes a `PeerError` instead of a hang. LINGER is bounded too, so
+`close` never hangs on a dead peer. Sockets are not thread-safe: use each channel from one thread.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import time
 from collections import deque
 from typing import Any
@@ -22,6 +24,13 @@ from scalerl.rollout.keys import ServerAuth, StreamKeys, apply_client
 from scalerl.rollout.records import Hello, Message, decode, encode
 
 _RETRY_S = 0.005
+# A generator process's identity on the channel: its index, and a nonce of the process. A
+# replacement under the same index is then another peer: a send meant for the process that died
+# fails at once (EHOSTUNREACH) even while its replacement is connected, and what the dead one left
+# queued is told apart from what the new one says.
+_IDENTITY = re.compile(rb"(\d+)/[0-9a-f]+")
+
+log = logging.getLogger(__name__)
 
 
 def _ms(timeout_s: float | None) -> int | None:
@@ -62,9 +71,8 @@ class TrainerChannel:
         self._auth = ServerAuth(self._context, keys) if keys is not None else None
         if self._auth is not None:
             self._auth.apply(self._socket)
-        # Unroutable sends raise instead of vanishing; a restarted generator takes its name back.
+        # Unroutable sends raise instead of vanishing.
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
         try:
             self._socket.bind(bind)
         except zmq.ZMQError as err:
@@ -73,6 +81,9 @@ class TrainerChannel:
         self.endpoint: str = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.send_timeout_s = send_timeout_s
         self.generators: set[int] = set()
+        self._routes: dict[
+            int, bytes
+        ] = {}  # generator -> the identity of its process that said hello
         self._pending: deque[tuple[int, Message]] = deque()
 
     def wait_for_generators(self, n: int, timeout_s: float) -> set[int]:
@@ -111,7 +122,6 @@ class TrainerChannel:
                 self._send_bytes(generator, payload, timeout_s)
             except GeneratorGone:
                 gone.append(generator)
-        self.generators.difference_update(gone)
         return gone
 
     def close(self) -> None:
@@ -130,24 +140,43 @@ class TrainerChannel:
         self.close()
 
     def _receive(self, timeout_s: float | None) -> tuple[int, Message] | None:
-        if not self._socket.poll(_ms(timeout_s), zmq.POLLIN):
-            return None
-        frames = self._socket.recv_multipart(zmq.NOBLOCK)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not self._socket.poll(_ms(remaining), zmq.POLLIN):
+                return None
+            got = self._take(*self._socket.recv_multipart(zmq.NOBLOCK))
+            if got is not None:
+                return got
+
+    def _take(self, *frames: bytes) -> tuple[int, Message] | None:
+        """One received message as `(generator, message)`; None for what a generator process
+        that was replaced left behind."""
         if len(frames) != 2:
             raise InputError(f"expected [identity, message] frames, got {len(frames)} frames")
         identity, payload = frames
-        if not identity.isdigit():
+        match = _IDENTITY.fullmatch(identity)
+        if match is None:
             raise InputError(f"message from a peer that is not a generator (identity {identity!r})")
-        generator = int(identity)
+        generator = int(match[1])
         msg = decode(payload)
-        if isinstance(msg, Hello):
+        if isinstance(msg, Hello):  # a process (the first, or a replacement) takes the index
             self.generators.add(generator)
+            self._routes[generator] = identity
+        elif self._routes.get(generator, identity) != identity:
+            log.info(
+                "dropped %s of a replaced process of generator %d", type(msg).__name__, generator
+            )
+            return None
         return generator, msg
 
     def _send_bytes(self, generator: int, payload: bytes, timeout_s: float | None) -> None:
         limit = self.send_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
-        frames = [str(generator).encode(), payload]
+        identity = self._routes.get(generator)
+        if identity is None:
+            raise GeneratorGone(f"generator {generator} is not connected to {self.endpoint}")
+        frames = [identity, payload]
         while True:
             try:
                 self._socket.send_multipart(frames, zmq.NOBLOCK)
@@ -160,7 +189,9 @@ class TrainerChannel:
                     ) from None
                 time.sleep(_RETRY_S)
             except zmq.ZMQError as err:
-                if err.errno == zmq.EHOSTUNREACH:
+                if err.errno == zmq.EHOSTUNREACH:  # its process ended
+                    self.generators.discard(generator)
+                    del self._routes[generator]
                     raise GeneratorGone(
                         f"generator {generator} is not connected to {self.endpoint}"
                     ) from err
@@ -185,7 +216,7 @@ class GeneratorChannel:
         self.max_in_flight = max_in_flight
         self._unsent: tuple[Message, bytes] | None = None  # held by try_send between retries
         self._context, self._socket = _socket(zmq.DEALER, max_in_flight, linger_s)
-        self._socket.setsockopt(zmq.IDENTITY, str(generator).encode())
+        self._socket.setsockopt(zmq.IDENTITY, f"{generator}/{os.urandom(6).hex()}".encode())
         if keys is not None:
             apply_client(self._socket, keys)
         # Queue nothing until the trainer is really there: an unreachable trainer blocks `send`.

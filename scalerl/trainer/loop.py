@@ -455,8 +455,6 @@ class Trainer(ElasticPool):
         if not stats:
             return dict(totals)
         now = {
-            "generated_samples": sum(s.generated_sequences for s in stats),
-            "generated_tokens": sum(s.generated_tokens for s in stats),
             "generation_seconds": sum(s.uptime_seconds for s in stats) / len(stats),
             **{
                 f"generator_{name}_seconds": sum(getattr(s, f"{name}_seconds") for s in stats)
@@ -464,9 +462,11 @@ class Trainer(ElasticPool):
                 for name in ("idle", "weight_sync", "score", "send_wait", "reward_wait")
             },
         }
-        if any(s.agent_turns for s in stats) or AGENT_TOTALS[0] in totals:
-            now |= {name: sum(getattr(s, name) for s in stats) for name in AGENT_TOTALS}
-        return {k: totals.get(k, 0.0) + v for k, v in now.items()}
+        summed = dict(totals)
+        for counts in (now, *(s.counts() for s in stats)):
+            for name, value in counts.items():
+                summed[name] = summed.get(name, 0.0) + value
+        return summed
 
     def checkpoint(self) -> None:
         with self.phases.timing("checkpoint"):
@@ -533,17 +533,6 @@ class Trainer(ElasticPool):
         self.checkpoint()
         self.ranks.announce("stop")
         self.channel.broadcast(Stop(reason="run finished"))
-
-
-# spec.environment's rollouts, summed over the generators (GeneratorStats): in the history only
-# for a run that has an environment. Per rollout: over generated_samples.
-AGENT_TOTALS = (
-    "agent_turns",
-    "tool_calls",
-    "tool_errors",
-    "environment_seconds",
-    "environment_failures",
-)
 
 
 def summarize(stats: BatchStats, result: StepResult | None) -> TrainSummary:

@@ -191,8 +191,5 @@ class ElasticPool:
         if stats is None:
             return
         spent = self.generation_spent
-        for name, value in (
-            ("generated_samples", stats.generated_sequences),
-            ("generated_tokens", stats.generated_tokens),
-        ):
+        for name, value in stats.counts().items():
             spent[name] = spent.get(name, 0.0) + value

@@ -172,7 +172,7 @@ def test_unknown_message_type_on_the_wire_is_rejected() -> None:
     with TrainerChannel(LOCAL) as trainer:
         context = zmq.Context()
         rogue = context.socket(zmq.DEALER)
-        rogue.setsockopt(zmq.IDENTITY, b"2")
+        rogue.setsockopt(zmq.IDENTITY, b"2/00ff")
         rogue.setsockopt(zmq.LINGER, 0)
         rogue.connect(trainer.endpoint)
         rogue.send(msgpack.packb({"type": "launch_missiles"}))
@@ -192,3 +192,37 @@ def test_close_does_not_hang_with_undelivered_messages() -> None:
     trainer.close()
     trainer.close()  # twice is fine
     assert time.monotonic() - started < 2
+
+
+def test_a_replacement_process_is_another_peer_under_the_same_index() -> None:
+    """A generator's replacement says hello under the dead one's index. Until the trainer has
+    read that hello, a send for the index is meant for the process that died: it fails at once,
+    even though the replacement is connected. From the hello on, sends reach the replacement,
+    and what the replaced process still sends is dropped."""
+    with TrainerChannel(LOCAL) as trainer:
+        first = GeneratorChannel(trainer.endpoint, 1, linger_s=0)
+        first.hello(timeout_s=5)
+        assert trainer.wait_for_generators(1, timeout_s=5) == {1}
+        first.close()  # its process died
+        with GeneratorChannel(trainer.endpoint, 1, linger_s=0) as replacement:
+            replacement.hello(timeout_s=5)
+            time.sleep(0.5)  # connected, its hello waiting unread at the trainer
+            with pytest.raises(PeerError, match="generator 1 is not connected"):
+                trainer.send(1, UpdateWeights(version=3))
+            assert trainer.generators == set()
+            assert trainer.wait_for_generators(1, timeout_s=5) == {1}
+            trainer.send(1, UpdateWeights(version=4))
+            assert replacement.recv(timeout_s=5) == UpdateWeights(version=4)
+
+            # Two processes of one index at once (the old one not yet gone): the newer hello wins.
+            with GeneratorChannel(trainer.endpoint, 1, linger_s=0) as newer:
+                newer.hello(timeout_s=5)
+                got = trainer.recv(timeout_s=5)
+                assert got is not None and got[0] == 1
+                replacement.send(group(1, 0), timeout_s=5)  # from the replaced process: dropped
+                newer.send(group(1, 1), timeout_s=5)
+                assert trainer.recv(timeout_s=5) == (1, group(1, 1))
+                assert trainer.recv(timeout_s=0.5) is None
+                trainer.send(1, Stop("done"))
+                assert newer.recv(timeout_s=5) == Stop("done")
+                assert replacement.recv(timeout_s=0.5) is None
