@@ -46,7 +46,7 @@ def test_a_killed_ppo_run_trains_on_the_same_prompts_step_for_step(tmp_path: Pat
         wait_for_step(killed, 3, proc, timeout_s=300)
         kill(killed, "trainer-0")  # the gang restarts from the step-2 checkpoint
         output = finish(proc, timeout_s=400)
-    # (A generator's death restarts the gang the same way: tests/test_local.py kills one.)
+    # (A generator's death is replaced alone, the data position kept: tests/test_local.py.)
     assert "(1/3): trainer-0 exited with code -9" in output
     expected = [sorted(p["id"] for p in row["prompts"]) for row in batches(whole)]
     got = [sorted(p["id"] for p in row["prompts"]) for row in batches(killed)]

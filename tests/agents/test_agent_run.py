@@ -1,7 +1,7 @@
 """Whole runs with an environment, as `scalerl run examples/tool-env.yaml` makes them.
 
 The tool task is learnt (the model calls the calculator more and passes more), and a generator
-killed mid-conversation restarts the gang without a conversation half-trained and with the data
+killed mid-conversation is replaced alone, without a conversation half-trained and with the data
 position exact; a ToolEnv and a MultiTurnEnv train in both placements and with both algorithms.
 """
 
