@@ -480,6 +480,10 @@ class Generator:
 
 async def serve(env: ProcessEnv) -> None:
     """The generator process: its own /metrics, the rollout stream to trainer 0, its engine."""
+    # SIGTERM (the runner stopping the gang, or Kubernetes) while the engine is built: the build
+    # runs no event loop, so a loop's handler would wait for it (a replacement starting as a run
+    # ended held the runner up for its whole stop grace). Stop there, as a cancel.
+    signal.signal(signal.SIGTERM, _cancel_now)
     run = load_run(env.spec)
     metrics = GeneratorMetrics(run.namespace, run.name)
     metrics.serve(env.metrics_port, env.bind_host)
@@ -487,14 +491,14 @@ async def serve(env: ProcessEnv) -> None:
     channel = GeneratorChannel(
         f"tcp://{env.trainer_host}:{env.channel_port}", env.generator_index, keys=keys
     )
-    # SIGTERM (the runner stopping the gang, or Kubernetes) cancels the run, so the finally
-    # below shuts the vLLM engine process down instead of orphaning it.
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _cancel(asyncio.current_task()))
     try:
         generator = build_generator(run, env, channel, metrics)
     except BaseException:
         channel.close()
         raise
+    # From here SIGTERM cancels the run, so its finally shuts the vLLM engine down instead of
+    # orphaning it.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, _cancel(asyncio.current_task()))
     await run_generator(generator, exiting=True)
 
 
@@ -563,6 +567,10 @@ async def run_generator(generator: Generator, *, exiting: bool = False) -> None:
         await generator.engine.shutdown(exiting=exiting)
         generator.scorer.close()
         generator.channel.close()
+
+
+def _cancel_now(signum: int, frame: object) -> None:
+    raise asyncio.CancelledError
 
 
 def _cancel(task: asyncio.Task[None] | None) -> Callable[[], None]:

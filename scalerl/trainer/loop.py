@@ -88,6 +88,7 @@ class Trainer(ElasticPool):
     stepped: tuple[list[RolloutGroup], BatchStats, StepResult] | None = None  # the last update
     sync_seconds: float | None = None  # the last weight broadcast's
     tracked_step: int = -1  # the last step sent to the trackers
+    saved: tuple[int, int] = (-1, -1)  # (step, evaluations) the last checkpoint holds
     pool: Pool = field(default_factory=lambda: Pool.of(1))  # the generators (scalerl.trainer.pool)
 
     @property
@@ -469,8 +470,14 @@ class Trainer(ElasticPool):
         return summed
 
     def checkpoint(self) -> None:
+        """Save, unless the last checkpoint holds this step and its evaluations already (the
+        run's end right after a periodic checkpoint: a model's whole save again)."""
+        now = (self.state.step, len(self.state.evaluations))
+        if now == self.saved:
+            return
         with self.phases.timing("checkpoint"):
             self.save()
+        self.saved = now
 
     def save(self) -> None:
         self.state.compute_hours = self.clock.hours()

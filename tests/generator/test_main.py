@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from scalerl.environment import ProcessEnv
 from scalerl.ports import free_port
 
 
-def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProcess[str], int]:
+def generator_env(tmp_path: Path, model: Path) -> ProcessEnv:
     train = tmp_path / "train.jsonl"
     train.write_text('{"prompt": "ab>", "answer": "ba"}\n' * 8)
     spec = tmp_path / "run.yaml"
@@ -42,27 +45,33 @@ def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProc
             }
         )
     )
-    port = free_port()
-    env = ProcessEnv(
+    return ProcessEnv(
         spec=spec,
         run_dir=tmp_path / "run",
         trainer_host="127.0.0.1",
-        channel_port=port,
+        channel_port=free_port(),
         sync_port=free_port(),
-        metrics_port=0,
+        metrics_port=free_port(),
         compute_units=2,
         generator_index=0,
         peer_timeout_s=2.0,
         startup_timeout_s=2.0,  # how long the first meeting waits for the trainer
     )
+
+
+COMMAND = [sys.executable, "-m", "scalerl.cli", "generator"]
+
+
+def run_generator(tmp_path: Path, model: Path) -> tuple[subprocess.CompletedProcess[str], int]:
+    env = generator_env(tmp_path, model)
     result = subprocess.run(
-        [sys.executable, "-m", "scalerl.cli", "generator"],
+        COMMAND,
         env=env.to_environ() | {"PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=120,
     )
-    return result, port
+    return result, env.channel_port
 
 
 @pytest.mark.slow  # waits out the startup timeout
@@ -79,3 +88,38 @@ def test_generator_reports_a_missing_model_directory(tmp_path: Path) -> None:
     missing = f"spec.model.path: {tmp_path / 'nowhere'} does not exist"
     assert f"{missing}; it must be a Hugging Face model directory" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_sigterm_while_the_engine_is_built_stops_the_generator_there(tmp_path: Path) -> None:
+    """A replacement still starting when its run ends (or a pod deleted while it starts) stops at
+    once, not once its engine is up: the runner would otherwise wait out its stop grace."""
+    env = generator_env(tmp_path, build_random_model(tmp_path / "model"))
+    proc = subprocess.Popen(
+        COMMAND,
+        env=env.to_environ() | {"PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        metrics = f"http://127.0.0.1:{env.metrics_port}/metrics"
+        deadline = time.monotonic() + 60
+        while not answers(metrics):  # serving /metrics: the engine's build (vLLM's import) next
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, output
+    assert "generator 0 stopped (SIGTERM)" in output
+    assert "Initializing a V1 LLM engine" not in output  # stopped before its engine was made
+    assert "Traceback" not in output
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except OSError:
+        return False

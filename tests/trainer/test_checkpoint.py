@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_signal import trainer
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
@@ -182,3 +183,20 @@ def test_a_checkpoint_with_a_curriculum_per_generator_resumes_with_their_union()
     resumed.load_state_dict(TrainerState.from_dict(saved).curriculum)
     assert resumed.filter(["a", "b", "c"]) == ["b", "c"]
     assert resumed.last_pass_rate("b") == 0.5
+
+
+def test_the_run_s_end_right_after_a_checkpoint_saves_no_second_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = trainer(tmp_path, no_signal_steps=3)
+    saved: list[int] = []
+    monkeypatch.setattr(t, "save", lambda: saved.append(t.state.step))
+    t.state.step = 40
+    t.checkpoint()  # the periodic one at step 40
+    t.checkpoint()  # the run's end at step 40: the same state
+    assert saved == [40]
+    t.state.evaluations.append({"step": 40, "pass_rate": 0.5})
+    t.checkpoint()  # an evaluation since: saved again
+    t.state.step = 41
+    t.checkpoint()
+    assert saved == [40, 40, 41]
