@@ -78,6 +78,7 @@ bench: setup
 	$(BIN)/python bench/calibration.py --runs 1 2 3
 	$(BIN)/python bench/sync_bench.py
 	$(BIN)/python bench/pipeline_bench.py
+	$(BIN)/python bench/elastic_bench.py
 	$(BIN)/python bench/step_profile.py
 	$(BIN)/python bench/step_profile.py --placement colocated
 	$(BIN)/python bench/update_bench.py
