@@ -125,8 +125,15 @@ def patch_run_status(plane: ControlPlane, ns: str, fields: dict[str, Any], run: 
 
 
 def delete_run(plane: ControlPlane, ns: str, run: str = "r1") -> None:
-    """`kubectl delete srl`: returns once the operator has removed its finalizer."""
-    plane.kubectl("delete", "srl", run, "-n", ns, "--timeout=60s")
+    """`kubectl delete srl`: returns once the operator has removed its finalizer. When it does
+    not, the error shows what kopf left on the run (its finalizer, its handlers' progress)."""
+    try:
+        plane.kubectl("delete", "srl", run, "-n", ns, "--timeout=60s")
+    except AssertionError as err:
+        code, body = plane.api("GET", f"{RUNS}/{ns}/scalerlruns/{run}")
+        meta = body.get("metadata", {}) if code == 200 else {}
+        left = {k: meta.get(k) for k in ("finalizers", "annotations", "deletionTimestamp")}
+        raise AssertionError(f"{err}\nthe run as the deletion left it: {left}") from None
 
 
 def events(plane: ControlPlane, ns: str, reason: str | None = None) -> list[dict[str, Any]]:
