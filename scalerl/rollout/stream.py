@@ -81,9 +81,8 @@ class TrainerChannel:
         self.endpoint: str = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.send_timeout_s = send_timeout_s
         self.generators: set[int] = set()
-        self._routes: dict[
-            int, bytes
-        ] = {}  # generator -> the identity of its process that said hello
+        # generator -> the identity of its process that said hello last
+        self._routes: dict[int, bytes] = {}
         self._pending: deque[tuple[int, Message]] = deque()
 
     def wait_for_generators(self, n: int, timeout_s: float) -> set[int]:
