@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from start_bench import step_of
+
 from scalerl.runfile import run_command, write_variant
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "local.yaml"
@@ -39,13 +41,6 @@ class Outcome:
     restarts: int
     replacements: int
     pass_rate: float
-
-
-def step_of(out: Path) -> int:
-    try:
-        return int(json.loads((out / "progress.json").read_text())["step"])
-    except (OSError, ValueError, KeyError):
-        return -1
 
 
 def run(spec: Path, out: Path, kill: str | None, kill_at: int) -> Outcome:
