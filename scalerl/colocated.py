@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import traceback
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -111,7 +112,13 @@ class InMemoryPublisher:
         seconds = self.colocation.load(weights, version, self.timeout_s)
         return self._announce(version, Published(seconds, tensor_bytes(weights)))
 
-    def regroup(self, generation: int, members: list[int], join_timeout_s: float) -> None:
+    def regroup(
+        self,
+        generation: int,
+        members: list[int],
+        join_timeout_s: float,
+        gone: Callable[[], list[int]] | None = None,
+    ) -> None:
         raise WeightSyncError("a colocated run's one generator lives in the trainer's process")
 
     def _announce(self, version: int, published: Published) -> Published:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -37,6 +38,9 @@ _PREFIX = "scalerl/sync/"
 # How long the members of a new generation have to join it: they are up and only need to hear of
 # it (a generator's command loop answers within a second); one that does not is taken for lost.
 REJOIN_S = 30.0
+# While a generation forms, how often rank 0 asks whether a member it waits for is gone.
+GONE_POLL_S = 0.5
+_JOIN_POLL_S = 0.02
 # NCCL work is polled rather than waited on so that a dead peer becomes an error, not a hang.
 _NCCL_POLL_S = 0.001
 
@@ -164,11 +168,16 @@ def connect(
     keys: StreamKeys | None = None,
     generation: int = 0,
     store: dist.Store | None = None,
+    gone: Callable[[], list[int]] | None = None,
 ) -> SyncGroup:
     """Join generation `generation` of the weight-sync group; blocks until all `world_size` ranks
     joined or `join_timeout_s` (default `timeout_s`: at a gang's start the ranks may join minutes
-    apart). Rank 0 passes the run's `store` (`serve_meeting`) to form a generation on it; the
-    group then leaves the store open when it closes.
+    apart). `gone`, asked every `GONE_POLL_S` while the ranks are awaited, names the ranks whose
+    processes are known to be gone: the wait ends at once with RanksMissing naming them (a process
+    killed just before a generation forms may still have looked alive when it was told to join,
+    and would otherwise be awaited the whole join timeout). Rank 0 passes the run's `store`
+    (`serve_meeting`) to form a generation on it; the group then leaves the store open when it
+    closes.
 
     Rank 0 creates the TCPStore listening on `host:port` only ("127.0.0.1" in local runs, so no
     one else on the network can join; "0.0.0.0" in a pod, where the Service DNS name the others
@@ -192,8 +201,9 @@ def connect(
     prefix = f"{_PREFIX}{generation}"  # PrefixStore puts the "/" after it
     try:
         return _form(
-            base, prefix, rank, world_size, deadline, where, use_nccl, timeout_s, address, owned
-        )
+            base, prefix, rank, world_size, deadline, where, use_nccl, timeout_s, address, owned,
+            gone,
+        )  # fmt: skip
     except BaseException:
         if owned:
             close_store(base)  # a group that did not form leaves no server or client behind
@@ -216,9 +226,10 @@ def _form(
     timeout_s: float,
     address: str,
     owns_store: bool,
+    gone: Callable[[], list[int]] | None,
 ) -> SyncGroup:
     store = dist.PrefixStore(prefix, base)
-    _join(store, rank, world_size, deadline, where)
+    _join(store, rank, world_size, deadline, where, gone)
     device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
     remaining = max(deadline - time.monotonic(), 0.001)
     try:
@@ -304,14 +315,26 @@ def _listen(host: str, port: int) -> socket.socket:
     return listener
 
 
-def _join(store: dist.Store, rank: int, world_size: int, deadline: float, where: str) -> None:
-    """Wait until every rank announced itself, naming the missing ones on timeout."""
+def _join(
+    store: dist.Store,
+    rank: int,
+    world_size: int,
+    deadline: float,
+    where: str,
+    gone: Callable[[], list[int]] | None,
+) -> None:
+    """Wait until every rank announced itself, naming the missing ones on timeout, or the ones
+    `gone` reports as soon as it reports any."""
     keys = [f"joined/{r}" for r in range(world_size)]
     started = time.monotonic()
     try:
         store.set(keys[rank], "1")
-        store.wait(keys, timedelta(seconds=max(deadline - started, 0.001)))
-    except Exception as err:  # the store raises DistStoreError or RuntimeError
+        if gone is None:
+            store.wait(keys, timedelta(seconds=max(deadline - started, 0.001)))
+            lost = []
+        else:
+            lost = _wait_unless_gone(store, keys, deadline, gone)
+    except Exception as err:  # the store raises DistStoreError, TimeoutError or RuntimeError
         missing = _missing_ranks(store, keys)
         waited = time.monotonic() - started
         raise RanksMissing(
@@ -319,6 +342,28 @@ def _join(store: dist.Store, rank: int, world_size: int, deadline: float, where:
             f"({_first_line(err)})",
             missing if isinstance(missing, list) else None,
         ) from err
+    if lost:
+        waited = time.monotonic() - started
+        raise RanksMissing(
+            f"{where}: ranks {lost} are gone; stopped waiting for them after {waited:.1f} s", lost
+        )
+
+
+def _wait_unless_gone(
+    store: dist.Store, keys: list[str], deadline: float, gone: Callable[[], list[int]]
+) -> list[int]:
+    """Wait for `keys`; the ranks `gone` names the first time it names any ([]: all joined)."""
+    asked = time.monotonic()
+    while not store.check(keys):
+        now = time.monotonic()
+        if now > deadline:
+            raise TimeoutError(f"keys {keys} not all set in time")
+        if now - asked >= GONE_POLL_S:
+            asked = now
+            if lost := gone():
+                return lost
+        time.sleep(_JOIN_POLL_S)
+    return []
 
 
 def _missing_ranks(store: dist.Store, keys: list[str]) -> list[int] | str:

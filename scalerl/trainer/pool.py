@@ -141,7 +141,8 @@ class ElasticPool:
                 self.pool.lose(gone, "its process is gone", self.state.step)
                 continue
             try:
-                self.publisher.regroup(generation, members, REJOIN_S)
+                # A member killed just now may have looked alive to the Regroup sent to it.
+                self.publisher.regroup(generation, members, REJOIN_S, gone=self.unreachable)
                 self.publish()
             except RanksMissing as err:
                 missing = [members[r - 1] for r in err.missing or () if r >= 1]

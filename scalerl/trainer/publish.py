@@ -9,7 +9,7 @@ alone: the policy's weights are then its adapter's (`Policy.named_weights`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -57,9 +57,16 @@ class WeightPublisher(Protocol):
         """Hand `policy` to the generators as `version`, telling them on the channel."""
         ...
 
-    def regroup(self, generation: int, members: list[int], join_timeout_s: float) -> None:
+    def regroup(
+        self,
+        generation: int,
+        members: list[int],
+        join_timeout_s: float,
+        gone: Callable[[], list[int]] | None = None,
+    ) -> None:
         """Form the generators' group anew as `generation`, of `members` (each was told to join
-        it): after a generator died or before one joins. RanksMissing names who did not come."""
+        it): after a generator died or before one joins. RanksMissing names who did not come;
+        `gone`, asked while they are awaited, names members known to be gone (no more wait)."""
         ...
 
     def device(self) -> AbstractContextManager[None]:
@@ -102,8 +109,15 @@ class BroadcastPublisher:
         self.store = serve_meeting(self.host, self.port, self.keys, joining_s)
         self.regroup(0, list(range(generators)), joining_s)
 
-    def regroup(self, generation: int, members: list[int], join_timeout_s: float) -> None:
+    def regroup(
+        self,
+        generation: int,
+        members: list[int],
+        join_timeout_s: float,
+        gone: Callable[[], list[int]] | None = None,
+    ) -> None:
         self.close_group()
+        rank_of = {generator: rank for rank, generator in enumerate(members, start=1)}
         self.group = connect(
             self.host,
             self.port,
@@ -113,6 +127,7 @@ class BroadcastPublisher:
             join_timeout_s=join_timeout_s,
             generation=generation,
             store=self.store,
+            gone=None if gone is None else lambda: [rank_of[g] for g in gone() if g in rank_of],
         )
         self.members = list(members)
         self.sender = WeightSender(self.group)

@@ -152,3 +152,25 @@ def test_a_member_that_never_joins_is_named_by_its_rank() -> None:
         member.process.kill()
         member.process.join()
         close_store(store)
+
+
+def test_a_member_reported_gone_while_the_group_forms_is_not_waited_for() -> None:
+    """A generator killed just before a generation forms can still look alive when it is told to
+    join; the trainer keeps asking while it waits, and stops at the first answer that it is gone
+    rather than waiting out the join timeout."""
+    port = free_port()
+    store = serve_meeting("127.0.0.1", port, None, TIMEOUT_S)
+    asked = []
+
+    def gone() -> list[int]:
+        asked.append(True)
+        return [1] if len(asked) >= 3 else []  # the third look finds rank 1's process gone
+
+    try:
+        with pytest.raises(RanksMissing, match=r"ranks \[1\] are gone") as caught:
+            connect("127.0.0.1", port, 2, 0, timeout_s=TIMEOUT_S, join_timeout_s=TIMEOUT_S,
+                    store=store, gone=gone)  # fmt: skip
+        assert caught.value.missing == [1]
+        assert len(asked) == 3
+    finally:
+        close_store(store)
