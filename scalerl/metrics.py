@@ -97,6 +97,7 @@ UNSCORED_GAUGES = {
 }
 TRAINER_GAUGES = {
     "entropy": "Mean token entropy (nats) of the last training batch.",
+    "generators_desired": "spec.generators.replicas: the generators the run asks for.",
     "generators_ready": (
         "Generators in the weight-sync group now, sampling on the trainer's weights; below "
         "spec.generators.replicas while a lost one is being replaced."

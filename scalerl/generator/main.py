@@ -586,8 +586,11 @@ def main() -> None:
     configure_logging()
     try:
         asyncio.run(serve(env))
-    except asyncio.CancelledError:  # SIGTERM: the gang is stopping; serve shut the engine down
+    except asyncio.CancelledError:  # SIGTERM: serve shut the engine down
         log.info("generator %d stopped (SIGTERM)", env.generator_index)
+        # Stopped from outside, its work not done: on a cluster its pod must end Failed, or its
+        # Job would count the index complete and start no replacement (a pod deleted mid-run).
+        exit_now(128 + signal.SIGTERM)
     # Done and shut down: leave without the interpreter's teardown of vLLM's and torch's
     # modules, seconds per gang stop (a failure above raises instead, with its traceback).
     exit_now(0)

@@ -142,6 +142,20 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "half's law against the last evaluation); empty until the check can run.",
     },
     {
+        "name": "Gens",
+        "type": "integer",
+        "jsonPath": ".status.generators.ready",
+        "description": "Generator pods running now, of spec.generators.replicas (a failed one "
+        "is replaced alone while training goes on). Empty for a colocated run.",
+    },
+    {
+        "name": "Replaced",
+        "type": "integer",
+        "jsonPath": ".status.generators.replaced",
+        "priority": 1,  # kubectl get -o wide
+        "description": "Generators replaced alone so far (no gang restart).",
+    },
+    {
         "name": "Trunc",
         "type": "number",
         "jsonPath": ".status.progress.truncationRate",

@@ -3,11 +3,18 @@ generator pods (plain dicts).
 
 Workloads are Indexed Jobs, not StatefulSets: a process that exits must stay exited. A StatefulSet
 restarts a failed container in place (restartPolicy Always), which would rejoin a weight-sync
-group whose peers are mid-collective; an Indexed Job with `restartPolicy: Never` and
-`backoffLimit: 0` turns any failure into a Failed pod, and the operator restarts the whole gang
-from the last checkpoint. A trainer that reaches its budget exits 0, so "Succeeded" means what it
-says. Each pod learns its index from the Job (JOB_COMPLETION_INDEX); the rest of its process is
-fully described by the container command and the environment contract of scalerl.environment.
+group whose peers are mid-collective; an Indexed Job with `restartPolicy: Never` turns any
+failure into a Failed pod. The trainers' Job has `backoffLimit: 0`: a trainer's failure fails
+it, and the operator restarts the whole gang from the last checkpoint. A generator is replaced
+alone (the trainer trains on without it and lets its replacement into the weight-sync group):
+its Job retries each index on its own (`backoffLimitPerIndex`), a replacement only once the
+failed pod is gone (`podReplacementPolicy: Failed`: never two processes of one index), and fails
+as a whole, restarting the gang, only once an index used up its retries (`maxFailedIndexes: 0`).
+The operator fails the gang sooner for a generator that fails again before the trainer trained
+a step since its last replacement (`scalerl.operator.lifecycle.gang`). A trainer that reaches
+its budget exits 0, so "Succeeded" means what it says. Each pod learns its index from the Job
+(JOB_COMPLETION_INDEX); the rest of its process is fully described by the container command and
+the environment contract of scalerl.environment.
 
 A colocated run (`spec.placement: colocated`) is one process, `scalerl colocated`: the trainer with
 its vLLM engine in process. It runs as the trainer's Job (one pod, trainer 0's environment, the
@@ -59,6 +66,9 @@ JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 _INDEX_VAR = "SCALERL_GENERATOR_INDEX"
 _RANK_VAR = "SCALERL_TRAINER_RANK"
 _LOCAL_RANK_VAR = "LOCAL_RANK"
+# A generator index's retries before its Job fails (and the gang restarts): a backstop only; the
+# operator fails the gang at a generator's first failure that follows no trained step.
+GENERATOR_RETRIES = 100
 # spec.environment.packages, installed at pod start into this emptyDir, on the process's PYTHONPATH.
 ENV_PACKAGES_DIR = "/opt/scalerl/environment-packages"
 
@@ -227,9 +237,21 @@ def workload(
             "completionMode": "Indexed",
             "completions": replicas.replicas,
             "parallelism": replicas.replicas,
-            "backoffLimit": 0,  # the operator restarts the gang; a lone retry would desync it
+            **_retries(role_name),
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
         },
+    }
+
+
+def _retries(role_name: str) -> dict[str, Any]:
+    """How the role's Job retries a failed pod (the module's text): a generator is replaced
+    alone; a trainer (a colocated run's one process too) fails the Job, and the gang restarts."""
+    if role_name != names.ROLE_GENERATOR:
+        return {"backoffLimit": 0}
+    return {
+        "backoffLimitPerIndex": GENERATOR_RETRIES,
+        "maxFailedIndexes": 0,
+        "podReplacementPolicy": "Failed",
     }
 
 

@@ -476,6 +476,37 @@ def _sources() -> dict[str, Any]:
     }
 
 
+def _generators() -> dict[str, Any]:
+    failure = {
+        "type": "object",
+        "properties": {
+            "pod": {"type": "string", "description": "The generator's pod that failed."},
+            "nth": _int("Its index's failures before it (0: the index's first pod)."),
+            "step": _int("The trainer's step when it failed (status.progress.step)."),
+        },
+    }
+    return {
+        "type": "object",
+        "description": "The generator pool (not for a colocated run): a generator that fails "
+        "is replaced alone while the trainer trains on (no gang restart).",
+        "properties": {
+            "desired": _int("spec.generators.replicas."),
+            "ready": _int("Generator pods of the current gang running now."),
+            "replaced": _int(
+                "Generators replaced alone so far in this run (each with a GeneratorReplaced "
+                "Event)."
+            ),
+            "failures": {
+                "type": "object",
+                "description": "The current gang's last failure of each generator, by index: a "
+                "generator that fails again before the trainer trained a step since then "
+                "restarts the gang.",
+                "additionalProperties": failure,
+            },
+        },
+    }
+
+
 def status_schema() -> dict[str, Any]:
     return {
         "type": "object",
@@ -495,6 +526,7 @@ def status_schema() -> dict[str, Any]:
                 "description": "When the first gang since the run last ran was created (the "
                 "startup timeout counts from it).",
             },
+            "generators": _generators(),
             "conditions": _conditions(),
             "progress": _progress(),
             "evaluationCount": _int("Evaluations made (status.evaluations may be thinned)."),

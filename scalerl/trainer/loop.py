@@ -102,6 +102,7 @@ class Trainer(ElasticPool):
         count = self.spec.generators.replicas
         self.channel.wait_for_generators(count, self.env.startup_timeout_s)
         self.pool = Pool.of(count)
+        self.metrics.generators_desired.set(count)
         self.metrics.generators_ready.set(count)
         self.curriculum = NoPositiveResampling(
             self.spec.recipe.no_positive_resampling.pass_rate_threshold
@@ -161,19 +162,23 @@ class Trainer(ElasticPool):
         self.backlog.append(group)
 
     def collect(self, groups: int) -> list[RolloutGroup]:
-        deadline = time.monotonic() + self.env.peer_timeout_s
+        heard = time.monotonic()
         while len(self.backlog) < groups:
-            if time.monotonic() > deadline:
-                raise PeerError(
-                    f"no rollouts from the generators for {self.env.peer_timeout_s:.0f} s"
-                )
+            if (silent := time.monotonic() - heard) > self.waiting_s():
+                limit = "the peer timeout" if self.pool.members else (
+                    "the startup timeout: every generator is lost, none joined again"
+                )  # fmt: skip
+                raise PeerError(f"no rollouts from the generators for {silent:.0f} s ({limit})")
             before = len(self.backlog)
             self.receive(1.0)
             self.watch()
             if len(self.backlog) > before:
-                deadline = time.monotonic() + self.env.peer_timeout_s
+                heard = time.monotonic()
         taken, self.backlog = self.backlog[:groups], self.backlog[groups:]
         return taken
+
+    def waiting_s(self) -> float:
+        return self.patience(self.env.peer_timeout_s, self.env.startup_timeout_s)
 
     def take(self, groups: int) -> list[RolloutGroup]:
         with self.phases.timing("wait_rollouts"):
@@ -425,12 +430,12 @@ class Trainer(ElasticPool):
         generator's share is asked of another member (evaluations sample alike in any process)."""
         step, shards = self.state.step, set(range(self.spec.generators.replicas))
         asked: dict[int, int] = {}  # shard: the member asked for it
-        deadline = time.monotonic() + self.env.peer_timeout_s
+        heard = time.monotonic()
         while not shards <= (answered := {r.generator for r in self.results if r.step == step}):
-            if time.monotonic() > deadline:
+            if (silent := time.monotonic() - heard) > self.waiting_s():
                 raise PeerError(
                     f"evaluation at step {step}: generators {sorted(shards - answered)} did not "
-                    f"answer within {self.env.peer_timeout_s:.0f} s"
+                    f"answer within {silent:.0f} s"
                 )
             members = self.pool.members
             for shard in sorted(shards - answered):
@@ -442,7 +447,7 @@ class Trainer(ElasticPool):
             self.receive(1.0)
             self.watch()
             if len(self.results) != before:
-                deadline = time.monotonic() + self.env.peer_timeout_s
+                heard = time.monotonic()
         # One result per shard (a generator lost after it answered has its share asked again).
         mine = {r.generator: r for r in self.results if r.step == step}
         self.results = [r for r in self.results if r.step != step]

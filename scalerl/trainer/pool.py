@@ -178,6 +178,14 @@ class ElasticPool:
     def unreachable(self) -> list[int]:
         return self.tell(self.pool.members, Ping())
 
+    def patience(self, peer_timeout_s: float, startup_timeout_s: float) -> float:
+        """How long to wait for the generators: a member answers within the peer timeout; with
+        none left (every generator lost, a replacement starting: it loads its model and engine
+        first) as long as a start may take, the startup timeout."""
+        if self.pool.members or not self.elastic:
+            return peer_timeout_s
+        return startup_timeout_s
+
     def watch(self) -> None:
         """While waiting: a member whose process is gone is lost now, so that the others take
         its share of the batch at once."""

@@ -7,9 +7,12 @@ kubelet runs the real `scalerl trainer` and `scalerl generator` (vLLM on CPU) pr
 trainer reports evaluations into the run's status; fit Jobs run `scalerl fit --run` in the
 operator's image too; `kubectl get srl` shows A and C_mid.
 
-On the way: a pod's process is killed, and then a pod is deleted with `kubectl delete pod`; each
-time the gang restarts from its checkpoint. The run is suspended and resumed; it ends `Succeeded`
-at its budget with a complete, non-repeating history; `kubectl delete srl` leaves nothing behind.
+On the way: the trainer's pod is deleted with `kubectl delete pod` (a drain): the gang restarts
+from its checkpoint. The generator's process is killed, and then its replacement's pod deleted:
+each time the generator alone is replaced, the trainer (whose only generator it is) waiting for it
+without a gang restart, and the replacement joins the weight-sync group and training goes on. The
+run is suspended and resumed; it ends `Succeeded` at its budget with a complete, non-repeating
+history; `kubectl delete srl` leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -129,6 +132,21 @@ class Watch:
         self.until(resumed, RUN_S, f"the trainer of gang attempt {restarts} resumed")
         self.until(lambda: self.step() > at_step, RUN_S, f"training after restart {restarts}")
 
+    def replaced(self, count: int, kubelet: Kubelet) -> None:
+        """The `count`th generator replacement: the Event, the trainer taking it into the
+        weight-sync group, and a step trained after it, with no gang restart."""
+        self.until(lambda: len(self.events("GeneratorReplaced")) == count, 90, f"replaced {count}")
+        trainer = self.pods("trainer", attempt=1)[0]
+
+        def joined() -> int:
+            found = re.findall(r"generator 0 joins the weight-sync group at step (\d+)",
+                               kubelet.log(trainer))  # fmt: skip
+            return int(found[-1]) + 1 if len(found) == count else 0
+
+        at_step = self.until(joined, RUN_S, f"replacement {count} joined") - 1
+        self.until(lambda: self.step() > at_step, RUN_S, f"training after replacement {count}")
+        assert self.status()["restarts"] == 1
+
     def events(self, reason: str) -> list[str]:
         """The messages of the run's Events of `reason`, oldest first."""
         code, found = self.plane.api("GET", f"/api/v1/namespaces/{self.ns}/events")
@@ -177,18 +195,22 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
             assert watch.marks["Running"] >= SLOW_START_S and watch.status()["restarts"] == 0
             watch.until(lambda: watch.status().get("evaluations"), FIRST_EVALUATION_S, "eval")
 
-            # Past the first checkpoint, kill a pod's process: the gang restarts from it.
+            # Past the first checkpoint, `kubectl delete pod` the trainer (a drain, a
+            # preemption): its Job fails, the gang restarts from the checkpoint.
             watch.until(lambda: watch.step() > every_checkpoint + 1, RUN_S, "past a checkpoint")
-            killed_at = watch.step()
-            generator = watch.pods("generator")[0]
-            os.kill(kubelet.pid(generator), signal.SIGKILL)
-            watch.restarted(1, killed_at, kubelet)
-
-            # `kubectl delete pod` (a drain, a preemption): the Job fails, the gang restarts.
             deleted_at = watch.step()
             trainer = watch.until(lambda: watch.pods("trainer"), 60, "the trainer running")[0]
             plane.kubectl("delete", "pod", trainer, "-n", ns, "--wait=false")
-            watch.restarted(2, deleted_at, kubelet)
+            watch.restarted(1, deleted_at, kubelet)
+
+            # The generator's process is killed (OOM, SIGKILL), then its replacement's pod is
+            # deleted: each time its Job replaces it alone, and it joins the running trainer.
+            generator = watch.pods("generator", attempt=1)[0]
+            os.kill(kubelet.pid(generator), signal.SIGKILL)
+            watch.replaced(1, kubelet)
+            deleted_generator = watch.pods("generator", attempt=1)[0]
+            plane.kubectl("delete", "pod", deleted_generator, "-n", ns, "--wait=false")
+            watch.replaced(2, kubelet)
 
             # Suspend: the pods go, the run keeps its place; resume: it trains on from there.
             plane.kubectl("patch", "srl", name, "-n", ns, "--type=merge", "-p", SUSPEND)
@@ -217,7 +239,7 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
 
     for what, seconds in watch.marks.items():
         print(f"kubectl apply -> {what}: {seconds:.1f} s")
-    print(f"generator killed at step {killed_at}, trainer pod deleted at step {deleted_at}")
+    print(f"trainer pod deleted at step {deleted_at}")
     print(f"$ kubectl get srl {name}\n{table}")
     row = columns(table)
     expected = list(range(0, max_steps + 1, every_eval))
@@ -240,11 +262,13 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
     prediction = final["prediction"]
     assert prediction["points"] == len(expected) - 1  # trained evaluations: not the step-0 one
     assert 0.0 <= prediction["A"] <= 1.0 and prediction["C_mid"] > 0
-    assert final["restarts"] == 2
-    restarts = watch.events("GangRestart")
-    assert len(restarts) == 2, restarts
-    assert f"pod {generator} failed: exit code 137" in restarts[0]
-    assert trainer in restarts[1] or "trainer" in restarts[1], restarts[1]
+    assert final["restarts"] == 1
+    (restart,) = watch.events("GangRestart")
+    assert trainer in restart or "trainer" in restart, restart
+    assert final["generators"]["replaced"] == 2 and final["generators"]["desired"] == 1
+    killed, deleted = watch.events("GeneratorReplaced")
+    assert killed.startswith(f"pod {generator} failed: exit code 137")
+    assert deleted.startswith(f"pod {deleted_generator} failed: exit code 143")  # SIGTERM
     # Each start after the first resumed from the newest checkpoint an earlier gang saved (the
     # trainers' logs in the order their pods ended). The status's step is no bound: it lags the
     # trainer, which may save one more checkpoint before it stops. A trainer stopped between
@@ -256,10 +280,11 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
         else:
             resumed.append(int(step))
             assert int(step) in (saved[-1], saved[-1] + every_checkpoint), (saved, resumed)
-    assert len(resumed) == 3, resumed  # two restarts and a resume
-    # Pods as the kubelet ended them: the killed generator (SIGKILL: 137), the deleted trainer
-    # (SIGTERM: 143, or 0 if it stopped cleanly on it), every fit Job's pod.
-    assert ended[generator] == 137
+    assert len(resumed) == 2, resumed  # a restart and a resume
+    # Pods as the kubelet ended them: the killed generator (SIGKILL: 137), the deleted one
+    # (SIGTERM: 143, which fails its pod, so its Job replaces it), the deleted trainer (143, or
+    # 0 if it stopped cleanly on it), every fit Job's pod.
+    assert (ended[generator], ended[deleted_generator]) == (137, 143)
     assert ended[trainer] in (0, 143), ended[trainer]
     fits = {pod: code for pod, code in ended.items() if f"{name}-fit-" in pod}
     assert fits and set(fits.values()) == {0}, fits

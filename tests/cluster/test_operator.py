@@ -46,7 +46,8 @@ from runs import (
 from small_run import run_manifest
 
 from scalerl.metrics import RUN_GAUGES, RunMetrics
-from scalerl.operator import network
+from scalerl.operator import gang as gang_manifests
+from scalerl.operator import names, network
 from scalerl.operator.handlers import network_from_environ
 from scalerl.operator.manifests import Images, Owner
 from scalerl.operator.trackrecord import with_prediction
@@ -386,9 +387,9 @@ def test_a_starting_gang_says_what_its_pods_wait_for_and_uses_no_restart(
         # The image arrives: what holds the gang is the scheduler's answer again.
         set_phase(plane, ns, generator, "Running")
         wait_for(lambda: pods_ready().get("reason") == "Unschedulable", "Unschedulable again")
-        # A pod lost while starting (evicted, preempted) restarts the gang without using up a
-        # restart, though maxRestarts is 0.
-        set_phase(plane, ns, generator, "Failed", exit_code=137)
+        # A trainer lost while starting (evicted, preempted) restarts the gang without using up
+        # a restart, though maxRestarts is 0.
+        set_phase(plane, ns, of_role(gang, "trainer"), "Failed", exit_code=137)
         gang = gang_up(plane, ns, 1)
         assert phase_is(plane, ns, "Starting")
         assert (status(plane, ns)["restarts"], status(plane, ns)["startupRestarts"]) == (1, 1)
@@ -528,7 +529,7 @@ def test_a_failed_pod_restarts_the_gang_until_the_bound_then_fails(
         set_running(plane, ns, gang)
         wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
         for attempt in (1, 2):
-            set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)
+            set_phase(plane, ns, of_role(gang, "trainer"), "Failed", exit_code=1)
             gang = gang_up(plane, ns, attempt)
             assert status(plane, ns)["restarts"] == attempt
             set_running(plane, ns, gang)
@@ -544,6 +545,114 @@ def test_a_failed_pod_restarts_the_gang_until_the_bound_then_fails(
     assert final["restarts"] == 2
     assert "exit code 137" in final["message"] and "maxRestarts" in final["message"]
     assert condition(plane, ns, "Ready")["reason"] == "RestartLimitExceeded"  # type: ignore[index]
+
+
+def cell(header: str, row: str, column: str) -> str:
+    """One cell of a `kubectl get` table (left-aligned columns, some cells with spaces)."""
+    start = header.index(f" {column} ") + 1
+    return row[start:].split()[0]
+
+
+def generators(plane: ControlPlane, ns: str) -> dict[str, Any]:
+    return dict(status(plane, ns).get("generators") or {})
+
+
+def generator_pod(
+    plane: ControlPlane, ns: str, index: int, attempt: int = 0, *, not_: str = ""
+) -> dict[str, Any] | None:
+    """Generator `index`'s pod of gang `attempt` that has not failed (and is not `not_`)."""
+    for pod in pods(plane, ns, role="generator"):
+        labels, name = pod["metadata"]["labels"], pod["metadata"]["name"]
+        if (
+            (labels.get(names.LABEL_JOB_INDEX), labels.get(names.LABEL_ATTEMPT)) == (
+                str(index), str(attempt))
+            and name != not_
+            and (pod.get("status") or {}).get("phase") != "Failed"
+        ):  # fmt: skip
+            return pod
+    return None
+
+
+def test_a_failed_generator_is_replaced_alone_until_it_fails_again_before_a_step(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        gang = gang_up(plane, ns, 0)
+        set_running(plane, ns, gang)
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        wait_for(lambda: generators(plane, ns).get("ready") == 2, "2 generators ready")
+        patch_run_status(plane, ns, {"progress": {"step": 3}})  # trainer 0 at step 3
+
+        # Generator 0 is killed (OOM, SIGKILL): its Job makes a pod of the same index (after
+        # the Job controller's retry back-off) and the gang trains on, no restart used.
+        first = generator_pod(plane, ns, 0)
+        assert first is not None
+        set_phase(plane, ns, first, "Failed", exit_code=137)
+        wait_for(lambda: generators(plane, ns).get("replaced") == 1, "one generator replaced")
+        wait_for(lambda: generators(plane, ns).get("ready") == 1, "one generator ready")
+        second = wait_for(
+            lambda: generator_pod(plane, ns, 0, not_=first["metadata"]["name"]),
+            "generator 0's replacement",
+        )
+        set_phase(plane, ns, second, "Running")
+        wait_for(lambda: generators(plane, ns).get("ready") == 2, "2 generators ready again")
+        assert phase_is(plane, ns, "Running") and status(plane, ns)["restarts"] == 0
+        assert generators(plane, ns) == {
+            "desired": 2,
+            "ready": 2,
+            "replaced": 1,  # once, though its pod changed again after it failed
+            "failures": {"0": {"pod": first["metadata"]["name"], "nth": 0, "step": 3}},
+        }
+        (replaced,) = events(plane, ns, "GeneratorReplaced")
+        assert replaced["message"].startswith(f"pod {first['metadata']['name']} failed: exit")
+        assert "exit code 137" in replaced["message"]
+        assert "generator 0 is replaced alone and training goes on" in replaced["message"]
+        header, row = plane.kubectl("get", "srl", "-n", ns, "-o", "wide").splitlines()
+        assert (cell(header, row, "GENS"), cell(header, row, "REPLACED")) == ("2", "1")
+
+        # The trainer trained on: the replacement failing is replaced too.
+        patch_run_status(plane, ns, {"progress": {"step": 4}})
+        set_phase(plane, ns, second, "Failed", exit_code=1)
+        wait_for(lambda: generators(plane, ns).get("replaced") == 2, "generator 0 again")
+
+        # Generator 1 fails, and its replacement fails again before the trainer trained another
+        # step: it would only fail again, so the gang restarts from its checkpoint.
+        third = generator_pod(plane, ns, 1)
+        assert third is not None
+        set_phase(plane, ns, third, "Failed", exit_code=1)
+        wait_for(lambda: generators(plane, ns).get("replaced") == 3, "generator 1 replaced")
+        fourth = wait_for(
+            lambda: generator_pod(plane, ns, 1, not_=third["metadata"]["name"]),
+            "generator 1's replacement",
+        )
+        set_phase(plane, ns, fourth, "Failed", exit_code=1)
+        gang_up(plane, ns, 1)
+        assert status(plane, ns)["restarts"] == 1
+        assert generators(plane, ns) == {"desired": 2, "ready": 0, "replaced": 3, "failures": {}}
+        event_reasons(
+            plane, ns, "Created", "Running", "GeneratorReplaced", "GeneratorReplaced",
+            "GeneratorReplaced", "GangRestart",
+        )  # fmt: skip
+        restart = events(plane, ns, "GangRestart")[-1]["message"]
+        assert f"pod {fourth['metadata']['name']} failed: exit code 1" in restart
+        assert "generator 1 failed again before a step was trained since it was last" in restart
+
+
+def test_a_generator_past_its_retries_fails_its_job_and_restarts_the_gang(
+    plane: ControlPlane, ns: str, operator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gang_manifests, "GENERATOR_RETRIES", 0)  # the first failure is its last
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        gang = gang_up(plane, ns, 0)
+        set_running(plane, ns, gang)
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)
+        gang_up(plane, ns, 1)
+        assert status(plane, ns)["restarts"] == 1
+        restart = events(plane, ns, "GangRestart")[-1]["message"]
+        assert restart.startswith("job r1-generator failed: MaxFailedIndexesExceeded"), restart
 
 
 def test_a_colocated_run_is_one_pod_restarted_and_removed_alone(
@@ -574,7 +683,7 @@ def test_a_pod_of_an_old_gang_failing_restarts_nothing(
     with operator():
         create_run(plane, ns, run_manifest(ns))
         old = gang_up(plane, ns, 0)
-        set_phase(plane, ns, old[0], "Failed", exit_code=1)
+        set_phase(plane, ns, of_role(old, "trainer"), "Failed", exit_code=1)
         gang = gang_up(plane, ns, 1)
         # A pod of gang 0 that outlived it (its node came back, say), failing now.
         stale = create_pod(plane, ns, bare_pod(ns, "stale", like=old[1]))
@@ -786,11 +895,21 @@ def test_kubectl_get_srl_shows_the_prediction_columns(
         "A>=",
         "C_MID",
         "CONFIDENCE",
+        "GENS",
         "TRUNC",
         "AGE",
     ]
-    # No confidence yet: its cell is blank.
-    assert out[1].split()[:8] == ["r1", "Starting", "420", "0.52", "0.61", "0.58", "2542", "0.031"]
+    shown = {c: cell(out[0], out[1], c) for c in ("PHASE", "STEP", "PASSRATE", "A", "A>=")}
+    assert shown == {
+        "PHASE": "Starting",
+        "STEP": "420",
+        "PASSRATE": "0.52",
+        "A": "0.61",
+        "A>=": "0.58",
+    }
+    assert (cell(out[0], out[1], "C_MID"), cell(out[0], out[1], "TRUNC")) == ("2542", "0.031")
+    # No confidence yet: its cell is blank (the next cell, GENS, is the pods running: none).
+    assert out[1][out[0].index("CONFIDENCE") : out[0].index("GENS")].strip() == ""
 
 
 def test_the_operator_exports_each_runs_prediction_target_and_restarts(

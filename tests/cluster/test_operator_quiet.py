@@ -25,7 +25,7 @@ from chart import OPERATOR_USER, in_thread
 from controlplane import ControlPlane
 from runs import ensure_crd, set_phase, wait_for
 
-from scalerl.operator import names
+from scalerl.operator import gang, names
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = yaml.safe_load((ROOT / "examples" / "tiny-cluster.yaml").read_text())
@@ -205,8 +205,13 @@ def test_a_finished_run_costs_the_periodic_check_no_request(
 
 
 def test_after_a_gang_restart_the_service_selects_only_the_new_trainer_zero(
-    plane: ControlPlane, operator_kubeconfig: Path, crd: None, ns: str
+    plane: ControlPlane,
+    operator_kubeconfig: Path,
+    crd: None,
+    ns: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(gang, "GENERATOR_RETRIES", 0)  # a generator's failure fails its Job
     with in_thread(plane, operator_kubeconfig, [ns]):
         create_run(plane, ns)
         old = wait_for(lambda: pods(plane, ns, **trainer_zero(0)), "trainer 0 of attempt 0")[0]

@@ -58,6 +58,17 @@ def jobset(plane: ControlPlane, ns: str) -> dict[str, Any] | None:
     return dict(found) if code == 200 else None
 
 
+def replacement_of(plane: ControlPlane, ns: str, failed: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod its Job made in place of `failed` (same role and index, not failed)."""
+    labels = failed["metadata"]["labels"]
+    for pod in pods(plane, ns, role=labels[names.LABEL_ROLE]):
+        same = pod["metadata"]["labels"].get(names.LABEL_JOB_INDEX) == labels[names.LABEL_JOB_INDEX]
+        if same and pod["metadata"]["name"] != failed["metadata"]["name"]:
+            if (pod.get("status") or {}).get("phase") != "Failed":
+                return pod
+    return None
+
+
 def pods_ready(plane: ControlPlane, ns: str) -> dict[str, Any]:
     return condition(plane, ns, "PodsReady") or {}
 
@@ -113,8 +124,21 @@ def test_a_queued_gang_waits_for_quota_then_starts_whole(
         set_running(plane, ns, gang_pods)
         wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
 
-        # A generator fails: the new gang is a new JobSet, queued and admitted again.
-        set_phase(plane, ns, of_role(gang_pods, "generator"), "Failed", exit_code=1)
+        # A generator fails: its Job, in the admitted JobSet, makes a replacement of its index.
+        # Kueue keeps the workload admitted as it was; nothing is queued again, no restart.
+        failed = of_role(gang_pods, "generator")
+        set_phase(plane, ns, failed, "Failed", exit_code=137)
+        replacement = wait_for(lambda: replacement_of(plane, ns, failed), "its replacement")
+        (still,) = queues.workloads(ns)
+        assert still["metadata"]["uid"] == workload["metadata"]["uid"]
+        assert still["status"]["admission"] == workload["status"]["admission"]
+        assert phase_is(plane, ns, "Running") and status(plane, ns)["restarts"] == 0
+        set_phase(plane, ns, replacement, "Running")
+        wait_for(lambda: status(plane, ns)["generators"]["ready"] == 2, "2 generators again")
+        assert status(plane, ns)["generators"]["replaced"] == 1
+
+        # The trainer fails: the new gang is a new JobSet, queued and admitted again.
+        set_phase(plane, ns, of_role(gang_pods, "trainer"), "Failed", exit_code=1)
         gang_pods = gang_up(plane, ns, 1)
         wait_for(
             lambda: (
@@ -132,7 +156,8 @@ def test_a_queued_gang_waits_for_quota_then_starts_whole(
         wait_for(lambda: phase_is(plane, ns, "Running"), "Running again")
         # Kueue's reasons are Events too (how many depends on when the checks ran); the rest,
         # posted by kopf in the background:
-        lifecycle = ["Created", "Admitted", "Running", "GangRestart", "Admitted", "Running"]
+        lifecycle = ["Created", "Admitted", "Running", "GeneratorReplaced", "GangRestart"]
+        lifecycle += ["Admitted", "Running"]
         wait_for(
             lambda: (
                 [e["reason"] for e in events(plane, ns) if e["reason"] != "Queued"] == lifecycle

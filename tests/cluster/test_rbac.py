@@ -30,6 +30,7 @@ from runs import (
     requests,
     set_phase,
     set_running,
+    status,
     wait_for,
 )
 from small_run import run_manifest
@@ -75,13 +76,16 @@ ON_FEATURE = ON_REFUSAL | ON_QUEUE | ON_SWEEP | ON_OPENENV | ON_POLICY_CHANGE
 
 
 def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
-    """Create, run, fail and restart, fit, suspend and resume, stop on the prediction, delete."""
+    """Create, run, replace a generator, fail and restart, fit, suspend and resume, stop on the
+    prediction, delete."""
     stop = {"predictedABelow": 0.5, "minPoints": 8}
     create_run(plane, ns, run_manifest(ns, fit={"everyEvaluations": 2}, budget={"stopWhen": stop}))
     gang = gang_up(plane, ns, 0)
     set_running(plane, ns, gang)
     wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
-    set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)
+    set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)  # replaced alone
+    wait_for(lambda: (status(plane, ns).get("generators") or {}).get("replaced") == 1, "replaced")
+    set_phase(plane, ns, of_role(gang, "trainer"), "Failed", exit_code=1)  # the gang restarts
     gang = gang_up(plane, ns, 1)
     points = [{"step": i, "computeHours": 1.0 + i, "passRate": 0.2} for i in range(2)]
     patch_run_status(plane, ns, {"evaluations": points, "evaluationCount": 2})

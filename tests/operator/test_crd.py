@@ -79,6 +79,8 @@ def test_printer_columns_show_phase_progress_and_prediction() -> None:
         "C_mid": ".status.prediction.C_mid",
         "Confidence": ".status.prediction.confidence",  # TooEarly says the numbers are not
         "Law": ".status.prediction.lawCheck",  # -o wide only: the law alone, apart (Holds)
+        "Gens": ".status.generators.ready",  # generator pods running (one replaced alone)
+        "Replaced": ".status.generators.replaced",  # -o wide only: replacements so far
         "Trunc": ".status.progress.truncationRate",
         "Age": ".metadata.creationTimestamp",
         "Message": ".status.message",  # -o wide only: why the run is in its phase
@@ -86,6 +88,7 @@ def test_printer_columns_show_phase_progress_and_prediction() -> None:
     }
     assert [c["name"] for c in VERSION["additionalPrinterColumns"] if c.get("priority")] == [
         "Law",
+        "Replaced",
         "Message",
         "A by domain",
     ]

@@ -11,7 +11,7 @@ import yaml
 
 from scalerl.environment import ProcessEnv
 from scalerl.errors import InputError, SpecError
-from scalerl.operator import manifests, names
+from scalerl.operator import gang, manifests, names
 from scalerl.operator.handlers import images_from_environ
 from scalerl.operator.manifests import Images, NetworkSettings, Owner
 from scalerl.rollout.keys import ALL_FILES, GENERATOR_FILES, SERVER_SECRET, StreamKeys
@@ -120,12 +120,19 @@ def test_the_service_selects_trainer_zero_of_its_gang_attempt_only() -> None:
     assert hosts == {f"{manifests.service(OWNER, 2)['metadata']['name']}.research.svc"}
 
 
-def test_workloads_are_indexed_jobs_that_never_retry_a_pod() -> None:
+def test_workloads_are_indexed_jobs_a_generator_retried_alone_a_trainer_never() -> None:
+    trainers, generators = by_kind("Job", "trainer")["spec"], by_kind("Job", "generator")["spec"]
+    assert trainers["backoffLimit"] == 0  # a trainer's failure fails its Job: the gang restarts
+    assert "backoffLimitPerIndex" not in trainers
+    # A generator's pod is replaced alone, once it is gone; its Job fails at an index's limit.
+    assert "backoffLimit" not in generators
+    assert generators["backoffLimitPerIndex"] == gang.GENERATOR_RETRIES
+    assert generators["maxFailedIndexes"] == 0
+    assert generators["podReplacementPolicy"] == "Failed"
     for role, replicas in (("trainer", 2), ("generator", 8)):
         spec = by_kind("Job", role)["spec"]
         assert spec["completionMode"] == "Indexed"
         assert spec["completions"] == spec["parallelism"] == replicas
-        assert spec["backoffLimit"] == 0
         assert spec["template"]["spec"]["restartPolicy"] == "Never"
         assert spec["template"]["metadata"]["labels"][names.LABEL_ATTEMPT] == "0"
         assert container(role)["command"][-2:] == ["scalerl", role]

@@ -1,6 +1,15 @@
 """A run's gang as it lives: its pods and Jobs watched while it starts (PodsReady says what holds
-it), a queued gang's admission and eviction by Kueue, a failed gang restarted from the last
-checkpoint or the run ended Failed, and trainer 0's success ending it Succeeded."""
+it), a queued gang's admission and eviction by Kueue, a failed generator replaced alone while
+the trainer trains on, a failed gang restarted from the last checkpoint or the run ended Failed,
+and trainer 0's success ending it Succeeded.
+
+A generator's failure (its process killed, OOM, its pod deleted or preempted) costs no gang
+restart: its Job starts a replacement of the same index (`scalerl.operator.gang`), which joins
+the weight-sync group mid-run as it does under `scalerl run`. The operator counts it in
+`status.generators` (`replaced`, and `ready`: the generator pods running now) with a
+`GeneratorReplaced` Event. A generator that fails again before the trainer trained a step since
+its last replacement would only fail again: that restarts the gang, as a trainer's failure does.
+"""
 
 from __future__ import annotations
 
@@ -43,10 +52,12 @@ def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
     """React to a change of one pod of the gang: a failure, trainer 0's success, or, while the
     gang starts, what its pods are waiting for."""
     meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
-    if meta.get("deletionTimestamp"):
-        return  # a pod we are deleting may fail on SIGTERM: that is no failure of the run
     labels = meta.get("labels") or {}
     role = labels.get(names.LABEL_ROLE)
+    # A pod we are deleting may fail on SIGTERM: no failure of the run (its gang is no longer
+    # current by then). A generator being deleted by someone else is one to replace.
+    if meta.get("deletionTimestamp") and role != names.ROLE_GENERATOR:
+        return
     run_obj = ctx.read()
     if run_obj is None or role not in names.WORKLOAD_ROLES:
         return
@@ -59,8 +70,14 @@ def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
     if run is None:
         return
     trainer0 = role == names.ROLE_TRAINER and labels.get(names.LABEL_JOB_INDEX, "0") == "0"
-    if phase == FAILED:
+    if role == names.ROLE_GENERATOR:
+        generators_ready(ctx, run, attempt)
+    if phase == FAILED and role == names.ROLE_GENERATOR:
+        generator_failed(ctx, run, run_obj, pod, attempt)
+    elif phase == FAILED:
         gang_failed(ctx, run, run_obj, pod_failure(pod), attempt)
+    elif meta.get("deletionTimestamp"):
+        return  # a generator on its way out: its failure, when it comes, is what counts
     elif phase == SUCCEEDED and trainer0:
         finish(ctx, run_obj, "trainer 0 exited 0: the budget is reached")
     elif status.get("phase") == QUEUED:
@@ -103,6 +120,82 @@ def gang_starting(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attemp
 
 
 NO_NEWS = ("PodsStarting", "PodsNotCreated")  # reasons of a gang whose pods are on their way
+# The Job controller's count, on each pod of an index, of that index's failures before it.
+INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
+
+
+def generator_failed(
+    ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], pod: dict[str, Any], attempt: int
+) -> None:
+    """A generator's pod failed: its Job starts a replacement, counted once per pod in
+    `status.generators` with a GeneratorReplaced Event; or, where the generator failed again
+    before the trainer trained a step since its last replacement, the gang restarts."""
+    name, why = pod["metadata"]["name"], pod_failure(pod)
+    index = (pod["metadata"].get("labels") or {}).get(names.LABEL_JOB_INDEX, "?")
+    # The index's failures before this pod was made: which of its pods this is (a pod reports
+    # its failure more than once, an earlier pod's report may come after a later one's).
+    nth = int((pod["metadata"].get("annotations") or {}).get(INDEX_FAILURES, 0))
+    desired = run.spec.generators.replicas
+    again: list[str] = []
+
+    def change(fresh: dict[str, Any]) -> dict[str, Any] | None:
+        current = status_of(fresh)
+        if not same_attempt(attempt, LIVE)(current):
+            return None
+        generators = dict(current.get("generators") or {})
+        failures = dict(generators.get("failures") or {})
+        before = failures.get(index) or {}
+        if before and before.get("nth", 0) >= nth:
+            return None  # counted already
+        step = int((current.get("progress") or {}).get("step", 0))
+        if before and before.get("step") == step:
+            again.append(
+                f"{why}: generator {index} failed again before a step was trained since it was "
+                "last replaced"
+            )
+            return None
+        failures[index] = {"pod": name, "nth": nth, "step": step}
+        replaced = int(generators.get("replaced", 0)) + 1
+        return {
+            "generators": {
+                **generators,
+                "desired": desired,
+                "replaced": replaced,
+                "failures": failures,
+            }  # fmt: skip
+        }
+
+    written = ctx.status.update(change)
+    if again:
+        gang_failed(ctx, run, run_obj, again[0], attempt)
+    elif written:
+        replaced = written["generators"]["replaced"]
+        message = (
+            f"{why}; generator {index} is replaced alone and training goes on "
+            f"({replaced} generator replacements in this run)"
+        )
+        ctx.emit(run_obj, WARNING, "GeneratorReplaced", message)
+
+
+def generators_ready(ctx: Context, run: ScaleRLRun, attempt: int) -> None:
+    """`status.generators.ready`: the generator pods of gang `attempt` running now."""
+    pods = children.gang_pods(ctx.kube, ctx.owner, attempt)
+    ready = sum(
+        (p["metadata"].get("labels") or {}).get(names.LABEL_ROLE) == names.ROLE_GENERATOR
+        and (p.get("status") or {}).get("phase") == RUNNING
+        for p in pods
+    )
+    desired = run.spec.generators.replicas
+
+    def change(fresh: dict[str, Any]) -> dict[str, Any] | None:
+        current = status_of(fresh)
+        generators = dict(current.get("generators") or {})
+        if not current_gang(current, attempt) or (
+            generators.get("ready"), generators.get("desired")) == (ready, desired):  # fmt: skip
+            return None
+        return {"generators": {**generators, "ready": ready, "desired": desired}}
+
+    ctx.status.update(change)
 
 
 def gang_created(run: ScaleRLRun, attempt: int) -> ConditionArgs:
@@ -233,14 +326,16 @@ def on_workload_job(ctx: Context, job: dict[str, Any]) -> None:
     if failed is None:
         if run.queue_name is not None and status.get("phase") in (STARTING, RUNNING):
             gang_queued(ctx, run, run_obj, attempt)
-    elif not pod_reported_failure(ctx, job):
+    elif role == names.ROLE_GENERATOR or not pod_reported_failure(ctx, job):
+        # A generator's Job fails only once an index used up its retries: its pods' failures
+        # were replacements, so the Job is what restarts the gang.
         gang_failed(ctx, run, run_obj, failed, attempt)
 
 
 def pod_reported_failure(ctx: Context, job: dict[str, Any]) -> bool:
-    """Whether a pod of `job` says it failed: then its own event restarts the gang, with its
-    exit code in the message (the Job's condition only says the backoff limit was reached). A
-    pod being deleted does not count: `on_pod` ignores it, so the Job must act for it."""
+    """Whether a (trainer's) pod of `job` says it failed: then its own event restarts the gang,
+    with its exit code in the message (the Job's condition only says the backoff limit was
+    reached). A pod being deleted does not count: `on_pod` ignores it, so the Job must act."""
     labels = {"batch.kubernetes.io/job-name": job["metadata"]["name"]}
     pods = ctx.kube.list("v1", "Pod", job["metadata"]["namespace"], labels)
     return any(
@@ -279,6 +374,8 @@ def gang_failed(
         end_failed(ctx, run_obj, guard, "RestartLimitExceeded", message)
         return
     fields: dict[str, Any] = {"restarts": attempt + 1}
+    if "generators" in status:  # the new gang's generators start afresh; replaced is the run's
+        fields["generators"] = {**status["generators"], "ready": 0, "failures": {}}
     if starting:
         fields["startupRestarts"] = int(status.get("startupRestarts", 0)) + 1
         message = f"{why}; restarting the gang while it starts (no restart used up)"
