@@ -286,11 +286,12 @@ class Generator:
                 await asyncio.sleep(0.005)
 
     def shard_of(self, command: Evaluate) -> tuple[int, list[Example]]:
-        """Which share of the held-out prompts `command` asks for: this generator's own, or
-        (while it is being replaced) a lost generator's, and its prompts."""
-        if command.shard < 0 or command.shard == self.index:
+        """Which share of the held-out prompts `command` asks for (this generator's own, or one
+        of a generator lost, or of a pool scaled since) and its prompts."""
+        if command.shard < 0:
             return self.index, self.validation
-        return command.shard, shard(self.held_out, command.shard, self.spec.generators.replicas)
+        count = command.shards or self.spec.generators.replicas
+        return command.shard, shard(self.held_out, command.shard, count)
 
     def eval_seed(self, command: Evaluate, example: Example) -> str:
         """What an evaluation samples a held-out prompt with: the run's seed, the step and the

@@ -180,6 +180,29 @@ def ensure_workloads(
     return created
 
 
+def resize_generators(kube: Kube, run: ScaleRLRun, owner: Owner, attempt: int) -> int | None:
+    """The generators' Job of gang `attempt` resized to spec.generators.replicas while it runs
+    (an Indexed Job's completions and parallelism change together: the Job controller starts
+    the new indexes or removes those past the size). Its size before; None when it had the
+    size already or there is none to resize: a colocated run's, or a queued run's JobSet,
+    whose pod sets Kueue admitted (it takes the size at its next gang start)."""
+    if run.spec.colocated or run.queue_name is not None:
+        return None
+    name = names.workload(owner.name, names.ROLE_GENERATOR)
+    job = kube.find("batch/v1", "Job", owner.namespace, name)
+    size, wanted = (job or {}).get("spec", {}).get("completions"), run.spec.generators.replicas
+    if job is None or attempt_of(job) != attempt or size == wanted:
+        return None
+    kube.patch(
+        "batch/v1",
+        "Job",
+        owner.namespace,
+        name,
+        {"spec": {"completions": wanted, "parallelism": wanted}},
+    )
+    return int(size)
+
+
 class NoJobSetAPI(Exception):  # noqa: N818 - the cluster's answer, said to the user as it is
     """A queued run's JobSet was refused: the server does not serve JobSets."""
 

@@ -197,14 +197,29 @@ def spec_schema() -> dict[str, Any]:
     return out
 
 
+# `kubectl scale srl/NAME --replicas=N` sizes the generator pool while the run runs (the
+# operator resizes its generators' Job; scalerl.operator.lifecycle.run.scaled).
+SCALE = {
+    "specReplicasPath": ".spec.generators.replicas",
+    "statusReplicasPath": ".status.generators.ready",
+}
+
+
 def build_crd() -> dict[str, Any]:
-    return _crd(KIND, PLURAL, SHORT_NAME, PRINTER_COLUMNS, _root_schema())
+    return _crd(KIND, PLURAL, SHORT_NAME, PRINTER_COLUMNS, _root_schema(), scale=SCALE)
 
 
 def _crd(
-    kind: str, plural: str, short_name: str, columns: list[dict[str, Any]], root: dict[str, Any]
+    kind: str,
+    plural: str,
+    short_name: str,
+    columns: list[dict[str, Any]],
+    root: dict[str, Any],
+    scale: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A namespaced CRD of ours: one served version with a status subresource."""
+    """A namespaced CRD of ours: one served version with a status subresource (and `scale`'s
+    paths, a scale subresource)."""
+    subresources: dict[str, Any] = {"status": {}, **({"scale": scale} if scale else {})}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -225,7 +240,7 @@ def _crd(
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": subresources,
                     "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": root},
                 }

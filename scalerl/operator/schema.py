@@ -13,7 +13,7 @@ from typing import Any
 from scalerl import spec as _spec
 from scalerl.operator.status_schema import PHASES as PHASES
 from scalerl.operator.status_schema import status_schema as status_schema
-from scalerl.operator.status_schema import sweep_status_schema as sweep_status_schema
+from scalerl.operator.sweep_schema import sweep_status_schema as sweep_status_schema
 
 # The reward field_validator's own regex: pydantic's JSON schema cannot carry a validator.
 REWARD_PATTERN = _spec._REWARD.pattern

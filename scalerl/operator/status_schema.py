@@ -1,5 +1,6 @@
-"""The ScaleRLRun and ScaleRLSweep status schemas of the CRDs (structural OpenAPI v3, written by
-hand: the status is the operator's and the processes', not the user's), and the run's phases."""
+"""The ScaleRLRun status schema of its CRD (structural OpenAPI v3, written by hand: the status is
+the operator's and the processes', not the user's), the run's phases, and the field builders
+the ScaleRLSweep's status schema (`scalerl.operator.sweep_schema`) shares."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ EVALUATIONS_KEPT = 300
 EVALUATIONS_MAX = 1000
 
 
-def _num(description: str, **bounds: Any) -> dict[str, Any]:
+def number(description: str, **bounds: Any) -> dict[str, Any]:
     return {"type": "number", "description": description, **bounds}
 
 
@@ -33,7 +34,7 @@ def _int(description: str) -> dict[str, Any]:
     return {"type": "integer", "description": description, "minimum": 0}
 
 
-def _interval(description: str) -> dict[str, Any]:
+def interval(description: str) -> dict[str, Any]:
     return {
         "type": "array",
         "description": description,
@@ -44,7 +45,7 @@ def _interval(description: str) -> dict[str, Any]:
     }
 
 
-def _conditions() -> dict[str, Any]:
+def conditions() -> dict[str, Any]:
     return {
         "type": "array",
         "items": _condition(),
@@ -79,16 +80,16 @@ def _progress() -> dict[str, Any]:
             "step": _int("Optimizer steps taken."),
             "policyVersion": _int("Version of the weights generators sample with."),
             "maxSteps": _int("spec.budget.maxSteps as the trainer read it."),
-            "computeHours": _num(f"Compute spent ({COMPUTE_UNIT}; suspended time excluded)."),
-            "evalPassRate": _num(
+            "computeHours": number(f"Compute spent ({COMPUTE_UNIT}; suspended time excluded)."),
+            "evalPassRate": number(
                 "Held-out mean@k pass rate of the last evaluation.", nullable=True
             ),
-            "trainPassRate": _num(
+            "trainPassRate": number(
                 "Pass rate of the last training batch (reward > 0 and not truncated)."
             ),
-            "truncationRate": _num("Fraction of the last batch's samples cut at the budget."),
-            "entropy": _num("Mean token entropy of the last trained batch."),
-            "policyLag": _num("Mean policy lag (steps) of the last trained batch's tokens."),
+            "truncationRate": number("Fraction of the last batch's samples cut at the budget."),
+            "entropy": number("Mean token entropy of the last trained batch."),
+            "policyLag": number("Mean policy lag (steps) of the last trained batch's tokens."),
             "updatedAt": {"type": "string", "format": "date-time"},
         },
     }
@@ -105,12 +106,12 @@ def _evaluations() -> dict[str, Any]:
             "required": ["step", "computeHours", "passRate"],
             "properties": {
                 "step": _int("Step of the evaluation."),
-                "computeHours": _num(f"Compute at the evaluation ({COMPUTE_UNIT})."),
-                "passRate": _num(
+                "computeHours": number(f"Compute at the evaluation ({COMPUTE_UNIT})."),
+                "passRate": number(
                     "Held-out mean@k pass rate: correct / (prompts x k), a sample that could "
                     "not be scored counted as not passed."
                 ),
-                "passRateSE": _num("Standard error of passRate, from the per-prompt means."),
+                "passRateSE": number("Standard error of passRate, from the per-prompt means."),
                 "samples": _int("Held-out samples asked for (prompts x k), scored or not."),
                 "unscored": _int(
                     "Held-out samples that could not be scored (counted as not passed); absent "
@@ -134,13 +135,13 @@ def _evaluations() -> dict[str, Any]:
                     "Unix time (seconds) the evaluation ended: with computeHours, the run's "
                     "wall pace (prediction.etaSeconds)."
                 ),
-                "truncationRate": _num("Fraction of held-out samples cut at the budget."),
+                "truncationRate": number("Fraction of held-out samples cut at the budget."),
                 "byDomain": _domains(
                     "A run of several domains (spec.data.train as sources): each domain's "
                     "held-out pass rate at this evaluation; absent for one domain.",
                     {
-                        "passRate": _num("Mean@k over this domain's held-out prompts."),
-                        "passRateSE": _num("Standard error of passRate."),
+                        "passRate": number("Mean@k over this domain's held-out prompts."),
+                        "passRateSE": number("Standard error of passRate."),
                         "samples": _int("This domain's held-out samples scored."),
                     },
                 ),
@@ -164,26 +165,26 @@ def _prediction() -> dict[str, Any]:
         "type": "object",
         "description": "The sigmoidal scaling law fitted to status.evaluations by the fit Job.",
         "properties": {
-            "A": _num("Asymptotic pass rate."),
-            "B": _num("Scaling exponent (compute efficiency)."),
-            "C_mid": _num(f"Compute ({COMPUTE_UNIT}) at half of the gain from R0 to A."),
-            "R0": _num("Pass rate at the start."),
-            "A_interval": _interval(
+            "A": number("Asymptotic pass rate."),
+            "B": number("Scaling exponent (compute efficiency)."),
+            "C_mid": number(f"Compute ({COMPUTE_UNIT}) at half of the gain from R0 to A."),
+            "R0": number("Pass rate at the start."),
+            "A_interval": interval(
                 "Profile-likelihood interval of A: every A whose best curve fits the points "
                 "within the 95 % likelihood-ratio threshold."
             ),
-            "A_atLeast": _num(
+            "A_atLeast": number(
                 "A lower bound of A where the points bound it from below only (the curve has "
                 "not bent yet: C_mid beyond the data); null otherwise.",
                 nullable=True,
             ),
-            "predictedAtBudget": _num(
+            "predictedAtBudget": number(
                 "The forecast where the run will end (at the first budget it will hit): the "
                 "law there, moved by as much of the run's measured drift from it as the run's "
                 "own earlier fits support (forecast). Every decision reads it: stopWhen, "
                 "computeToTarget, etaSeconds."
             ),
-            "predictedAtBudgetInterval": _interval(
+            "predictedAtBudgetInterval": interval(
                 "What an evaluation at the run's end will read: the band of the curves the "
                 "points allow there, widened by the drift's uncertainty and by one evaluation's "
                 "noise at that pass rate; never narrower further out, never a point."
@@ -198,7 +199,7 @@ def _prediction() -> dict[str, Any]:
                 "intervals on each side; null: fewer than two earlier fits, the law alone).",
                 "properties": {
                     "model": {"type": "string", "enum": ["law", "law+drift"]},
-                    "weight": _num("The drift's share of the forecast, 0-1."),
+                    "weight": number("The drift's share of the forecast, 0-1."),
                     "evidence": {
                         "type": "object",
                         "nullable": True,
@@ -217,7 +218,7 @@ def _prediction() -> dict[str, Any]:
                 "the calibration evidence covers), SaysNothing (the interval spans [0, 1]).",
                 "items": {"type": "string", "enum": ["AboveA", "BeyondEvidence", "SaysNothing"]},
             },
-            "reach": _num("The budget's compute over the last fitted compute."),
+            "reach": number("The budget's compute over the last fitted compute."),
             "budgetSet": _budget_set(
                 "The budget as set when the prediction was made (maxSteps, maxComputeHours): "
                 "the track record scores a prediction only against a run that ended under the "
@@ -236,13 +237,13 @@ def _prediction() -> dict[str, Any]:
                 "spread and rateSe (the interval's widening), origins (prefix fits measured); "
                 "null with fewer than two.",
                 "properties": {
-                    "rate": _num("Pass rate gained over the law per unit of ln compute."),
-                    "spread": _num("Scatter of that gain per unit of ln compute."),
-                    "rateSe": _num("Standard error of the rate."),
+                    "rate": number("Pass rate gained over the law per unit of ln compute."),
+                    "spread": number("Scatter of that gain per unit of ln compute."),
+                    "rateSe": number("Standard error of the rate."),
                     "origins": {"type": "integer", "description": "Prefix fits measured."},
                 },
             },
-            "budget": _num(
+            "budget": number(
                 f"The compute where the run will end ({COMPUTE_UNIT}): maxComputeHours, or "
                 "the compute maxSteps will have taken at the run's compute per step so far."
             ),
@@ -251,7 +252,7 @@ def _prediction() -> dict[str, Any]:
                 "enum": ["maxSteps", "maxComputeHours"],
                 "description": "The budget the run will hit first.",
             },
-            "computeToTarget": _num(
+            "computeToTarget": number(
                 f"Compute ({COMPUTE_UNIT}) at which the forecast (predictedAtBudget's) reaches "
                 "budget.targetPassRate and stays at or above it up to the budget; where it is "
                 "below the target at the budget, where it reaches it past the budget, up to 3x "
@@ -266,10 +267,10 @@ def _prediction() -> dict[str, Any]:
                 "evaluations, which counts evaluations and restarts too); where evaluations "
                 "carry no time, training seconds at the run's GPUs.",
                 "properties": {
-                    "budget": _num(
+                    "budget": number(
                         "To the run's end (predictedAtBudget's compute).", nullable=True
                     ),
-                    "target": _num(
+                    "target": number(
                         "To computeToTarget (null when there is none or it lies beyond the "
                         "budget: the run will not get there).",
                         nullable=True,
@@ -295,15 +296,15 @@ def _prediction() -> dict[str, Any]:
                 "can be fitted).",
                 "properties": {
                     "fittedOn": _int("Evaluations at compute up to half the last one's."),
-                    "compute": _num(f"The last evaluation's compute ({COMPUTE_UNIT})."),
-                    "predicted": _num(
+                    "compute": number(f"The last evaluation's compute ({COMPUTE_UNIT})."),
+                    "predicted": number(
                         "The first half's forecast there (law and drift, as predictedAtBudget)."
                     ),
-                    "interval": _interval(
+                    "interval": interval(
                         "What an evaluation there would read, by the first half's forecast."
                     ),
-                    "actual": _num("What the last evaluation read."),
-                    "error": _num("predicted - actual."),
+                    "actual": number("What the last evaluation read."),
+                    "error": number("predicted - actual."),
                     "inside": {
                         "type": "boolean",
                         "nullable": True,
@@ -313,8 +314,8 @@ def _prediction() -> dict[str, Any]:
                         "type": "object",
                         "description": "The first half's law alone there (lawCheck's).",
                         "properties": {
-                            "predicted": _num("The law's value there.", nullable=True),
-                            "interval": _interval("The law's own interval there."),
+                            "predicted": number("The law's value there.", nullable=True),
+                            "interval": interval("The law's own interval there."),
                             "inside": {"type": "boolean", "nullable": True},
                         },
                     },
@@ -333,16 +334,16 @@ def _prediction() -> dict[str, Any]:
                 "(evaluations[].byDomain), as the paper fits its math+code run; a domain whose "
                 "fit cannot be made says why (error). Absent for one domain.",
                 {
-                    "A": _num("Asymptotic pass rate of this domain."),
-                    "B": _num("Scaling exponent of this domain."),
-                    "C_mid": _num(f"Compute midpoint of this domain ({COMPUTE_UNIT})."),
-                    "R0": _num("This domain's pass rate at the start."),
-                    "A_interval": _interval("Profile-likelihood interval of this domain's A."),
-                    "A_atLeast": _num(
+                    "A": number("Asymptotic pass rate of this domain."),
+                    "B": number("Scaling exponent of this domain."),
+                    "C_mid": number(f"Compute midpoint of this domain ({COMPUTE_UNIT})."),
+                    "R0": number("This domain's pass rate at the start."),
+                    "A_interval": interval("Profile-likelihood interval of this domain's A."),
+                    "A_atLeast": number(
                         "Where this domain's points bound A from below only, that bound.",
                         nullable=True,
                     ),
-                    "predictedAtBudget": _num("This domain's forecast where the run will end."),
+                    "predictedAtBudget": number("This domain's forecast where the run will end."),
                     "confidence": {"type": "string", "description": "As the run's, per domain."},
                     "points": _int("This domain's evaluations the fit used."),
                     "error": {"type": "string", "description": "Why no fit could be made."},
@@ -364,8 +365,8 @@ def _budget_set(description: str) -> dict[str, Any]:
         "type": "object",
         "description": description,
         "properties": {
-            "maxSteps": _num("spec.budget.maxSteps."),
-            "maxComputeHours": _num("spec.budget.maxComputeHours."),
+            "maxSteps": number("spec.budget.maxSteps."),
+            "maxComputeHours": number("spec.budget.maxComputeHours."),
         },
     }
 
@@ -373,16 +374,16 @@ def _budget_set(description: str) -> dict[str, Any]:
 def _track_record() -> dict[str, Any]:
     """status.trackRecord (scalerl.operator.trackrecord)."""
     score = {
-        "actual": _num("The run's last evaluation (outcome.passRate)."),
-        "actualCompute": _num(f"Its compute ({COMPUTE_UNIT})."),
-        "error": _num("predictedAtBudget - actual (null where void or censored).", nullable=True),
+        "actual": number("The run's last evaluation (outcome.passRate)."),
+        "actualCompute": number(f"Its compute ({COMPUTE_UNIT})."),
+        "error": number("predictedAtBudget - actual (null where void or censored).", nullable=True),
         "inside": {
             "type": "boolean",
             "nullable": True,
             "description": "Whether actual lies in predictedAtBudgetInterval (null without "
             "one, or where void or censored).",
         },
-        "width": _num("The width of predictedAtBudgetInterval.", nullable=True),
+        "width": number("The width of predictedAtBudgetInterval.", nullable=True),
         "void": {
             "type": "boolean",
             "description": "Made for another budget than the run ended under (the spec's "
@@ -398,20 +399,22 @@ def _track_record() -> dict[str, Any]:
         "censoredReason": {"type": "string", "description": "Why the run was stopped."},
     }
     kept = {
-        "seen": _num("The fraction of the run this prediction stands for: the latest made by it."),
-        "fractionSeen": _num(
+        "seen": number(
+            "The fraction of the run this prediction stands for: the latest made by it."
+        ),
+        "fractionSeen": number(
             "The fraction of the run seen when it was made: compute then over the budget's "
             "compute the run was heading for then."
         ),
-        "compute": _num(f"Compute of the last evaluation it fitted ({COMPUTE_UNIT})."),
+        "compute": number(f"Compute of the last evaluation it fitted ({COMPUTE_UNIT})."),
         "step": _int("Step of that evaluation."),
-        "A": _num("Asymptotic pass rate then."),
-        "A_interval": _interval("Interval of A then."),
-        "A_atLeast": _num(
+        "A": number("Asymptotic pass rate then."),
+        "A_interval": interval("Interval of A then."),
+        "A_atLeast": number(
             "Lower bound of A then, where the data bound it from below only.", nullable=True
         ),
-        "predictedAtBudget": _num("What it predicted the run would end at."),
-        "predictedAtBudgetInterval": _interval("What an evaluation at the end would read, then."),
+        "predictedAtBudget": number("What it predicted the run would end at."),
+        "predictedAtBudgetInterval": interval("What an evaluation at the end would read, then."),
         "confidence": {"type": "string", "description": "The prediction's confidence then."},
         "budgetSet": _budget_set("The budget it was made for."),
         **score,
@@ -434,8 +437,8 @@ def _track_record() -> dict[str, Any]:
                 "description": "Where the run ended (absent until it has Succeeded or was "
                 "stopped by its prediction).",
                 "properties": {
-                    "passRate": _num("Its last evaluation."),
-                    "computeHours": _num(f"Its compute ({COMPUTE_UNIT})."),
+                    "passRate": number("Its last evaluation."),
+                    "computeHours": number(f"Its compute ({COMPUTE_UNIT})."),
                     "budgetSet": _budget_set("The budget it ended under."),
                     "stopped": {
                         "type": "string",
@@ -527,7 +530,7 @@ def status_schema() -> dict[str, Any]:
                 "startup timeout counts from it).",
             },
             "generators": _generators(),
-            "conditions": _conditions(),
+            "conditions": conditions(),
             "progress": _progress(),
             "evaluationCount": _int("Evaluations made (status.evaluations may be thinned)."),
             "evaluations": _evaluations(),
@@ -542,64 +545,5 @@ def status_schema() -> dict[str, Any]:
                     "evaluations": _int("evaluationCount when the last fit Job was created."),
                 },
             },
-        },
-    }
-
-
-def sweep_status_schema() -> dict[str, Any]:
-    """status of a ScaleRLSweep, written by the operator (scalerl/operator/sweeps.py)."""
-    text = {"type": "string", "nullable": True}
-    row = {
-        "type": "object",
-        "description": "One variant, as a row of `scalerl sweep`'s leaderboard.json: the fit "
-        "of its run's evaluations (weighted by their SEs) it was ranked by.",
-        "properties": {
-            "name": {"type": "string", "description": "The variant."},
-            "run": {"type": "string"},
-            "phase": {"type": "string", "enum": list(_spec.VARIANT_PHASES)},
-            "A": _num("The ranked fit's A.", nullable=True),
-            "A_interval": _interval("Its A interval."),
-            "A_atLeast": _num(
-                "A lower bound on A where the data bound it only from below.", nullable=True
-            ),
-            "B": _num("Its B.", nullable=True),
-            "C_mid": _num("Its C_mid.", nullable=True),
-            "points": {"type": "integer", "nullable": True},
-            "confidence": {**text, "description": "Its run's own prediction's confidence."},
-            "compute": _num("Compute its run spent (its last evaluation's), in computeUnit."),
-            "computeUnit": {"type": "string", "description": "GPU-hours or process-hours."},
-            "stopReason": {**text, "description": "Why the sweep stopped it."},
-            "stopEvidence": {**text, "description": "What decided the stop: measured or fit."},
-            "failure": {**text, "description": "Why its run failed."},
-            "computeSaved": _num(
-                "Compute its early stop saved: its budget's end beyond its last evaluation.",
-                nullable=True,
-            ),
-            "tiedWith": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "Variants it is tied with: each one's A is bounded only from "
-                "below, and their fitted curves read within 0.02 of each other at the compute "
-                "all of them reached.",
-            },
-        },
-    }
-    return {
-        "type": "object",
-        "properties": {
-            "phase": {"type": "string", "enum": ["Running", "Succeeded", "Failed"]},
-            "message": {"type": "string"},
-            "leader": {
-                "type": "string",
-                "nullable": True,
-                "description": "The leaderboard's first variant, once it has a fit (where it is "
-                "tied with others, its row's tiedWith names them).",
-            },
-            "leaderA": _num("The leader's A.", nullable=True),
-            "running": {"type": "integer"},
-            "stopped": {"type": "integer"},
-            "computeSaved": _num("Compute the early stops saved, all variants."),
-            "leaderboard": {"type": "array", "items": row, "description": "Best first."},
-            "conditions": _conditions(),
         },
     }

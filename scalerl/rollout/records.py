@@ -141,15 +141,12 @@ class Conversation:
 
 
 def _is_break(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) == 2
-        and _is_int(value[0])
-        and value[0] >= 0
-        and isinstance(value[1], list)
-        and len(value[1]) > 0
-        and all(_is_int(i) for i in value[1])
-    )
+    """[offset >= 0, [token id, ...]] with at least one token id."""
+    if not isinstance(value, list) or len(value) != 2:
+        return False
+    offset, ids = value
+    tokens = isinstance(ids, list) and bool(ids) and all(map(_is_int, ids))
+    return _is_int(offset) and offset >= 0 and tokens
 
 
 @dataclass
@@ -548,12 +545,14 @@ class MoreRollouts(_Plain):
 @dataclass
 class Evaluate(_Plain):
     """Run the held-out prompts with the current weights and answer EvalResult: the generator's
-    own share, or with `shard` >= 0 that generator's share (one lost and being replaced)."""
+    own share, or with `shard` >= 0 share `shard` of `shards` (the trainer's division, which
+    outlives the generators: one lost, or a pool scaled while it runs)."""
 
     TYPE: ClassVar[str] = "evaluate"
     step: int
     version: int
     shard: int = -1
+    shards: int = 0  # 0: spec.generators.replicas
 
 
 @dataclass
@@ -564,21 +563,9 @@ class Stop(_Plain):
     reason: str
 
 
-Message = (
-    RolloutGroup
-    | EvalResult
-    | GeneratorStats
-    | Hello
-    | Failure
-    | Start
-    | Ready
-    | Regroup
-    | Ping
-    | UpdateWeights
-    | MoreRollouts
-    | Evaluate
-    | Stop
-)
+FromGenerator = RolloutGroup | EvalResult | GeneratorStats | Hello | Failure | Ready
+ToGenerator = Start | Regroup | Ping | UpdateWeights | MoreRollouts | Evaluate | Stop
+Message = FromGenerator | ToGenerator
 MESSAGE_TYPES: dict[str, Any] = {cls.TYPE: cls for cls in typing.get_args(Message)}
 
 

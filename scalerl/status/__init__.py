@@ -38,6 +38,11 @@ class StatusSink(Protocol):
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         """Set one condition (metav1.Condition shape, keyed by type)."""
 
+    def desired_generators(self) -> int | None:
+        """How many generators the run asks for now, where that changes while it runs (a
+        cluster's `kubectl scale srl`), as of the last write; None: as its spec said at the
+        start (a local run scales on resume)."""
+
 
 def open_status(target: str, run_dir: Path) -> StatusSink:
     """`files` (local runs) or `kubernetes:<namespace>/<name>` (pods of the operator)."""

@@ -44,6 +44,9 @@ class FileStatus:
             self.conditions = updated
             atomic_write(self.path, json.dumps({"conditions": updated}, indent=2))
 
+    def desired_generators(self) -> int | None:
+        return None
+
 
 def read_status(path: Path) -> dict[str, Any]:
     try:

@@ -195,13 +195,16 @@ class RunStatus:
             )
         )
 
-    def merge(self, status: dict[str, Any]) -> None:
-        """Merge-patch status fields only this writer owns (lists are replaced whole)."""
-        retrying(
-            lambda: self.kube.patch(
-                API_VERSION, KIND, self.namespace, self.name, {"status": status}, sub="status"
-            ),
-            attempts=self.attempts,
+    def merge(self, status: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch status fields only this writer owns (lists are replaced whole); the run
+        as written."""
+        return dict(
+            retrying(
+                lambda: self.kube.patch(
+                    API_VERSION, KIND, self.namespace, self.name, {"status": status}, sub="status"
+                ),
+                attempts=self.attempts,
+            )
         )
 
     def update(self, change: Change) -> dict[str, Any] | None:
@@ -263,6 +266,7 @@ class KubernetesStatus:
         self.local = local  # a FileStatus on the run directory, or None
         self.keep = keep
         self.evaluations: list[dict[str, Any]] = []
+        self.generators: int | None = None  # spec.generators.replicas as last written beside
 
     @classmethod
     def from_target(cls, target: str, run_dir: Path) -> KubernetesStatus:
@@ -311,8 +315,15 @@ class KubernetesStatus:
             "evaluationCount": len(self.evaluations),
         }
 
+    def desired_generators(self) -> int | None:
+        return self.generators
+
     def _write(self, what: str, fields: dict[str, Any]) -> None:
         try:
-            self.status.merge(fields)
+            run = self.status.merge(fields)
         except KubeError as err:
             log.warning("status: %s not written: %s", what, err)
+            return
+        replicas = ((run.get("spec") or {}).get("generators") or {}).get("replicas")
+        if isinstance(replicas, int) and not isinstance(replicas, bool):
+            self.generators = replicas

@@ -333,6 +333,7 @@ class Trainer(ElasticPool):
         self.metrics.policy_version.set(self.state.version)
         self.metrics.compute_hours.set(self.state.compute_hours)
         self.status.progress(self.progress())
+        self.follow(self.status.desired_generators())
         self.track_step()
         steady, self.steady_seconds = self.steady_seconds, self.phases.steady()
         self.publisher.stepped(self.steady_seconds - steady)
@@ -428,7 +429,8 @@ class Trainer(ElasticPool):
     def ask_for_evaluation(self) -> list[EvalResult]:
         """Every generator's share of the held-out evaluation at this step, once each: a lost
         generator's share is asked of another member (evaluations sample alike in any process)."""
-        step, shards = self.state.step, set(range(self.spec.generators.replicas))
+        step, count = self.state.step, self.pool.desired
+        shards = set(range(count))
         asked: dict[int, int] = {}  # shard: the member asked for it
         heard = time.monotonic()
         while not shards <= (answered := {r.generator for r in self.results if r.step == step}):
@@ -441,7 +443,7 @@ class Trainer(ElasticPool):
             for shard in sorted(shards - answered):
                 if members and asked.get(shard) not in members:
                     asked[shard] = shard if shard in members else members[shard % len(members)]
-                    command = Evaluate(step=step, version=self.state.version, shard=shard)
+                    command = Evaluate(step, self.state.version, shard=shard, shards=count)
                     self.tell([asked[shard]], command)  # one gone is found by watch()
             before = len(self.results)
             self.receive(1.0)

@@ -10,6 +10,11 @@ the operator, same index, same shard) says hello, gets Start with the data posit
 groups the trainer holds, starts its engine, says Ready, and is let in by the next formation,
 which hands it the current weights before it samples. A trainer's failure still restarts the
 gang (scalerl.local, the operator).
+
+A pool scaled while it runs (`kubectl scale srl`: the operator resizes the generators' Job) works
+the same way: a new index joins as a replacement does, and one past the new size is lost as its
+pod goes. The trainer follows the size the run asks for (`follow`), which its evaluations are
+divided by and its metrics show.
 """
 
 from __future__ import annotations
@@ -41,15 +46,17 @@ CHECK_EVERY_S = 1.0
 
 @dataclass
 class Pool:
-    desired: int  # spec.generators.replicas
+    desired: int  # spec.generators.replicas, as the run asks now
     members: list[int]  # in the sync group now, in rank order (rank 1 onwards)
     joining: set[int] = field(default_factory=set)  # said hello mid-run, not yet Ready
+    known: set[int] = field(default_factory=set)  # indexes in the pool's size once (replaced)
     generation: int = 0  # of the sync group (scalerl.sync.group)
     checked: float = 0.0  # when the members were last checked
 
     @classmethod
     def of(cls, desired: int) -> Pool:
-        return cls(desired, list(range(desired)), checked=time.monotonic())
+        members = list(range(desired))
+        return cls(desired, members, known=set(members), checked=time.monotonic())
 
     def lose(self, generators: list[int], why: str, step: int) -> bool:
         """Take `generators` out of the pool at training step `step`; whether any was in it."""
@@ -60,9 +67,13 @@ class Pool:
         self.joining.difference_update(lost)
         return bool(lost)
 
-    def admit(self, generator: int) -> None:
+    def admit(self, generator: int) -> bool:
+        """Let `generator` in; whether it replaces one (else it joins a pool scaled up)."""
+        replaces = generator in self.known
         self.joining.discard(generator)
         self.members = sorted({*self.members, generator})
+        self.known.add(generator)
+        return replaces
 
     def next_generation(self) -> int:
         self.generation += 1
@@ -118,13 +129,29 @@ class ElasticPool:
             self.pool.joining.add(generator)
 
     def admit(self, generator: int) -> None:
-        """A replacement's engine is up: the group forms again with it, and it gets the current
-        weights before it samples (the members get them again too: one broadcast)."""
-        self.pool.admit(generator)
-        self.state.bump("generator_replacements")
-        self.metrics.generator_replacements.inc()
+        """A replacement's (or a new generator's) engine is up: the group forms again with it,
+        and it gets the current weights before it samples (the members get them again too: one
+        broadcast)."""
+        if self.pool.admit(generator):
+            self.state.bump("generator_replacements")
+            self.metrics.generator_replacements.inc()
         log.info("generator %d joins the weight-sync group at step %d", generator, self.state.step)
         self.regroup()
+
+    def follow(self, desired: int | None) -> None:
+        """The pool's size as the run asks for it now (None: unchanged). A member past it is
+        being removed (its pod deleted) and is lost when it goes, as any other."""
+        if desired is None or desired == self.pool.desired:
+            return
+        log.info(
+            "generators scaled from %d to %d at step %d",
+            self.pool.desired,
+            desired,
+            self.state.step,
+        )
+        self.pool.desired = desired
+        self.pool.known = {g for g in self.pool.known if g < desired}
+        self.metrics.generators_desired.set(desired)
 
     def lose(self, generators: list[int], why: str) -> None:
         if self.pool.lose(generators, why, self.state.step):

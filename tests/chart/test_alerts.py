@@ -58,6 +58,7 @@ ALERTS = [
     "ScaleRLPredictedBelowTarget",
     "ScaleRLPredictionFalling",
     "ScaleRLGangRestarted",
+    "ScaleRLGeneratorsBelowDesired",
     "ScaleRLSweepVariantStopped",
 ]
 TEAM = "team-a"  # the namespace of the run's pods in the cluster examples
@@ -255,6 +256,7 @@ def test_every_threshold_window_and_hold_comes_from_values() -> None:
             "mismatch": {"kl": 0.02, "window": "27m", "for": "4m"},
             "prediction": {"drop": 0.07, "window": "5h", "for": "12m"},
             "restarts": {"count": 2, "window": "2h", "for": "1m"},
+            "generators": {"for": "14m"},
         }
     }
     rules = rules_by_alert(rule_groups(values))
@@ -270,6 +272,7 @@ def test_every_threshold_window_and_hold_comes_from_values() -> None:
         "ScaleRLPredictedBelowTarget": ([], "12m"),
         "ScaleRLPredictionFalling": (["[5h]", "> 0.07"], "12m"),
         "ScaleRLGangRestarted": (["[2h]", ">= 2"], "1m"),
+        "ScaleRLGeneratorsBelowDesired": ([], "14m"),
     }
     for alert, (parts, hold) in expected.items():
         for part in parts:
@@ -668,6 +671,29 @@ EXAMPLES = [
         [],
         id="restarted-quiet-when-the-run-is-created-again",
     ),
+    # ScaleRLGeneratorsBelowDesired (the trainer's group short of the replicas for 15m)
+    pytest.param(
+        "ScaleRLGeneratorsBelowDesired",
+        # Generator 1 lost at 10m, its replacement never joins.
+        {
+            **trainer("scalerl_generators_desired", "2x60"),
+            **trainer("scalerl_generators_ready", "2x10 1x50"),
+        },
+        "30m",
+        R1,
+        id="generators-below-fires-when-a-replacement-never-joins",
+    ),
+    pytest.param(
+        "ScaleRLGeneratorsBelowDesired",
+        # Lost at 10m, its replacement joined 3 minutes later: within the hold.
+        {
+            **trainer("scalerl_generators_desired", "2x60"),
+            **trainer("scalerl_generators_ready", "2x10 1x3 2x47"),
+        },
+        "30m",
+        [],
+        id="generators-below-quiet-when-the-replacement-joins",
+    ),
     # ScaleRLTrainInferenceMismatch (lag-0 KL averaged over 15m above 0.001, for 10m)
     pytest.param(
         "ScaleRLTrainInferenceMismatch",
@@ -796,6 +822,12 @@ ANNOTATIONS = {
     "ScaleRLGangRestarted": (
         "Run local/r1 restarted from its last checkpoint",
         "Gang restarts of run local/r1 from its last checkpoint over the last 1h: 1.",
+    ),
+    "ScaleRLGeneratorsBelowDesired": (
+        "Run team-a/r1 has fewer generators than it asks for",
+        "The weight-sync group of run team-a/r1 has held fewer generators than"
+        " spec.generators.replicas for 15m (1 now): a lost generator's replacement has not joined"
+        " (see the run's GeneratorReplaced Events and its generator pods).",
     ),
     "ScaleRLSweepVariantStopped": (
         "Run local/r1 was stopped early by its sweep",

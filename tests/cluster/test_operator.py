@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -653,6 +654,56 @@ def test_a_generator_past_its_retries_fails_its_job_and_restarts_the_gang(
         assert status(plane, ns)["restarts"] == 1
         restart = events(plane, ns, "GangRestart")[-1]["message"]
         assert restart.startswith("job r1-generator failed: MaxFailedIndexesExceeded"), restart
+
+
+def generator_job(plane: ControlPlane, ns: str) -> dict[str, Any]:
+    code, job = plane.api("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/r1-generator")
+    assert code == 200, job
+    return dict(job)
+
+
+def test_kubectl_scale_resizes_the_generators_job_while_the_gang_runs(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    """`kubectl scale srl/r1 --replicas=3`, then 1: the generators' Job takes each size while
+    the gang runs (the Job controller makes index 2's pod, then removes indexes 1 and 2), with
+    no gang restart and no generator counted as replaced."""
+    with operator():
+        create_run(plane, ns, run_manifest(ns))
+        gang = gang_up(plane, ns, 0)
+        set_running(plane, ns, gang)
+        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        wait_for(lambda: generators(plane, ns).get("ready") == 2, "2 generators ready")
+
+        plane.kubectl("scale", "-n", ns, "srl/r1", "--replicas=3")
+        third = wait_for(lambda: generator_pod(plane, ns, 2), "generator 2's pod")
+        spec = generator_job(plane, ns)["spec"]
+        assert (spec["completions"], spec["parallelism"]) == (3, 3)
+        set_phase(plane, ns, third, "Running")
+        wait_for(lambda: generators(plane, ns) == {"desired": 3, "ready": 3}, "3 ready")
+        (scaled,) = events(plane, ns, "GeneratorsScaled")
+        assert scaled["message"] == "generators 2 -> 3 while the gang runs; training goes on"
+
+        plane.kubectl("scale", "-n", ns, "srl/r1", "--replicas=1")
+        wait_for(lambda: generator_job(plane, ns)["spec"]["completions"] == 1, "the Job at 1")
+        # The Job controller deletes indexes 1 and 2; their processes end on SIGTERM (143).
+        for index in (1, 2):
+            pod = generator_pod(plane, ns, index)
+            if pod is not None:
+                set_phase(plane, ns, pod, "Failed", exit_code=143)
+        wait_for(lambda: generators(plane, ns) == {"desired": 1, "ready": 1}, "1 ready")
+        assert generator_job(plane, ns)["spec"]["parallelism"] == 1
+        assert phase_is(plane, ns, "Running") and status(plane, ns)["restarts"] == 0
+        assert events(plane, ns, "GeneratorReplaced") == []
+        header, row = plane.kubectl("get", "srl", "-n", ns).splitlines()
+        assert cell(header, row, "GENS") == "1"
+        scale = json.loads(plane.kubectl("get", "--raw", scale_path(ns)))
+        assert (scale["spec"]["replicas"], scale["status"]["replicas"]) == (1, 1)
+        event_reasons(plane, ns, "Created", "Running", "GeneratorsScaled", "GeneratorsScaled")
+
+
+def scale_path(ns: str) -> str:
+    return f"/apis/scalerl.dev/v1alpha1/namespaces/{ns}/scalerlruns/r1/scale"
 
 
 def test_a_colocated_run_is_one_pod_restarted_and_removed_alone(

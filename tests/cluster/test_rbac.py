@@ -20,6 +20,7 @@ from runs import (
     create_run,
     delete_run,
     ensure_crd,
+    events,
     gang_up,
     of_role,
     owned,
@@ -76,8 +77,8 @@ ON_FEATURE = ON_REFUSAL | ON_QUEUE | ON_SWEEP | ON_OPENENV | ON_POLICY_CHANGE
 
 
 def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
-    """Create, run, replace a generator, fail and restart, fit, suspend and resume, stop on the
-    prediction, delete."""
+    """Create, run, replace a generator, scale the generators, fail and restart, fit, suspend
+    and resume, stop on the prediction, delete."""
     stop = {"predictedABelow": 0.5, "minPoints": 8}
     create_run(plane, ns, run_manifest(ns, fit={"everyEvaluations": 2}, budget={"stopWhen": stop}))
     gang = gang_up(plane, ns, 0)
@@ -85,8 +86,10 @@ def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
     wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
     set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)  # replaced alone
     wait_for(lambda: (status(plane, ns).get("generators") or {}).get("replaced") == 1, "replaced")
+    patch_run(plane, ns, {"generators": {"replicas": 3}})  # its generators' Job resized
+    wait_for(lambda: events(plane, ns, "GeneratorsScaled"), "the generators scaled")
     set_phase(plane, ns, of_role(gang, "trainer"), "Failed", exit_code=1)  # the gang restarts
-    gang = gang_up(plane, ns, 1)
+    gang = gang_up(plane, ns, 1, size=4)
     points = [{"step": i, "computeHours": 1.0 + i, "passRate": 0.2} for i in range(2)]
     patch_run_status(plane, ns, {"evaluations": points, "evaluationCount": 2})
     (fit,) = wait_for(lambda: pods(plane, ns, role="fit"), "the fit Job's pod")
@@ -94,7 +97,7 @@ def a_runs_whole_life(plane: ControlPlane, ns: str) -> None:
     patch_run(plane, ns, {"suspend": True})
     wait_for(lambda: phase_is(plane, ns, "Suspended"), "Suspended")
     patch_run(plane, ns, {"suspend": False})
-    gang = gang_up(plane, ns, 1)
+    gang = gang_up(plane, ns, 1, size=4)
     hopeless = {"A": 0.3, "B": 1.5, "C_mid": 10.0, "R0": 0.1, "A_interval": [0.28, 0.33]}
     hopeless |= {"predictedAtBudget": 0.3, "predictedAtBudgetInterval": [0.28, 0.33]}
     patch_run_status(plane, ns, {"prediction": {**hopeless, "points": 8, "confidence": "OK"}})

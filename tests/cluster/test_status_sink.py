@@ -68,6 +68,22 @@ def test_progress_and_evaluations_reach_the_status_and_the_volume(
     assert read_scores(tmp_path / "run", 5) == scores(0.31)
 
 
+def test_the_trainer_reads_the_pool_size_kubectl_scale_asks_for_from_its_own_writes(
+    plane: ControlPlane, ns: str, tmp_path: Path
+) -> None:
+    """`kubectl scale srl/r1 --replicas=3` (the CRD's scale subresource) reaches trainer 0 with
+    no request of its own: the run each status write answers with holds the spec."""
+    status = sink(ns, tmp_path / "run")
+    assert status.desired_generators() is None  # nothing written yet
+    status.progress(progress_at(1, 0.1))
+    assert status.desired_generators() == 8  # the CRD's default
+    plane.kubectl("scale", f"--namespace={ns}", f"scalerlrun/{RUN}", "--replicas=3")
+    spec = plane.api("GET", f"/apis/scalerl.dev/v1alpha1/namespaces/{ns}/scalerlruns/{RUN}")[1]
+    assert spec["spec"]["generators"]["replicas"] == 3
+    status.progress(progress_at(2, 0.2))
+    assert status.desired_generators() == 3
+
+
 def test_the_status_keeps_a_bounded_thinned_history(
     plane: ControlPlane, ns: str, tmp_path: Path
 ) -> None:

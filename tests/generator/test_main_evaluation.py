@@ -211,3 +211,23 @@ def test_samples_whose_sandbox_cannot_run_are_unscored_failures_and_leave_the_fi
     assert [s.unscored for s in result.scores] == [K, K, 0]
     assert row["pass_rate_by_domain"]["code"]["pass_rate"] == 0.0
     assert row["pass_rate_by_domain"]["echo"]["pass_rate"] == 3 / 4
+
+
+def test_the_share_asked_is_of_the_trainers_division_not_of_the_spec_the_generator_read(
+    tmp_path: Path,
+) -> None:
+    """A pool scaled while it runs (`kubectl scale srl`): the trainer divides the held-out
+    prompts by the size it follows now, which a generator started earlier never read. Share 2 of
+    3 is every third prompt from the third, though this generator's spec says 8 generators."""
+    metrics = GeneratorMetrics("ns", "code")
+    generator = code_generator(tmp_path, Scorer("exact", CodeSpec(), metrics), metrics)
+    assert generator.spec.generators.replicas == 8
+    generator.held_out = [Example(f"p{i}", f"prompt {i}", "1") for i in range(7)]
+    shares = {s: generator.shard_of(Evaluate(3, 1, shard=s, shards=3)) for s in range(3)}
+    assert {s: (index, [e.id for e in share]) for s, (index, share) in shares.items()} == {
+        0: (0, ["p0", "p3", "p6"]),
+        1: (1, ["p1", "p4"]),
+        2: (2, ["p2", "p5"]),
+    }
+    # Without a division (a message of an older trainer) the spec's count divides.
+    assert [e.id for e in generator.shard_of(Evaluate(3, 1, shard=1))[1]] == ["p1"]

@@ -65,7 +65,15 @@ def test_crd_names_the_resource_as_documented() -> None:
     assert CRD["metadata"]["name"] == "scalerlruns.scalerl.dev"
     assert (names["kind"], names["plural"]) == ("ScaleRLRun", "scalerlruns")
     assert names["shortNames"] == ["srl"] and names["categories"] == ["scalerl"]
-    assert VERSION["name"] == "v1alpha1" and VERSION["subresources"] == {"status": {}}
+    assert VERSION["name"] == "v1alpha1"
+    # `kubectl scale srl/NAME --replicas=N` sizes the generator pool; it reads the running ones.
+    assert VERSION["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.generators.replicas",
+            "statusReplicasPath": ".status.generators.ready",
+        },
+    }
 
 
 def test_printer_columns_show_phase_progress_and_prediction() -> None:

@@ -9,6 +9,8 @@ the weight-sync group mid-run as it does under `scalerl run`. The operator count
 `status.generators` (`replaced`, and `ready`: the generator pods running now) with a
 `GeneratorReplaced` Event. A generator that fails again before the trainer trained a step since
 its last replacement would only fail again: that restarts the gang, as a trainer's failure does.
+A generator whose index is past the pool's size (`kubectl scale srl` down: the Job controller
+removes it) is no failure.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ def on_pod(ctx: Context, pod: dict[str, Any]) -> None:
     trainer0 = role == names.ROLE_TRAINER and labels.get(names.LABEL_JOB_INDEX, "0") == "0"
     if role == names.ROLE_GENERATOR:
         generators_ready(ctx, run, attempt)
+        if int(labels.get(names.LABEL_JOB_INDEX, 0)) >= run.spec.generators.replicas:
+            return  # scaled away: the Job removes the indexes past the pool's new size
     if phase == FAILED and role == names.ROLE_GENERATOR:
         generator_failed(ctx, run, run_obj, pod, attempt)
     elif phase == FAILED:

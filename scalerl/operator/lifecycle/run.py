@@ -13,6 +13,7 @@ from scalerl.operator.lifecycle.gang import (
     gang_created,
     gang_queued,
     gang_starting,
+    generators_ready,
     starting_since,
     startup_overdue,
 )
@@ -243,6 +244,8 @@ def start(
     if written and "phase" in written:
         reason = "Resumed" if was == SUSPENDED else "Created"
         ctx.emit(run_obj, NORMAL, reason, f"gang attempt {attempt}: {', '.join(created)}")
+    if was in (STARTING, RUNNING):
+        scaled(ctx, run, run_obj, attempt)
     if run.queue_name is not None and was in (QUEUED, STARTING, RUNNING):
         # Admission comes with pods (their events); an eviction takes them away quietly.
         gang_queued(ctx, run, run_obj, attempt)
@@ -251,6 +254,18 @@ def start(
         # a pod): the periodic check looks again, and ends a start that took too long.
         gang_starting(ctx, run, run_obj, attempt)
         startup_overdue(ctx, run, run_obj)
+
+
+def scaled(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attempt: int) -> None:
+    """spec.generators.replicas changed while the gang runs (`kubectl scale srl`): its
+    generators' Job takes the new size; the trainer trains on (scalerl.trainer.pool)."""
+    before = children.resize_generators(ctx.kube, run, ctx.owner, attempt)
+    if before is None:
+        return
+    wanted = run.spec.generators.replicas
+    generators_ready(ctx, run, attempt)
+    message = f"generators {before} -> {wanted} while the gang runs; training goes on"
+    ctx.emit(run_obj, NORMAL, "GeneratorsScaled", message)
 
 
 def cleanup(ctx: Context, run_obj: dict[str, Any]) -> int:
