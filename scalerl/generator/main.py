@@ -395,7 +395,8 @@ class Generator:
         start = await self.wait_for(Start, self.env.startup_timeout_s)
         self.curriculum.load_state_dict(start.curriculum)
         self.consumed = start.consumed
-        self.members = start.members or [self.index]
+        # None at all is a pool whose only generator was lost: this one replaces it.
+        self.members = list(start.members)
         colocated = self.engine.colocation is not None  # weights are loaded in memory
         if not colocated and self.index not in self.members:
             await self.replace(start)  # started mid-run in place of a lost generator

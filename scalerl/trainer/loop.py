@@ -431,7 +431,7 @@ class Trainer(ElasticPool):
         generator's share is asked of another member (evaluations sample alike in any process)."""
         step, count = self.state.step, self.pool.desired
         shards = set(range(count))
-        asked: dict[int, int] = {}  # shard: the member asked for it
+        asked: dict[int, tuple[int, int]] = {}  # shard: the member asked for it, its process
         heard = time.monotonic()
         while not shards <= (answered := {r.generator for r in self.results if r.step == step}):
             if (silent := time.monotonic() - heard) > self.waiting_s():
@@ -441,10 +441,13 @@ class Trainer(ElasticPool):
                 )
             members = self.pool.members
             for shard in sorted(shards - answered):
-                if members and asked.get(shard) not in members:
-                    asked[shard] = shard if shard in members else members[shard % len(members)]
+                # Asked again of a member when the one asked is gone, or was replaced under its
+                # index since (the request went to the process that died).
+                if members and asked.get(shard) not in self.pool.processes():
+                    member = shard if shard in members else members[shard % len(members)]
+                    asked[shard] = (member, self.pool.starts.get(member, 0))
                     command = Evaluate(step, self.state.version, shard=shard, shards=count)
-                    self.tell([asked[shard]], command)  # one gone is found by watch()
+                    self.tell([member], command)  # one gone is found by watch()
             before = len(self.results)
             self.receive(1.0)
             self.watch()

@@ -50,6 +50,7 @@ class Pool:
     members: list[int]  # in the sync group now, in rank order (rank 1 onwards)
     joining: set[int] = field(default_factory=set)  # said hello mid-run, not yet Ready
     known: set[int] = field(default_factory=set)  # indexes in the pool's size once (replaced)
+    starts: dict[int, int] = field(default_factory=dict)  # processes started mid-run per index
     generation: int = 0  # of the sync group (scalerl.sync.group)
     checked: float = 0.0  # when the members were last checked
 
@@ -74,6 +75,10 @@ class Pool:
         self.members = sorted({*self.members, generator})
         self.known.add(generator)
         return replaces
+
+    def processes(self) -> set[tuple[int, int]]:
+        """The members as processes: (index, how many started under it mid-run)."""
+        return {(g, self.starts.get(g, 0)) for g in self.members}
 
     def next_generation(self) -> int:
         self.generation += 1
@@ -117,6 +122,7 @@ class ElasticPool:
             raise PeerError(f"generator {generator} restarted mid-run; restarting the gang")
         self.retire(generator)
         self.lose([generator], "it started again")
+        self.pool.starts[generator] = self.pool.starts.get(generator, 0) + 1
         start = Start(
             version=self.state.version,
             step=self.state.step,

@@ -5,14 +5,22 @@ replacement may take to start (it loads its model and engine first): the startup
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, TypeVar
 
 import pytest
 from test_signal import trainer
 
 from scalerl.errors import PeerError
 from scalerl.rollout import GeneratorChannel, TrainerChannel
+from scalerl.rollout.records import EvalResult, Evaluate, Ready, Start
+from scalerl.status.history import PromptScore
 from scalerl.trainer.pool import Pool
+
+T = TypeVar("T")
 
 
 def test_with_every_generator_lost_the_trainer_waits_a_start_not_a_peer_timeout(
@@ -51,3 +59,54 @@ def test_a_pool_scaled_while_it_runs_is_followed_and_a_new_generator_is_no_repla
     t.follow(1)
     assert (t.pool.desired, t.metrics.generators_desired._value.get()) == (1, 1)
     assert t.pool.admit(1) is False  # scaled away, then asked for again
+
+
+@dataclass
+class NoWeights:
+    """A publisher whose group forms at once and that sends no weights."""
+
+    def regroup(self, generation: int, members: list[int], timeout_s: float, **_: Any) -> None:
+        pass
+
+    def publish(self, policy: Any, version: int) -> Any:
+        return SimpleNamespace(seconds=0.0, bytes=0)
+
+
+def next_of(channel: GeneratorChannel, kind: type[T]) -> T:
+    """The next message of `kind` the generator's end receives (others skipped)."""
+    while True:
+        message = channel.recv(timeout_s=10)
+        assert message is not None, f"no {kind.__name__} within 10 s"
+        if isinstance(message, kind):
+            return message
+
+
+def test_an_evaluation_asked_of_a_process_that_died_is_asked_of_its_replacement(
+    tmp_path: Path,
+) -> None:
+    """Generator 0 is killed while it evaluates; its replacement (same index, another process)
+    joins and is asked for the share: the request the dead process took is not counted as
+    asked (it waited for an answer that never came: 'generators [0] did not answer')."""
+    t = trainer(tmp_path, no_signal_steps=3)
+    t.env = dataclasses.replace(t.env, peer_timeout_s=5.0)
+    t.publisher = NoWeights()  # type: ignore[assignment]
+    with TrainerChannel("tcp://127.0.0.1:*") as channel:
+        t.channel = channel
+        t.pool = Pool.of(1)
+        with GeneratorChannel(channel.endpoint, 0, linger_s=0) as first:
+            first.hello(timeout_s=5)
+            channel.wait_for_generators(1, timeout_s=5)
+            with ThreadPoolExecutor(1) as pool:
+                evaluation = pool.submit(t.ask_for_evaluation)
+                assert next_of(first, Evaluate).shard == 0
+                first.close()  # killed while it evaluates
+                with GeneratorChannel(channel.endpoint, 0, linger_s=0) as second:
+                    second.hello(timeout_s=5)
+                    next_of(second, Start)
+                    second.send(Ready(generator=0))
+                    asked = next_of(second, Evaluate)
+                    score = PromptScore("p0", samples=2, correct=1, truncated=0)
+                    answer = EvalResult(asked.step, asked.version, 0, [score], tokens=4)
+                    second.send(answer)
+                    assert evaluation.result(timeout=10) == [answer]
+    assert (asked.shard, asked.shards) == (0, 1)
