@@ -96,7 +96,12 @@ class InMemoryPublisher:
     timeout_s: float  # a resumed run's first load may wait this long for the engine to start
     channel: TrainerChannel | TrainerEnd | None = None
 
-    def start(self, channel: TrainerChannel | TrainerEnd, generators: int) -> None:
+    def start(
+        self,
+        channel: TrainerChannel | TrainerEnd,
+        generators: int,
+        gone: Callable[[], list[int]] | None = None,
+    ) -> None:
         self.channel = channel
 
     def publish(self, policy: Policy, version: int) -> Published:

@@ -38,6 +38,7 @@ from scalerl.status.history import (
     TrainSummary,
     reasons_text,
 )
+from scalerl.sync.group import RanksMissing
 from scalerl.tracking import TrackerSink
 from scalerl.tracking import names as tracked
 from scalerl.trainer.batch import BatchStats, build_batch
@@ -116,13 +117,22 @@ class Trainer(ElasticPool):
             consumed=self.state.consumed,
             members=self.pool.members,
         )
-        for g in range(count):
-            self.channel.send(g, start)
-        self.publisher.start(self.channel, count)
-        if self.state.version > 0:  # resumed: generators start from the base weights
-            # Start-up, in the profile as on the compute clock: not the broadcast phase, else
-            # the profile's training time (wall less start and evaluations) took it as a step's.
-            self.publish()
+        self.tell(self.pool.members, start)  # one gone already is found as the group forms
+        try:
+            self.publisher.start(self.channel, count, gone=self.unreachable)
+        except RanksMissing as err:
+            # A generator that said hello and died before it joined (its pod failing as the gang
+            # starts): the others train on and its replacement joins, as mid-run.
+            missing = [r - 1 for r in err.missing or () if r >= 1]  # rank r: generator r - 1
+            if not self.elastic or not self.pool.lose(missing, str(err), self.state.step):
+                raise
+            self.regroup()  # the group of the others, handed the current weights
+        else:
+            if self.state.version > 0:  # resumed: generators start from the base weights
+                # Start-up, in the profile as on the compute clock: not the broadcast phase,
+                # else the profile's training time (wall less start and evaluations) took it as
+                # a step's.
+                self.publish()
         self.broadcast_version = self.state.version
 
     def receive(self, timeout_s: float) -> None:

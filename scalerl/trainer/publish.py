@@ -49,8 +49,11 @@ def tensor_bytes(named: Iterable[tuple[str, Tensor]]) -> int:
 class WeightPublisher(Protocol):
     """Where the trainer's new policy versions go, and on what terms it has the device."""
 
-    def start(self, channel: Channel, generators: int) -> None:
-        """Once every generator has said hello on `channel`: get ready to publish."""
+    def start(
+        self, channel: Channel, generators: int, gone: Callable[[], list[int]] | None = None
+    ) -> None:
+        """Once every generator has said hello on `channel`: get ready to publish (`gone` as in
+        regroup: a generator that said hello may die before it joins)."""
         ...
 
     def publish(self, policy: Policy, version: int) -> Published:
@@ -103,11 +106,13 @@ class BroadcastPublisher:
     store: Store | None = None  # served for the whole run: every generation meets on it
     members: list[int] = field(default_factory=list)
 
-    def start(self, channel: Channel, generators: int) -> None:
+    def start(
+        self, channel: Channel, generators: int, gone: Callable[[], list[int]] | None = None
+    ) -> None:
         self.channel = channel
         joining_s = self.timeout_s if self.join_timeout_s is None else self.join_timeout_s
         self.store = serve_meeting(self.host, self.port, self.keys, joining_s)
-        self.regroup(0, list(range(generators)), joining_s)
+        self.regroup(0, list(range(generators)), joining_s, gone=gone)
 
     def regroup(
         self,
