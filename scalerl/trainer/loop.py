@@ -174,6 +174,7 @@ class Trainer(ElasticPool):
     def collect(self, groups: int) -> list[RolloutGroup]:
         heard = time.monotonic()
         while len(self.backlog) < groups:
+            heard = self.pool.since_changed(heard)
             if (silent := time.monotonic() - heard) > self.waiting_s():
                 limit = "the peer timeout" if self.pool.members else (
                     "the startup timeout: every generator is lost, none joined again"
@@ -444,6 +445,7 @@ class Trainer(ElasticPool):
         asked: dict[int, tuple[int, int]] = {}  # shard: the member asked for it, its process
         heard = time.monotonic()
         while not shards <= (answered := {r.generator for r in self.results if r.step == step}):
+            heard = self.pool.since_changed(heard)
             if (silent := time.monotonic() - heard) > self.waiting_s():
                 raise PeerError(
                     f"evaluation at step {step}: generators {sorted(shards - answered)} did not "

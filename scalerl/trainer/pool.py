@@ -52,6 +52,7 @@ class Pool:
     known: set[int] = field(default_factory=set)  # indexes in the pool's size once (replaced)
     starts: dict[int, int] = field(default_factory=dict)  # processes started mid-run per index
     generation: int = 0  # of the sync group (scalerl.sync.group)
+    formed: float = 0.0  # when that generation formed
     checked: float = 0.0  # when the members were last checked
 
     @classmethod
@@ -82,7 +83,14 @@ class Pool:
 
     def next_generation(self) -> int:
         self.generation += 1
+        self.formed = time.monotonic()
         return self.generation
+
+    def since_changed(self, heard: float) -> float:
+        """When the trainer last heard from the pool as it is: the pool's members get their
+        time from when they formed (a replacement that just joined has generated nothing yet,
+        however long the pool was without it)."""
+        return max(heard, self.formed)
 
     def due(self) -> bool:
         """Whether it is time to check the members again."""

@@ -5,6 +5,7 @@ replacement may take to start (it loads its model and engine first): the startup
 from __future__ import annotations
 
 import dataclasses
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from test_signal import trainer
 
 from scalerl.errors import PeerError
 from scalerl.rollout import GeneratorChannel, TrainerChannel
-from scalerl.rollout.records import EvalResult, Evaluate, Ready, Start
+from scalerl.rollout.records import EvalResult, Evaluate, Ready, Regroup, Start
 from scalerl.status.history import PromptScore
 from scalerl.trainer.pool import Pool
 
@@ -110,3 +111,36 @@ def test_an_evaluation_asked_of_a_process_that_died_is_asked_of_its_replacement(
                     second.send(answer)
                     assert evaluation.result(timeout=10) == [answer]
     assert (asked.shard, asked.shards) == (0, 1)
+
+
+def test_a_replacement_that_joins_gets_the_peer_timeout_from_its_join_not_from_the_loss(
+    tmp_path: Path, make_group: Any
+) -> None:
+    """The pool's only generator was lost; its replacement starts (longer than the peer
+    timeout: it loads its engine) and joins. The trainer waits for its rollouts a peer timeout
+    from the join, not from the last rollout the pool sent before the loss (the cluster run's
+    'no rollouts from the generators for 28 s (the peer timeout)' right after the join)."""
+    t = trainer(tmp_path, no_signal_steps=3)
+    t.env = dataclasses.replace(t.env, peer_timeout_s=1.0, startup_timeout_s=20.0)
+    t.publisher = NoWeights()  # type: ignore[assignment]
+    group = make_group([1.0, 0.0])
+    with TrainerChannel("tcp://127.0.0.1:*") as channel:
+        t.channel = channel
+        t.pool = Pool(desired=1, members=[])  # generator 0 lost, its replacement starting
+
+        def replacement() -> None:
+            with GeneratorChannel(channel.endpoint, 0, linger_s=0) as generator:
+                time.sleep(1.5)  # its engine starting: longer than the peer timeout
+                generator.hello(timeout_s=5)
+                next_of(generator, Start)
+                generator.send(Ready(generator=0))
+                next_of(generator, Regroup)
+                time.sleep(0.5)  # its first rollouts, well within a peer timeout of the join
+                generator.send(group)
+                time.sleep(1.0)  # connected until the trainer took them
+
+        with ThreadPoolExecutor(1) as pool:
+            started = pool.submit(replacement)
+            assert t.collect(1) == [group]
+            started.result(timeout=10)
+    assert t.pool.members == [0]
