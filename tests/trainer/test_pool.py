@@ -19,6 +19,7 @@ from scalerl.errors import PeerError
 from scalerl.rollout import GeneratorChannel, TrainerChannel
 from scalerl.rollout.records import EvalResult, Evaluate, Ready, Regroup, Start
 from scalerl.status.history import PromptScore
+from scalerl.sync.group import RanksMissing
 from scalerl.trainer.pool import Pool
 
 T = TypeVar("T")
@@ -144,3 +145,39 @@ def test_a_replacement_that_joins_gets_the_peer_timeout_from_its_join_not_from_t
             assert t.collect(1) == [group]
             started.result(timeout=10)
     assert t.pool.members == [0]
+
+
+@dataclass
+class FormsWithoutTheGone(NoWeights):
+    """A group formation that, as scalerl.sync.group's does, stops waiting for members `gone`
+    names, and otherwise fails for those that never came; and records what formed."""
+
+    formed: list[list[int]] = dataclasses.field(default_factory=list)
+
+    def start(self, channel: Any, generators: int, gone: Any = None) -> None:
+        missing = gone() if gone is not None else list(range(generators))
+        raise RanksMissing(f"generators {missing} did not join", [g + 1 for g in missing])
+
+    def regroup(self, generation: int, members: list[int], timeout_s: float, **_: Any) -> None:
+        self.formed.append(members)
+
+
+def test_a_generator_that_said_hello_and_died_before_the_group_formed_is_lost_not_fatal(
+    tmp_path: Path,
+) -> None:
+    """A gang's start: generator 0 said hello and died before it joined the weight-sync group
+    (its pod failing as the gang starts). The trainer forms the group without it and goes on;
+    its replacement joins as any does mid-run (it used to wait on the formation, its
+    replacement's hello unread, until the gang restarted)."""
+    t = trainer(tmp_path, no_signal_steps=3)
+    t.publisher = FormsWithoutTheGone()  # type: ignore[assignment]
+    one = t.spec.generators.model_copy(update={"replicas": 1})
+    t.run = t.run.model_copy(update={"spec": t.spec.model_copy(update={"generators": one})})
+    with TrainerChannel("tcp://127.0.0.1:*") as channel:
+        t.channel = channel
+        with GeneratorChannel(channel.endpoint, 0, linger_s=0) as doomed:
+            doomed.hello(timeout_s=5)
+            channel.wait_for_generators(1, timeout_s=5)
+        time.sleep(0.5)  # its connection closed: a message to it fails
+        t.start_generators()
+    assert t.pool.members == [] and t.publisher.formed == [[]]  # type: ignore[attr-defined]
