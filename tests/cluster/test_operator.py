@@ -574,15 +574,19 @@ def generator_pod(
     return None
 
 
+def running_with_two_generators(plane: ControlPlane, ns: str) -> None:
+    """A run r1 whose gang runs, its 2 generators counted ready."""
+    create_run(plane, ns, run_manifest(ns))
+    set_running(plane, ns, gang_up(plane, ns, 0))
+    wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+    wait_for(lambda: generators(plane, ns).get("ready") == 2, "2 generators ready")
+
+
 def test_a_failed_generator_is_replaced_alone_until_it_fails_again_before_a_step(
     plane: ControlPlane, ns: str, operator: Any
 ) -> None:
     with operator():
-        create_run(plane, ns, run_manifest(ns))
-        gang = gang_up(plane, ns, 0)
-        set_running(plane, ns, gang)
-        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
-        wait_for(lambda: generators(plane, ns).get("ready") == 2, "2 generators ready")
+        running_with_two_generators(plane, ns)
         patch_run_status(plane, ns, {"progress": {"step": 3}})  # trainer 0 at step 3
 
         # Generator 0 is killed (OOM, SIGKILL): its Job makes a pod of the same index (after
@@ -669,11 +673,7 @@ def test_kubectl_scale_resizes_the_generators_job_while_the_gang_runs(
     the gang runs (the Job controller makes index 2's pod, then removes indexes 1 and 2), with
     no gang restart and no generator counted as replaced."""
     with operator():
-        create_run(plane, ns, run_manifest(ns))
-        gang = gang_up(plane, ns, 0)
-        set_running(plane, ns, gang)
-        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
-        wait_for(lambda: generators(plane, ns).get("ready") == 2, "2 generators ready")
+        running_with_two_generators(plane, ns)
 
         plane.kubectl("scale", "-n", ns, "srl/r1", "--replicas=3")
         third = wait_for(lambda: generator_pod(plane, ns, 2), "generator 2's pod")
