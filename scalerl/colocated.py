@@ -30,7 +30,6 @@ import logging
 import os
 import threading
 import traceback
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -50,6 +49,7 @@ from scalerl.trainer.shard import Ranks, full_weights
 
 if TYPE_CHECKING:
     from scalerl.rollout.stream import TrainerChannel
+    from scalerl.sync.group import Gone
     from scalerl.trainer.policy import Policy
 
 log = logging.getLogger("scalerl.colocated")
@@ -100,7 +100,7 @@ class InMemoryPublisher:
         self,
         channel: TrainerChannel | TrainerEnd,
         generators: int,
-        gone: Callable[[], list[int]] | None = None,
+        gone: Gone | None = None,
     ) -> None:
         self.channel = channel
 
@@ -122,7 +122,7 @@ class InMemoryPublisher:
         generation: int,
         members: list[int],
         join_timeout_s: float,
-        gone: Callable[[], list[int]] | None = None,
+        gone: Gone | None = None,
     ) -> None:
         raise WeightSyncError("a colocated run's one generator lives in the trainer's process")
 

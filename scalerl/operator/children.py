@@ -7,6 +7,7 @@ at any point.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from scalerl.kube import Kube, KubeError
@@ -162,43 +163,52 @@ def _last_seen(event: dict[str, Any]) -> str:
     return str(event.get("lastTimestamp") or event.get("eventTime") or "")
 
 
+@dataclass
+class Workloads:
+    """What `ensure_workloads` did: the workloads it created (`Kind/name`), and the size the
+    generators' Job had before it was resized (None: not resized)."""
+
+    created: list[str] = field(default_factory=list)
+    resized_from: int | None = None
+
+
 def ensure_workloads(
     kube: Kube, run: ScaleRLRun, owner: Owner, attempt: int, images: Images, *, new: bool = False
-) -> list[str]:
-    """The gang of `attempt`: its Jobs (a queued run's JobSet) created where missing. One of
-    another attempt is deleted (with its pods) and StaleWorkload raised: the name frees up only
-    once it is gone."""
-    created = []
+) -> Workloads:
+    """The gang of `attempt`: its Jobs (a queued run's JobSet) created where missing, and the
+    generators' Job resized to spec.generators.replicas (`kubectl scale srl` while it runs).
+    One of another attempt is deleted (with its pods) and StaleWorkload raised: the name frees
+    up only once it is gone."""
+    done = Workloads()
     for obj in gang.workloads(run, owner, attempt, images):
         api_version, kind, name = obj["apiVersion"], obj["kind"], obj["metadata"]["name"]
         current = None if new else kube.find(api_version, kind, owner.namespace, name)
         if current is not None and attempt_of(current) != attempt:
             remove_workloads(kube, owner, queued=run.queue_name is not None)
             raise StaleWorkload(f"{name} belongs to attempt {attempt_of(current)}")
-        if current is None and _create_workload(kube, obj) is not None:
-            created.append(f"{kind}/{name}")
-    return created
+        if current is None:
+            if _create_workload(kube, obj) is not None:
+                done.created.append(f"{kind}/{name}")
+        elif kind == "Job" and _role(obj) == names.ROLE_GENERATOR:
+            done.resized_from = _resize(kube, current, obj)
+    return done
 
 
-def resize_generators(kube: Kube, run: ScaleRLRun, owner: Owner, attempt: int) -> int | None:
-    """The generators' Job of gang `attempt` resized to spec.generators.replicas while it runs
-    (an Indexed Job's completions and parallelism change together: the Job controller starts
-    the new indexes or removes those past the size). Its size before; None when it had the
-    size already or there is none to resize: a colocated run's, or a queued run's JobSet,
-    whose pod sets Kueue admitted (it takes the size at its next gang start)."""
-    if run.spec.colocated or run.queue_name is not None:
+def _resize(kube: Kube, job: dict[str, Any], wanted: dict[str, Any]) -> int | None:
+    """The generators' Job to the size of `wanted` (an Indexed Job's completions and parallelism
+    change together: the Job controller starts the new indexes or removes those past the size);
+    its size before, None when it had it. Only a Job: a queued run's JobSet keeps the pod sets
+    Kueue admitted until its next gang start, and a colocated run has no generators' Job."""
+    size, target = job["spec"].get("completions"), wanted["spec"]["completions"]
+    if size == target:
         return None
-    name = names.workload(owner.name, names.ROLE_GENERATOR)
-    job = kube.find("batch/v1", "Job", owner.namespace, name)
-    size, wanted = (job or {}).get("spec", {}).get("completions"), run.spec.generators.replicas
-    if job is None or attempt_of(job) != attempt or size == wanted:
-        return None
+    resized = {"spec": {"completions": target, "parallelism": target}}
     kube.patch(
-        "batch/v1",
-        "Job",
-        owner.namespace,
-        name,
-        {"spec": {"completions": wanted, "parallelism": wanted}},
+        job["apiVersion"],
+        job["kind"],
+        job["metadata"]["namespace"],
+        job["metadata"]["name"],
+        resized,
     )
     return int(size)
 

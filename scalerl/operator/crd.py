@@ -198,7 +198,7 @@ def spec_schema() -> dict[str, Any]:
 
 
 # `kubectl scale srl/NAME --replicas=N` sizes the generator pool while the run runs (the
-# operator resizes its generators' Job; scalerl.operator.lifecycle.run.scaled).
+# operator resizes its generators' Job: scalerl.operator.children.ensure_workloads).
 SCALE = {
     "specReplicasPath": ".spec.generators.replicas",
     "statusReplicasPath": ".status.generators.ready",

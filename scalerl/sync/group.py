@@ -41,6 +41,9 @@ REJOIN_S = 30.0
 # While a generation forms, how often rank 0 asks whether a member it waits for is gone.
 GONE_POLL_S = 0.5
 _JOIN_POLL_S = 0.02
+# Asked while a generation forms: the ranks (or, above this module, the generators) whose
+# processes are known to be gone.
+Gone = Callable[[], list[int]]
 # NCCL work is polled rather than waited on so that a dead peer becomes an error, not a hang.
 _NCCL_POLL_S = 0.001
 
@@ -168,7 +171,7 @@ def connect(
     keys: StreamKeys | None = None,
     generation: int = 0,
     store: dist.Store | None = None,
-    gone: Callable[[], list[int]] | None = None,
+    gone: Gone | None = None,
 ) -> SyncGroup:
     """Join generation `generation` of the weight-sync group; blocks until all `world_size` ranks
     joined or `join_timeout_s` (default `timeout_s`: at a gang's start the ranks may join minutes
@@ -226,7 +229,7 @@ def _form(
     timeout_s: float,
     address: str,
     owns_store: bool,
-    gone: Callable[[], list[int]] | None,
+    gone: Gone | None,
 ) -> SyncGroup:
     store = dist.PrefixStore(prefix, base)
     _join(store, rank, world_size, deadline, where, gone)
@@ -321,7 +324,7 @@ def _join(
     world_size: int,
     deadline: float,
     where: str,
-    gone: Callable[[], list[int]] | None,
+    gone: Gone | None,
 ) -> None:
     """Wait until every rank announced itself, naming the missing ones on timeout, or the ones
     `gone` reports as soon as it reports any."""
@@ -349,9 +352,7 @@ def _join(
         )
 
 
-def _wait_unless_gone(
-    store: dist.Store, keys: list[str], deadline: float, gone: Callable[[], list[int]]
-) -> list[int]:
+def _wait_unless_gone(store: dist.Store, keys: list[str], deadline: float, gone: Gone) -> list[int]:
     """Wait for `keys`; the ranks `gone` names the first time it names any ([]: all joined)."""
     asked = time.monotonic()
     while not store.check(keys):

@@ -9,7 +9,7 @@ alone: the policy's weights are then its adapter's (`Policy.named_weights`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -18,7 +18,7 @@ from scalerl.errors import WeightSyncError
 from scalerl.rollout.keys import StreamKeys
 from scalerl.rollout.records import UpdateWeights
 from scalerl.rollout.stream import GeneratorGone
-from scalerl.sync.group import SyncGroup, close_store, connect, serve_meeting
+from scalerl.sync.group import Gone, SyncGroup, close_store, connect, serve_meeting
 from scalerl.sync.weights import WeightSender
 from scalerl.trainer.shard import GatheredWeights, Ranks
 
@@ -49,9 +49,7 @@ def tensor_bytes(named: Iterable[tuple[str, Tensor]]) -> int:
 class WeightPublisher(Protocol):
     """Where the trainer's new policy versions go, and on what terms it has the device."""
 
-    def start(
-        self, channel: Channel, generators: int, gone: Callable[[], list[int]] | None = None
-    ) -> None:
+    def start(self, channel: Channel, generators: int, gone: Gone | None = None) -> None:
         """Once every generator has said hello on `channel`: get ready to publish (`gone` as in
         regroup: a generator that said hello may die before it joins)."""
         ...
@@ -65,7 +63,7 @@ class WeightPublisher(Protocol):
         generation: int,
         members: list[int],
         join_timeout_s: float,
-        gone: Callable[[], list[int]] | None = None,
+        gone: Gone | None = None,
     ) -> None:
         """Form the generators' group anew as `generation`, of `members` (each was told to join
         it): after a generator died or before one joins. RanksMissing names who did not come;
@@ -106,9 +104,7 @@ class BroadcastPublisher:
     store: Store | None = None  # served for the whole run: every generation meets on it
     members: list[int] = field(default_factory=list)
 
-    def start(
-        self, channel: Channel, generators: int, gone: Callable[[], list[int]] | None = None
-    ) -> None:
+    def start(self, channel: Channel, generators: int, gone: Gone | None = None) -> None:
         self.channel = channel
         joining_s = self.timeout_s if self.join_timeout_s is None else self.join_timeout_s
         self.store = serve_meeting(self.host, self.port, self.keys, joining_s)
@@ -119,7 +115,7 @@ class BroadcastPublisher:
         generation: int,
         members: list[int],
         join_timeout_s: float,
-        gone: Callable[[], list[int]] | None = None,
+        gone: Gone | None = None,
     ) -> None:
         self.close_group()
         rank_of = {generator: rank for rank, generator in enumerate(members, start=1)}

@@ -521,14 +521,21 @@ def test_a_gang_that_does_not_start_in_time_ends_the_run(
     assert SCHEDULER_SAYS in ready["message"]
 
 
+def running(plane: ControlPlane, ns: str, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run `manifest` created, its first gang's pods running and the run Running: the
+    gang's pods."""
+    create_run(plane, ns, manifest)
+    gang = gang_up(plane, ns, 0)
+    set_running(plane, ns, gang)
+    wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+    return gang
+
+
 def test_a_failed_pod_restarts_the_gang_until_the_bound_then_fails(
     plane: ControlPlane, ns: str, operator: Any
 ) -> None:
     with operator():
-        create_run(plane, ns, run_manifest(ns, failurePolicy={"maxRestarts": 2}))
-        gang = gang_up(plane, ns, 0)
-        set_running(plane, ns, gang)
-        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        gang = running(plane, ns, run_manifest(ns, failurePolicy={"maxRestarts": 2}))
         for attempt in (1, 2):
             set_phase(plane, ns, of_role(gang, "trainer"), "Failed", exit_code=1)
             gang = gang_up(plane, ns, attempt)
@@ -576,9 +583,7 @@ def generator_pod(
 
 def running_with_two_generators(plane: ControlPlane, ns: str) -> None:
     """A run r1 whose gang runs, its 2 generators counted ready."""
-    create_run(plane, ns, run_manifest(ns))
-    set_running(plane, ns, gang_up(plane, ns, 0))
-    wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+    running(plane, ns, run_manifest(ns))
     wait_for(lambda: generators(plane, ns).get("ready") == 2, "2 generators ready")
 
 
@@ -649,10 +654,7 @@ def test_a_generator_past_its_retries_fails_its_job_and_restarts_the_gang(
 ) -> None:
     monkeypatch.setattr(gang_manifests, "GENERATOR_RETRIES", 0)  # the first failure is its last
     with operator():
-        create_run(plane, ns, run_manifest(ns))
-        gang = gang_up(plane, ns, 0)
-        set_running(plane, ns, gang)
-        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        gang = running(plane, ns, run_manifest(ns))
         set_phase(plane, ns, of_role(gang, "generator"), "Failed", exit_code=1)
         gang_up(plane, ns, 1)
         assert status(plane, ns)["restarts"] == 1
@@ -770,10 +772,7 @@ def test_the_trainer_finishing_ends_the_run_succeeded(
     plane: ControlPlane, ns: str, operator: Any
 ) -> None:
     with operator():
-        create_run(plane, ns, run_manifest(ns))
-        gang = gang_up(plane, ns, 0)
-        set_running(plane, ns, gang)
-        wait_for(lambda: phase_is(plane, ns, "Running"), "Running")
+        gang = running(plane, ns, run_manifest(ns))
         set_phase(plane, ns, of_role(gang, "trainer"), "Succeeded", exit_code=0)
         wait_for(lambda: phase_is(plane, ns, "Succeeded"), "Succeeded")
         wait_for(lambda: not pods(plane, ns) and "jobs" not in owned(plane, ns), "no gang")

@@ -216,7 +216,7 @@ def start(
     check's verdict)."""
     status = status_of(run_obj)
     attempt = int(status.get("restarts", 0))
-    created = children.ensure_workloads(ctx.kube, run, ctx.owner, attempt, ctx.images, new=new)
+    workloads = children.ensure_workloads(ctx.kube, run, ctx.owner, attempt, ctx.images, new=new)
     was = status.get("phase")
     begins = was in (None, PENDING, INITIALIZING, SUSPENDED)  # the first gang since it last ran
     conditions = [("Ready", True, "Reconciled", "children in place"), *(conditions or [])]
@@ -228,7 +228,7 @@ def start(
         ctx.status,
         not_terminal,
         phase=first_phase(run) if begins else was,
-        message=f"gang attempt {attempt} created" if created else None,
+        message=f"gang attempt {attempt} created" if workloads.created else None,
         conditions=conditions,
         fields={
             **generation,
@@ -243,9 +243,14 @@ def start(
         ctx.emit(run_obj, NORMAL, "Initialized", recorded)
     if written and "phase" in written:
         reason = "Resumed" if was == SUSPENDED else "Created"
-        ctx.emit(run_obj, NORMAL, reason, f"gang attempt {attempt}: {', '.join(created)}")
-    if was in (STARTING, RUNNING):
-        scaled(ctx, run, run_obj, attempt)
+        ctx.emit(run_obj, NORMAL, reason, f"gang attempt {attempt}: {', '.join(workloads.created)}")
+    if workloads.resized_from is not None:  # `kubectl scale srl` while the gang runs
+        generators_ready(ctx, run, attempt)
+        message = (
+            f"generators {workloads.resized_from} -> {run.spec.generators.replicas} while the "
+            "gang runs; training goes on"
+        )
+        ctx.emit(run_obj, NORMAL, "GeneratorsScaled", message)
     if run.queue_name is not None and was in (QUEUED, STARTING, RUNNING):
         # Admission comes with pods (their events); an eviction takes them away quietly.
         gang_queued(ctx, run, run_obj, attempt)
@@ -254,18 +259,6 @@ def start(
         # a pod): the periodic check looks again, and ends a start that took too long.
         gang_starting(ctx, run, run_obj, attempt)
         startup_overdue(ctx, run, run_obj)
-
-
-def scaled(ctx: Context, run: ScaleRLRun, run_obj: dict[str, Any], attempt: int) -> None:
-    """spec.generators.replicas changed while the gang runs (`kubectl scale srl`): its
-    generators' Job takes the new size; the trainer trains on (scalerl.trainer.pool)."""
-    before = children.resize_generators(ctx.kube, run, ctx.owner, attempt)
-    if before is None:
-        return
-    wanted = run.spec.generators.replicas
-    generators_ready(ctx, run, attempt)
-    message = f"generators {before} -> {wanted} while the gang runs; training goes on"
-    ctx.emit(run_obj, NORMAL, "GeneratorsScaled", message)
 
 
 def cleanup(ctx: Context, run_obj: dict[str, Any]) -> int:
