@@ -400,29 +400,38 @@ class Generator:
         colocated = self.engine.colocation is not None  # weights are loaded in memory
         if not colocated and self.index not in self.members:
             await self.replace(start)  # started mid-run in place of a lost generator
-        else:
-            if not colocated:
+        elif not colocated:
+            try:
                 # The others join once their engines started: a gang's start, not a silence.
                 await self.join(Regroup(start.generation, self.members), self.env.startup_timeout_s)
-            if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
-                if colocated:  # the trainer loads them, then says so
-                    await self.wait_for(MoreRollouts, self.env.startup_timeout_s)
-                else:
+            except WeightSyncError as err:
+                # A member died as the gang started: the trainer gave the group up (or timed
+                # out) and forms it of the others; the run's weights follow, whatever the version.
+                log.warning("generator %d: the gang's weight-sync group did not form (%s); "
+                            "waiting for the next", self.index, err)  # fmt: skip
+                await self.rejoin(start)
+            else:
+                if start.version > 0:  # a resumed run: the checkpoint's weights follow at once
                     await self.update(
                         await self.wait_for(UpdateWeights, self.env.startup_timeout_s)
                     )
-                if self.engine.version != start.version:
-                    raise WeightSyncError(
-                        f"could not load the resumed weights of version {start.version}"
-                    )
+                self.check_version(start)
+        else:
+            if start.version > 0:  # the trainer loads the resumed weights, then says so
+                await self.wait_for(MoreRollouts, self.env.startup_timeout_s)
+            self.check_version(start)
         self.grant_quota(first=True)
         self.tally = Tally(self.metrics)
 
     async def replace(self, start: Start) -> None:
-        """Ask to be let into the weight-sync group (Ready), join the generation that lets this
-        generator in, from where the run stands then, and load the run's current weights."""
+        """Ask to be let into the weight-sync group (Ready), then join it (`rejoin`)."""
         while not self.channel.try_send(Ready(generator=self.index)):
             await asyncio.sleep(0.005)
+        await self.rejoin(start)
+
+    async def rejoin(self, start: Start) -> None:
+        """Join the generation the trainer forms next, from where the run stands then, and load
+        the run's current weights (every formation is followed by them)."""
         regroup = await self.wait_for(Regroup, self.env.startup_timeout_s)
         self.consumed = regroup.consumed  # where the run stands now, not at its hello
         self.curriculum.load_state_dict(regroup.curriculum)
@@ -430,6 +439,10 @@ class Generator:
         await self.update(await self.wait_for(UpdateWeights, self.env.startup_timeout_s))
         if self.engine.version < start.version:
             raise WeightSyncError(f"could not load the run's weights (version {start.version})")
+
+    def check_version(self, start: Start) -> None:
+        if self.engine.version != start.version:
+            raise WeightSyncError(f"could not load the resumed weights of version {start.version}")
 
     async def join(self, regroup: Regroup, join_timeout_s: float) -> None:
         """Join `regroup`'s generation of the weight-sync group at this generator's rank."""

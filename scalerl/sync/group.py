@@ -19,6 +19,7 @@ it; a receiver connects to it anew for each generation it joins.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Callable
@@ -41,6 +42,8 @@ REJOIN_S = 30.0
 # While a generation forms, how often rank 0 asks whether a member it waits for is gone.
 GONE_POLL_S = 0.5
 _JOIN_POLL_S = 0.02
+# Where rank 0 leaves word that it gave a generation up (the ranks it stopped waiting for).
+_GIVEN_UP = "given-up"
 # Asked while a generation forms: the ranks (or, above this module, the generators) whose
 # processes are known to be gone.
 Gone = Callable[[], list[int]]
@@ -327,9 +330,14 @@ def _join(
     gone: Gone | None,
 ) -> None:
     """Wait until every rank announced itself, naming the missing ones on timeout, or the ones
-    `gone` reports as soon as it reports any."""
+    `gone` reports as soon as it reports any. A generation rank 0 gives up is given up by all:
+    rank 0 leaves word in the store, and a member waiting for a rank that will never come
+    (killed as the generation formed) stops at once, free to join the next generation, which
+    rank 0 would otherwise wait for it in."""
     keys = [f"joined/{r}" for r in range(world_size)]
     started = time.monotonic()
+    if rank != 0:
+        gone = _given_up_by_rank_0(store)
     try:
         store.set(keys[rank], "1")
         if gone is None:
@@ -340,6 +348,8 @@ def _join(
     except Exception as err:  # the store raises DistStoreError, TimeoutError or RuntimeError
         missing = _missing_ranks(store, keys)
         waited = time.monotonic() - started
+        if rank == 0 and isinstance(missing, list):
+            _give_up(store, missing)
         raise RanksMissing(
             f"{where}: timed out after {waited:.1f} s waiting for ranks {missing} to join "
             f"({_first_line(err)})",
@@ -347,9 +357,36 @@ def _join(
         ) from err
     if lost:
         waited = time.monotonic() - started
+        if rank == 0:
+            _give_up(store, lost)
+            raise RanksMissing(
+                f"{where}: ranks {lost} are gone; stopped waiting for them after {waited:.1f} s",
+                lost,
+            )
         raise RanksMissing(
-            f"{where}: ranks {lost} are gone; stopped waiting for them after {waited:.1f} s", lost
+            f"{where}: rank 0 gave this generation up after {waited:.1f} s (ranks {lost} are "
+            "gone); the next one follows",
+            lost,
         )
+
+
+def _give_up(store: dist.Store, missing: list[int]) -> None:
+    """Rank 0's word to the members still waiting: this generation will not form."""
+    try:
+        store.set(_GIVEN_UP, json.dumps(missing))
+    except Exception:  # a store that is gone tells the members as much
+        pass
+
+
+def _given_up_by_rank_0(store: dist.Store) -> Gone:
+    """A member's `gone`: the ranks rank 0 gave the generation up for, once it has."""
+
+    def given_up() -> list[int]:
+        if not store.check([_GIVEN_UP]):
+            return []
+        return json.loads(store.get(_GIVEN_UP)) or [0]  # none named: rank 0 itself left
+
+    return given_up
 
 
 def _wait_unless_gone(store: dist.Store, keys: list[str], deadline: float, gone: Gone) -> list[int]:

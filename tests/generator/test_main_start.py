@@ -1,5 +1,6 @@
 """How a generator process meets the trainer (Generator.start): a replacement of a pool's only
-generator, whose Start names no member, asks to be let in."""
+generator, whose Start names no member, asks to be let in; a gang member whose group the trainer
+gave up joins the next one."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import Any
 import pytest
 from test_main_evaluation import code_generator
 
-from scalerl.errors import PeerError
+from scalerl.errors import PeerError, WeightSyncError
 from scalerl.generator.scoring import Scorer
 from scalerl.metrics import GeneratorMetrics
 from scalerl.rollout import GeneratorChannel, TrainerChannel
-from scalerl.rollout.records import Ready, Start, Stop
+from scalerl.rollout.records import Ready, Regroup, Start, Stop, UpdateWeights
 from scalerl.spec import CodeSpec
 
 
@@ -30,17 +31,30 @@ class IdleEngine:
     async def start(self) -> float:
         return 0.0
 
+    refuse: int = 0  # how many joins fail first, as one rank 0 gave up does
+
     async def init_weight_sync(self, *args: Any, **kwargs: Any) -> None:
-        self.joined.append(args)
+        self.joined.append((*args, kwargs["generation"]))
+        if len(self.joined) <= self.refuse:
+            raise WeightSyncError("rank 0 gave this generation up (ranks [2] are gone)")
+
+    async def update_weights(self, version: int, timeout_s: float) -> float:
+        self.version = version
+        return 0.0
+
+
+def generator_on(tmp_path: Path, engine: IdleEngine) -> Any:
+    metrics = GeneratorMetrics("ns", "code")
+    generator = code_generator(tmp_path, Scorer("exact", CodeSpec(), metrics), metrics)
+    generator.engine = engine
+    return generator
 
 
 def test_the_replacement_of_a_pools_only_generator_asks_to_be_let_in(tmp_path: Path) -> None:
     """The trainer lost its only generator: the replacement's Start names no member. It asks to
     be let in (Ready) and joins no group of its own, as it would at a gang's start (there the
     trainer never let it in: the cluster run's replaced generator that never joined)."""
-    metrics = GeneratorMetrics("ns", "code")
-    generator = code_generator(tmp_path, Scorer("exact", CodeSpec(), metrics), metrics)
-    generator.engine = IdleEngine()  # type: ignore[assignment]
+    generator = generator_on(tmp_path, IdleEngine())
 
     async def meet(trainer: TrainerChannel) -> Any:
         starting = asyncio.create_task(generator.start())
@@ -61,3 +75,33 @@ def test_the_replacement_of_a_pools_only_generator_asks_to_be_let_in(tmp_path: P
         asked = asyncio.run(meet(trainer))
     assert asked == (0, Ready(generator=0))
     assert generator.engine.joined == []  # type: ignore[attr-defined]
+
+
+def test_a_gang_member_whose_group_was_given_up_joins_the_next(tmp_path: Path) -> None:
+    """Generator 1 died as the gang started: the trainer gave up generation 0 and forms
+    generation 1 of generator 0 alone. Generator 0 leaves generation 0, joins generation 1 at
+    its new rank from where the run stands then, and loads the run's weights (a fresh run's
+    too: they follow every formation), instead of failing its start."""
+    generator = generator_on(tmp_path, IdleEngine(refuse=1))
+    consumed = {"p3": [0]}
+
+    async def meet(trainer: TrainerChannel) -> None:
+        starting = asyncio.create_task(generator.start())
+        await asyncio.to_thread(trainer.wait_for_generators, 1, 10.0)
+        curriculum = generator.curriculum.state_dict()
+        trainer.send(0, Start(version=0, step=0, curriculum=curriculum, members=[0, 1]))
+        trainer.send(0, Regroup(1, [0], curriculum, consumed))
+        trainer.send(0, UpdateWeights(version=0))
+        await asyncio.wait_for(starting, 10.0)
+
+    with (
+        TrainerChannel("tcp://127.0.0.1:*") as trainer,
+        GeneratorChannel(trainer.endpoint, 0, linger_s=0) as channel,
+    ):
+        generator.channel = channel
+        asyncio.run(meet(trainer))
+    # (world size, rank, ..., generation): rank 1 of 3 in generation 0, then rank 1 of 2 in 1.
+    joined = [(args[2], args[3], args[-1]) for args in generator.engine.joined]
+    assert joined == [(3, 1, 0), (2, 1, 1)]
+    assert generator.members == [0]
+    assert generator.consumed == consumed
