@@ -76,6 +76,11 @@ TRAINER_COUNTERS = {
     "generator_replacements": (
         "Generators that joined mid-run in place of one that was lost (no gang restart)."
     ),
+    "generators_degraded_seconds": (
+        "Seconds the trainer trained or waited with fewer generators than the run asks for (one"
+        " lost, its replacement starting)."
+    ),
+    "degraded_steps": "Steps trained with fewer generators than the run asks for.",
     "zero_variance_groups": "Prompt groups dropped because all rewards were equal.",
     "received_groups": "Prompt groups the trainer received for its batches, stale ones included.",
     "stale_groups": "Prompt groups dropped for being more than k policy versions old.",

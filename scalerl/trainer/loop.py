@@ -344,6 +344,7 @@ class Trainer(ElasticPool):
         self.metrics.policy_version.set(self.state.version)
         self.metrics.compute_hours.set(self.state.compute_hours)
         self.status.progress(self.progress())
+        self.count_degraded()
         self.follow(self.status.desired_generators())
         self.track_step()
         steady, self.steady_seconds = self.steady_seconds, self.phases.steady()

@@ -54,14 +54,41 @@ class Pool:
     generation: int = 0  # of the sync group (scalerl.sync.group)
     formed: float = 0.0  # when that generation formed
     checked: float = 0.0  # when the members were last checked
+    counted: float = field(default_factory=time.monotonic)  # degraded time counted up to here
+    degraded_s: float = 0.0  # seconds degraded counted and not yet taken (`take_degraded_s`)
 
     @classmethod
     def of(cls, desired: int) -> Pool:
         members = list(range(desired))
         return cls(desired, members, known=set(members), checked=time.monotonic())
 
+    @property
+    def degraded(self) -> bool:
+        """Fewer generators sample than the run asks for (one lost, its replacement starting)."""
+        return len(self.members) < self.desired
+
+    def count(self) -> None:
+        """Count the time since the last count as degraded or not: done before every change of
+        the pool, so each stretch is counted under the pool it had."""
+        now = time.monotonic()
+        if self.degraded:
+            self.degraded_s += now - self.counted
+        self.counted = now
+
+    def take_degraded_s(self) -> float:
+        """The seconds degraded since this was last taken."""
+        self.count()
+        taken, self.degraded_s = self.degraded_s, 0.0
+        return taken
+
+    def resize(self, desired: int) -> None:
+        self.count()
+        self.desired = desired
+        self.known = {g for g in self.known if g < desired}
+
     def lose(self, generators: list[int], why: str, step: int) -> bool:
         """Take `generators` out of the pool at training step `step`; whether any was in it."""
+        self.count()
         lost = [g for g in generators if g in self.members or g in self.joining]
         for g in lost:
             log.warning("generator %d lost at step %d (%s); training goes on", g, step, why)
@@ -71,6 +98,7 @@ class Pool:
 
     def admit(self, generator: int) -> bool:
         """Let `generator` in; whether it replaces one (else it joins a pool scaled up)."""
+        self.count()
         replaces = generator in self.known
         self.joining.discard(generator)
         self.members = sorted({*self.members, generator})
@@ -163,13 +191,20 @@ class ElasticPool:
             desired,
             self.state.step,
         )
-        self.pool.desired = desired
-        self.pool.known = {g for g in self.pool.known if g < desired}
+        self.pool.resize(desired)
         self.metrics.generators_desired.set(desired)
 
     def lose(self, generators: list[int], why: str) -> None:
         if self.pool.lose(generators, why, self.state.step):
             self.regroup()
+
+    def count_degraded(self) -> None:
+        """After a step: the seconds the pool was short since the last, and this step if the pool
+        is short now (trained on fewer generators than the run asks for)."""
+        self.metrics.generators_degraded_seconds.inc(self.pool.take_degraded_s())
+        if self.pool.degraded:
+            self.state.bump("degraded_steps")
+            self.metrics.degraded_steps.inc()
 
     def regroup(self) -> None:
         """Form the sync group anew of the pool's members and hand them the current weights;

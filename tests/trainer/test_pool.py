@@ -186,3 +186,30 @@ def test_a_generator_that_said_hello_and_died_before_the_group_formed_is_lost_no
             channel.wait_for_generators(1, timeout_s=5)
         t.start_generators()
     assert t.pool.members == [] and t.publisher.formed == [[]]  # type: ignore[attr-defined]
+
+
+def test_the_time_and_steps_a_pool_is_short_are_counted(tmp_path: Path) -> None:
+    """scalerl_generators_degraded_seconds and scalerl_degraded_steps (and history's
+    `degraded_steps`): from a generator's loss to its replacement's join, measured here by the
+    test's own clock around the same events."""
+    t = trainer(tmp_path, no_signal_steps=3)
+    t.pool = Pool.of(2)
+    time.sleep(0.1)
+    t.count_degraded()  # a step with the whole pool
+    lost_at = time.monotonic()
+    t.pool.lose([1], "killed", step=1)
+    time.sleep(0.2)
+    t.count_degraded()  # a step trained on generator 0 alone
+    t.count_degraded()  # and another
+    time.sleep(0.2)
+    t.pool.admit(1)
+    joined_at = time.monotonic()
+    time.sleep(0.1)
+    t.count_degraded()  # the pool whole again
+    seconds = t.metrics.generators_degraded_seconds._value.get()
+    assert 0.4 <= seconds <= joined_at - lost_at
+    assert t.metrics.degraded_steps._value.get() == 2
+    assert t.state.counters["degraded_steps"] == 2
+    t.follow(3)  # scaled up: short of the new size until generator 2 joins
+    t.count_degraded()
+    assert t.state.counters["degraded_steps"] == 3
