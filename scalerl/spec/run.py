@@ -70,6 +70,16 @@ class GeneratorsSpec(ReplicaSpec):
     """The generator processes (pods): vLLM engines that sample the rollouts."""
 
     replicas: Int = Field(8, ge=1, le=MAX_REPLICAS, description="Generator processes (pods).")
+    min_replicas: Int = Field(
+        1,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="With fewer generators sampling (lost ones being replaced), training waits "
+        "for them rather than trains on fewer (condition Degraded, reason BelowMinReplicas), up "
+        "to failurePolicy.startupTimeoutSeconds; at or above it training goes on (reason "
+        "GeneratorsShort). Taken as replicas where it is larger (a run scaled down). The "
+        "default 1 trains on while any generator samples.",
+    )
     tensor_parallel: Int = Field(
         1, ge=1, le=MAX_GPUS, description="vLLM tensor-parallel size of each generator's engine."
     )

@@ -91,6 +91,7 @@ class Trainer(ElasticPool):
     tracked_step: int = -1  # the last step sent to the trackers
     saved: tuple[int, int] = (-1, -1)  # (step, evaluations) the last checkpoint holds
     pool: Pool = field(default_factory=lambda: Pool.of(1))  # the generators (scalerl.trainer.pool)
+    reported: tuple[bool, str, str] | None = None  # the Degraded condition as last written
 
     @property
     def spec(self) -> RunSpec:
@@ -134,6 +135,7 @@ class Trainer(ElasticPool):
                 # a step's.
                 self.publish()
         self.broadcast_version = self.state.version
+        self.report_pool()
 
     def receive(self, timeout_s: float) -> None:
         """Take one message: rollouts to the backlog, evaluations to results; failures raise."""
@@ -193,7 +195,22 @@ class Trainer(ElasticPool):
 
     def take(self, groups: int) -> list[RolloutGroup]:
         with self.phases.timing("wait_rollouts"):
+            self.wait_for_minimum()
             return self.collect(groups)
+
+    def wait_for_minimum(self) -> None:
+        """Below `generators.minReplicas` no step is trained: the trainer waits for the lost
+        generators' replacements (holding what the others send), as long as a start may take."""
+        since = time.monotonic()
+        while len(self.pool.members) < self.minimum():
+            if (waited := time.monotonic() - since) > self.env.startup_timeout_s:
+                raise PeerError(
+                    f"{len(self.pool.members)} of {self.pool.desired} generators ready for "
+                    f"{waited:.0f} s, below generators.minReplicas {self.minimum()} (the startup "
+                    "timeout)"
+                )
+            self.receive(1.0)
+            self.watch()
 
     def broadcast_weights(self) -> None:
         """Send the new policy; when it did not change, only ask for the next batch."""

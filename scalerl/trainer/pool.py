@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from scalerl.recipe import NoPositiveResampling
     from scalerl.rollout.pipe import TrainerEnd
     from scalerl.rollout.records import GeneratorStats
+    from scalerl.spec import ScaleRLRun
+    from scalerl.status import StatusSink
     from scalerl.trainer.history import TrainerState
     from scalerl.trainer.publish import WeightPublisher
 
@@ -136,6 +138,9 @@ class ElasticPool:
     channel: TrainerChannel | TrainerEnd
     publisher: WeightPublisher
     pool: Pool
+    run: ScaleRLRun
+    status: StatusSink
+    reported: tuple[bool, str, str] | None  # the Degraded condition as last written
     state: TrainerState
     backlog: list[RolloutGroup]
     curriculum: NoPositiveResampling
@@ -192,6 +197,7 @@ class ElasticPool:
             self.state.step,
         )
         self.pool.resize(desired)
+        self.report_pool()
         self.metrics.generators_desired.set(desired)
 
     def lose(self, generators: list[int], why: str) -> None:
@@ -231,7 +237,29 @@ class ElasticPool:
                 continue
             self.metrics.generators_ready.set(len(members))
             log.info("weight-sync group %d formed of generators %s", generation, members)
+            self.report_pool()
             return
+
+    def minimum(self) -> int:
+        """The generators below which training waits (`generators.minReplicas`, at most the
+        size the run asks for now)."""
+        return min(self.run.spec.generators.min_replicas, self.pool.desired)
+
+    def report_pool(self) -> None:
+        """The run's Degraded condition, written when it changes: True while fewer generators
+        sample than the run asks for, its reason whether training goes on meanwhile."""
+        ready, desired, minimum = len(self.pool.members), self.pool.desired, self.minimum()
+        if ready >= desired:
+            state = (False, "GeneratorsReady", f"{ready} of {desired} generators ready")
+        elif ready >= minimum:
+            state = (True, "GeneratorsShort", f"{ready} of {desired} generators ready; "
+                     "training goes on while the others start")  # fmt: skip
+        else:
+            state = (True, "BelowMinReplicas", f"{ready} of {desired} generators ready, below "
+                     f"generators.minReplicas {minimum}: training waits for them")  # fmt: skip
+        if state != self.reported:
+            self.reported = state
+            self.status.condition("Degraded", *state)
 
     def position(self) -> dict[str, list[int]]:
         """The data position a generator starts serving from: what the steps consumed, and the

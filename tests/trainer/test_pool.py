@@ -13,11 +13,12 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
-from test_signal import trainer
+from test_signal import conditions, trainer
 
 from scalerl.errors import PeerError
 from scalerl.rollout import GeneratorChannel, TrainerChannel
 from scalerl.rollout.records import EvalResult, Evaluate, Ready, Regroup, Start
+from scalerl.status import FileStatus
 from scalerl.status.history import PromptScore
 from scalerl.sync.group import RanksMissing
 from scalerl.trainer.pool import Pool
@@ -213,3 +214,101 @@ def test_the_time_and_steps_a_pool_is_short_are_counted(tmp_path: Path) -> None:
     t.follow(3)  # scaled up: short of the new size until generator 2 joins
     t.count_degraded()
     assert t.state.counters["degraded_steps"] == 3
+
+
+class Recorded(FileStatus):
+    """The run's status files, and every condition written, in order."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir)
+        self.written: list[tuple[str, bool, str]] = []
+
+    def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.written.append((type_, status, reason))
+        super().condition(type_, status, reason, message)
+
+
+def with_generators(t: Any, replicas: int, min_replicas: int) -> None:
+    generators = t.spec.generators.model_copy(
+        update={"replicas": replicas, "min_replicas": min_replicas}
+    )
+    t.run = t.run.model_copy(update={"spec": t.spec.model_copy(update={"generators": generators})})
+
+
+def test_below_min_replicas_training_waits_for_the_replacement_and_the_run_says_so(
+    tmp_path: Path, make_group: Any
+) -> None:
+    """generators.minReplicas 2 of 2: with generator 1 lost no step is trained (the run is
+    Degraded, BelowMinReplicas); what generator 0 sends meanwhile is held, and training goes on
+    once the replacement joined (Degraded false again)."""
+    t = trainer(tmp_path, no_signal_steps=3)
+    with_generators(t, replicas=2, min_replicas=2)
+    t.status = Recorded(tmp_path)
+    t.env = dataclasses.replace(t.env, peer_timeout_s=5.0, startup_timeout_s=30.0)
+    t.publisher = NoWeights()  # type: ignore[assignment]
+    group = make_group([1.0, 0.0])
+    with TrainerChannel("tcp://127.0.0.1:*") as channel:
+        t.channel = channel
+        t.pool = Pool.of(2)
+        with GeneratorChannel(channel.endpoint, 0, linger_s=0) as survivor:
+            survivor.hello(timeout_s=5)
+            channel.wait_for_generators(1, timeout_s=5)
+            t.lose([1], "killed")
+            survivor.send(group)  # the survivor's rollouts, while training waits
+            joined: list[float] = []
+
+            def replacement() -> None:
+                with GeneratorChannel(channel.endpoint, 1, linger_s=0) as generator:
+                    time.sleep(1.5)  # its engine starting
+                    generator.hello(timeout_s=5)
+                    next_of(generator, Start)
+                    joined.append(time.monotonic())
+                    generator.send(Ready(generator=1))
+                    next_of(generator, Regroup)
+                    time.sleep(1.0)  # connected until the trainer took the batch
+
+            with ThreadPoolExecutor(1) as pool:
+                started = pool.submit(replacement)
+                assert t.take(1) == [group]  # only once the pool is back to 2
+                took = time.monotonic()
+                started.result(timeout=10)
+    assert took >= joined[0]
+    assert t.pool.members == [0, 1]
+    degraded = [(s, reason) for type_, s, reason in t.status.written if type_ == "Degraded"]
+    assert degraded == [(True, "BelowMinReplicas"), (False, "GeneratorsReady")]
+    assert conditions(tmp_path)["Degraded"]["status"] == "False"
+
+
+def test_a_pool_below_min_replicas_past_the_startup_timeout_fails_the_gang(
+    tmp_path: Path,
+) -> None:
+    t = trainer(tmp_path, no_signal_steps=3)
+    with_generators(t, replicas=2, min_replicas=2)
+    t.env = dataclasses.replace(t.env, peer_timeout_s=5.0, startup_timeout_s=1.0)
+    with (
+        TrainerChannel("tcp://127.0.0.1:*") as channel,
+        GeneratorChannel(channel.endpoint, 0, linger_s=0) as survivor,
+    ):
+        t.channel = channel
+        t.pool = Pool(desired=2, members=[0])
+        survivor.hello(timeout_s=5)
+        channel.wait_for_generators(1, timeout_s=5)
+        with pytest.raises(PeerError, match=r"1 of 2 generators ready for \d+ s, below "
+                           r"generators.minReplicas 2 \(the startup timeout\)"):  # fmt: skip
+            t.take(1)
+
+
+def test_at_or_above_min_replicas_a_short_pool_trains_on_and_says_so(tmp_path: Path) -> None:
+    """The default minReplicas 1: a lost generator's share goes to the others (GeneratorsShort);
+    scaled up past what runs, the same."""
+    t = trainer(tmp_path, no_signal_steps=3)
+    with_generators(t, replicas=2, min_replicas=1)
+    t.status = Recorded(tmp_path)
+    t.pool = Pool(desired=2, members=[0])
+    t.report_pool()
+    assert t.minimum() == 1
+    t.follow(1)  # scaled down to what runs
+    t.follow(3)
+    degraded = [(s, reason) for type_, s, reason in t.status.written if type_ == "Degraded"]
+    assert degraded == [(True, "GeneratorsShort"), (False, "GeneratorsReady"),
+                        (True, "GeneratorsShort")]  # fmt: skip
