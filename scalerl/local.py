@@ -32,7 +32,7 @@ from scalerl.progress import ProgressDisplay
 from scalerl.rollout.keys import StreamKeys
 from scalerl.runpaths import resolve_paths
 from scalerl.spec import RunSpec, ScaleRLRun
-from scalerl.status.files import STATUS_FILE, FileStatus, read_status
+from scalerl.status.files import GAVE_UP_FILE, STATUS_FILE, FileStatus, read_status
 from scalerl.status.history import HISTORY_FILE, PROGRESS_FILE, read_history
 from scalerl.tracking import open_trackers
 
@@ -179,6 +179,7 @@ class LocalRun:
         self.restarts = 0
         self.replacements = 0  # generators replaced alone
         self.replaced_at: dict[str, int] = {}  # role: the trained step it was last replaced at
+        self.gave_up_seen = 0  # lines of GAVE_UP_FILE acted on
         self.fit_skipped: str | None = None  # why the last fit could not be made
         # history.jsonl's size and mtime when refresh last read it: it is read again only when
         # it changed (every evaluation), not every half-second tick.
@@ -251,6 +252,7 @@ class LocalRun:
         when another process dies (naming every process that has, since one death takes the
         trainer ranks with it)."""
         while gang.processes[LEADER].poll() != 0:
+            self.end_given_up(gang)
             failed = gang.failed()
             if LEADER in failed and (stopped := stopped_reason(self.out)) is not None:
                 raise ScaleRLError(f"run stopped: {stopped}")  # on purpose: no restart
@@ -260,6 +262,23 @@ class LocalRun:
                 self.replace(gang, role)
             time.sleep(0.5)
             self.refresh()
+
+    def end_given_up(self, gang: Gang) -> None:
+        """Generators the trainer gave up while they looked alive (they sent nothing for the
+        peer timeout while the others did: scalerl.trainer.pool): each still running as the
+        process the trainer gave up is killed, and so replaced as a dead one is."""
+        path = self.out / GAVE_UP_FILE
+        if not path.exists():
+            return
+        lines = path.read_text().split("\n")[:-1]  # whole lines only
+        for line in lines[self.gave_up_seen :]:
+            given_up = json.loads(line)
+            role, proc = given_up["role"], gang.processes.get(given_up["role"])
+            if proc is not None and proc.pid == given_up["pid"] and proc.poll() is None:
+                self.display.note(f"{role} stopped answering ({given_up['reason']}); ending it")
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+        self.gave_up_seen = len(lines)
 
     def replace(self, gang: Gang, role: str) -> None:
         """Start a dead generator again; one that dies again before the trainer took a step

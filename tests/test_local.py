@@ -216,18 +216,58 @@ def test_run_survives_killed_processes_and_resumes_from_checkpoints(tmp_path: Pa
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not alive(json.loads((out / "processes.json").read_text()))
 
-    # Resumed with one generator (its shard: all 24 prompts) for four more steps: no prompt was
-    # taken twice in an epoch, none was skipped, through the kills, the replacement and the
-    # reshard.
-    more = {**changes, "generators": {"replicas": 1}, "budget": {"maxSteps": 166}}
-    result = subprocess.run(
-        run_command(write_spec(tmp_path, **more), out), capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    # Scaled on resume, 2 -> 3 -> 1 generators, three steps each (shards of 8 prompts, then one
+    # of all 24): no prompt was taken twice in an epoch, none was skipped, through the kills,
+    # the replacement and the reshards.
+    for replicas, steps in ((3, 163), (1, 166)):
+        more = {**changes, "generators": {"replicas": replicas}, "budget": {"maxSteps": steps}}
+        result = subprocess.run(run_command(write_spec(tmp_path, **more), out),
+                                capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        processes = json.loads((out / "processes.json").read_text())
+        assert sorted(r for r in processes if r.startswith("generator-")) == [
+            f"generator-{g}" for g in range(replicas)
+        ]
     epochs = assert_once_per_epoch(out)
     assert len(epochs) == 24
     counts = [len(seen) for seen in epochs.values()]
     assert max(counts) - min(counts) <= 1, epochs  # 166 steps x 8 groups: 55 to 56 epochs each
+
+
+@pytest.mark.slow
+def test_a_generator_that_stops_answering_is_replaced_alone(tmp_path: Path) -> None:
+    """SIGSTOP: generator 1's process stays, connected, and answers nothing. The trainer gives
+    it up (its next weight broadcast times out and the group re-formed without it: it does not
+    join; or, between broadcasts, it sends no rollouts for the peer timeout while generator 0
+    does), generator 0 trains on, the runner kills the process the trainer gave up (not a later
+    one) and starts a replacement, which joins: no gang restart."""
+    out = tmp_path / "run"
+    changes = {
+        "budget": {"maxSteps": 150},  # outlasts the peer timeout and the replacement's start
+        "evaluation": {"everySteps": 50},
+        "checkpoint": {"everySteps": 50},
+        "failurePolicy": {"peerTimeoutSeconds": 10},
+    }
+    with running(write_spec(tmp_path, **changes), out) as proc:
+        wait_for_step(out, 3, proc, timeout_s=300)
+        frozen = json.loads((out / "processes.json").read_text())["generator-1"]["pid"]
+        os.kill(frozen, signal.SIGSTOP)
+        output = finish(proc, timeout_s=400)
+    why = r"(no rollouts for \d+ s \(the peer timeout\)|sync group .* timed out after)"
+    assert re.search(rf"generator-1 stopped answering \({why}", output), output
+    assert "generator-1 exited with code -9; starting a replacement" in output
+    assert "restarting from the last checkpoint" not in output
+    trainer_log = (out / "logs" / "trainer-0.log").read_text()
+    lost = re.findall(rf"generator 1 lost at step (\d+) \({why}", trainer_log)
+    joined = re.findall(r"generator 1 joins the weight-sync group at step (\d+)", trainer_log)
+    assert len(lost) == len(joined) == 1, trainer_log
+    lost_at, joined_at = int(lost[0][0]), int(joined[0])
+    assert joined_at > lost_at  # steps went on meanwhile
+    counters = read_history(out / "history.jsonl")[-1]["counters"]
+    assert counters["generator_replacements"] == 1
+    assert counters["degraded_steps"] >= joined_at - lost_at
+    with pytest.raises(ProcessLookupError):
+        os.kill(frozen, 0)
 
 
 def alive(processes: dict[str, dict[str, object]]) -> list[str]:

@@ -377,6 +377,8 @@ class Generator:
                 task = asyncio.create_task(self.evaluate(command))
                 background.add(task)
                 task.add_done_callback(background.discard)
+            elif isinstance(command, Stop) and command.lost:
+                raise PeerError(f"the trainer gave generator {self.index} up: {command.reason}")
             elif isinstance(command, Stop):
                 log.info("generator %d stopping: %s", self.index, command.reason)
                 self.stopped.set()

@@ -557,10 +557,12 @@ class Evaluate(_Plain):
 
 @dataclass
 class Stop(_Plain):
-    """Finish up and exit (trainer -> all)."""
+    """Finish up and exit (trainer -> all). `lost`: the trainer gave this generator up (it sent
+    nothing for the peer timeout while the others did): exit failed, so that it is replaced."""
 
     TYPE: ClassVar[str] = "stop"
     reason: str
+    lost: bool = False
 
 
 FromGenerator = RolloutGroup | EvalResult | GeneratorStats | Hello | Failure | Ready

@@ -83,6 +83,7 @@ class TrainerChannel:
         self.generators: set[int] = set()
         # generator -> the identity of its process that said hello last
         self._routes: dict[int, bytes] = {}
+        self.pids: dict[int, int] = {}  # generator -> the pid its process said hello with
         self._pending: deque[tuple[int, Message]] = deque()
 
     def wait_for_generators(self, n: int, timeout_s: float) -> set[int]:
@@ -162,6 +163,7 @@ class TrainerChannel:
         if isinstance(msg, Hello):  # a process (the first, or a replacement) takes the index
             self.generators.add(generator)
             self._routes[generator] = identity
+            self.pids[generator] = msg.pid
         elif self._routes.get(generator, identity) != identity:
             log.info(
                 "dropped %s of a replaced process of generator %d", type(msg).__name__, generator

@@ -38,6 +38,11 @@ class StatusSink(Protocol):
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         """Set one condition (metav1.Condition shape, keyed by type)."""
 
+    def gave_up(self, generator: int, pid: int | None, reason: str) -> None:
+        """The trainer gave generator `generator` up (process `pid`, as it said hello) while it
+        looked alive: its supervisor ends it, and so starts its replacement (the local runner
+        reads GAVE_UP_FILE)."""
+
     def desired_generators(self) -> int | None:
         """How many generators the run asks for now, where that changes while it runs (a
         cluster's `kubectl scale srl`), as of the last write; None: as its spec said at the

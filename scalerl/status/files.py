@@ -15,6 +15,9 @@ from scalerl.status.conditions import set_condition
 from scalerl.status.history import HistoryRow, Progress, PromptScore, RunFiles, atomic_write
 
 STATUS_FILE = "status.json"
+# Generators the trainer gave up while their processes looked alive, one JSON line each
+# ({"role", "pid", "reason"}): the local runner ends each (scalerl.local) and replaces it.
+GAVE_UP_FILE = "gave-up.jsonl"
 
 
 class FileStatus:
@@ -43,6 +46,11 @@ class FileStatus:
         if updated != self.conditions:
             self.conditions = updated
             atomic_write(self.path, json.dumps({"conditions": updated}, indent=2))
+
+    def gave_up(self, generator: int, pid: int | None, reason: str) -> None:
+        line = {"role": f"generator-{generator}", "pid": pid, "reason": reason}
+        with (self.path.parent / GAVE_UP_FILE).open("a") as out:
+            out.write(json.dumps(line) + "\n")
 
     def desired_generators(self) -> int | None:
         return None

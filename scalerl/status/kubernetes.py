@@ -315,6 +315,12 @@ class KubernetesStatus:
             "evaluationCount": len(self.evaluations),
         }
 
+    def gave_up(self, generator: int, pid: int | None, reason: str) -> None:
+        # A pod's process cannot be ended from here; told Stop(lost), an awake one exits failed
+        # and its Job replaces it (docs/operations.md: a frozen pod is left to its alert).
+        if self.local is not None:
+            self.local.gave_up(generator, pid, reason)
+
     def desired_generators(self) -> int | None:
         return self.generators
 

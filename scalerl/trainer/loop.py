@@ -161,6 +161,7 @@ class Trainer(ElasticPool):
     def hold(self, group: RolloutGroup) -> None:
         """A group for a coming step; one the run consumed or holds already is dropped (a
         generator that died may have sent what its replacement then served again)."""
+        self.pool.sent[group.generator] = time.monotonic()
         held = {(g.prompt_id, g.epoch) for g in self.backlog}
         if group.epoch in self.state.consumed.get(group.prompt_id, ()) or (
             (group.prompt_id, group.epoch) in held
@@ -174,10 +175,15 @@ class Trainer(ElasticPool):
         self.backlog.append(group)
 
     def collect(self, groups: int) -> list[RolloutGroup]:
-        heard = time.monotonic()
+        heard = since = time.monotonic()
         while len(self.backlog) < groups:
             heard = self.pool.since_changed(heard)
             if (silent := time.monotonic() - heard) > self.waiting_s():
+                held = {group.generator for group in self.backlog}
+                if self.elastic and (quiet := self.pool.quiet(since, held)):
+                    self.give_up(quiet, silent)  # the others go on
+                    heard = time.monotonic()
+                    continue
                 limit = "the peer timeout" if self.pool.members else (
                     "the startup timeout: every generator is lost, none joined again"
                 )  # fmt: skip

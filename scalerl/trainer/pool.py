@@ -20,13 +20,14 @@ divided by and its metrics show.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scalerl.errors import PeerError, WeightSyncError
 from scalerl.rollout.position import DataPosition
-from scalerl.rollout.records import Evaluate, Ping, Regroup, RolloutGroup, Start
+from scalerl.rollout.records import Ping, Regroup, RolloutGroup, Start, Stop, ToGenerator
 from scalerl.rollout.stream import GeneratorGone, TrainerChannel
 from scalerl.sync.group import REJOIN_S, RanksMissing
 
@@ -58,6 +59,7 @@ class Pool:
     checked: float = 0.0  # when the members were last checked
     counted: float = field(default_factory=time.monotonic)  # degraded time counted up to here
     degraded_s: float = 0.0  # seconds degraded counted and not yet taken (`take_degraded_s`)
+    sent: dict[int, float] = field(default_factory=dict)  # when each last sent a rollout
 
     @classmethod
     def of(cls, desired: int) -> Pool:
@@ -121,6 +123,16 @@ class Pool:
         time from when they formed (a replacement that just joined has generated nothing yet,
         however long the pool was without it)."""
         return max(heard, self.formed)
+
+    def quiet(self, since: float, held: set[int]) -> list[int]:
+        """The members that sent no rollout since `since` (or since the pool formed) and have
+        none `held` for the batch, while the others did: alive to a ping, perhaps, but not
+        generating. A member whose groups are held may have sent its share ahead and wait for
+        the next version. None when every member is quiet (then the trainer itself, or the
+        run's data, may be at fault)."""
+        start = max(since, self.formed)
+        quiet = [g for g in self.members if g not in held and self.sent.get(g, -math.inf) < start]
+        return quiet if len(quiet) < len(self.members) else []
 
     def due(self) -> bool:
         """Whether it is time to check the members again."""
@@ -204,6 +216,22 @@ class ElasticPool:
         if self.pool.lose(generators, why, self.state.step):
             self.regroup()
 
+    def give_up(self, generators: list[int], silent: float) -> None:
+        """Generators that sent nothing for the peer timeout while the others sent theirs: they
+        stop answering (a hung engine, a frozen process), and the others take their share. Each
+        is told it is lost (an awake one exits failed, and is replaced), and its supervisor is
+        asked to end it (a local run's runner does; scalerl.status)."""
+        why = f"no rollouts for {silent:.0f} s (the peer timeout) while the others sent theirs"
+        self.abandon(generators, why)
+        self.lose(generators, why)
+
+    def abandon(self, generators: list[int], why: str) -> None:
+        """Generators lost while their processes look alive: each is told so (Stop, lost) and
+        its supervisor asked to end it, so that a replacement starts."""
+        self.tell(generators, Stop(f"unresponsive: {why}", lost=True))
+        for generator in generators:
+            self.status.gave_up(generator, getattr(self.channel, "pids", {}).get(generator), why)
+
     def count_degraded(self) -> None:
         """After a step: the seconds the pool was short since the last, and this step if the pool
         is short now (trained on fewer generators than the run asks for)."""
@@ -228,8 +256,11 @@ class ElasticPool:
                 self.publish()
             except RanksMissing as err:
                 missing = [members[r - 1] for r in err.missing or () if r >= 1]
-                if not self.pool.lose(missing or self.unreachable(), str(err), self.state.step):
+                gone = self.unreachable()
+                if not self.pool.lose(missing or gone, str(err), self.state.step):
                     raise
+                # Connected and not joining (a frozen process): ended by its supervisor.
+                self.abandon([g for g in missing if g not in gone], str(err))
                 continue
             except WeightSyncError as err:
                 if not self.pool.lose(self.unreachable(), str(err), self.state.step):
@@ -269,7 +300,7 @@ class ElasticPool:
             position.consume(group.prompt_id, group.epoch)
         return position.to_dict()
 
-    def tell(self, generators: list[int], message: Start | Regroup | Ping | Evaluate) -> list[int]:
+    def tell(self, generators: list[int], message: ToGenerator) -> list[int]:
         """Send `message` to each of `generators`; those that are gone."""
         gone = []
         for generator in generators:

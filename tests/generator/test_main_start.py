@@ -105,3 +105,26 @@ def test_a_gang_member_whose_group_was_given_up_joins_the_next(tmp_path: Path) -
     assert joined == [(3, 1, 0), (2, 1, 1)]
     assert generator.members == [0]
     assert generator.consumed == consumed
+
+
+def test_a_generator_the_trainer_gave_up_exits_failed_so_that_it_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """Stop with `lost`: the trainer gave this generator up (it sent nothing for the peer timeout
+    while the others did). A process that reads it was only slow; it fails (and its runner or
+    Job replaces it) instead of finishing as at the run's end, which would leave it unreplaced."""
+    generator = generator_on(tmp_path, IdleEngine())
+
+    async def told(trainer: TrainerChannel) -> None:
+        await asyncio.to_thread(generator.channel.hello, 5.0)
+        await asyncio.to_thread(trainer.wait_for_generators, 1, 10.0)
+        trainer.send(0, Stop("unresponsive: no rollouts for 300 s", lost=True))
+        await asyncio.wait_for(generator.command_loop(), 10.0)
+
+    with (
+        TrainerChannel("tcp://127.0.0.1:*") as trainer,
+        GeneratorChannel(trainer.endpoint, 0, linger_s=0) as channel,
+    ):
+        generator.channel = channel
+        with pytest.raises(PeerError, match="the trainer gave generator 0 up: unresponsive"):
+            asyncio.run(told(trainer))

@@ -5,6 +5,8 @@ replacement may take to start (it loads its model and engine first): the startup
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from test_signal import conditions, trainer
 
 from scalerl.errors import PeerError
 from scalerl.rollout import GeneratorChannel, TrainerChannel
-from scalerl.rollout.records import EvalResult, Evaluate, Ready, Regroup, Start
+from scalerl.rollout.records import EvalResult, Evaluate, Ready, Regroup, Start, Stop
 from scalerl.status import FileStatus
 from scalerl.status.history import PromptScore
 from scalerl.sync.group import RanksMissing
@@ -312,3 +314,65 @@ def test_at_or_above_min_replicas_a_short_pool_trains_on_and_says_so(tmp_path: P
     degraded = [(s, reason) for type_, s, reason in t.status.written if type_ == "Degraded"]
     assert degraded == [(True, "GeneratorsShort"), (False, "GeneratorsReady"),
                         (True, "GeneratorsShort")]  # fmt: skip
+
+
+def test_a_generator_that_stops_answering_is_given_up_while_the_others_train_on(
+    tmp_path: Path, make_group: Any
+) -> None:
+    """Generator 1 stays connected and sends nothing (a hung engine, a SIGSTOPped process)
+    while generator 0 sends its rollouts: after the peer timeout generator 1 is lost, told so
+    (Stop, lost: an awake process exits failed and is replaced), its supervisor asked to end
+    the process that said hello (status: gave-up.jsonl, which the local runner reads), and
+    generator 0 takes the whole batch."""
+    t = trainer(tmp_path, no_signal_steps=3)
+    t.env = dataclasses.replace(t.env, peer_timeout_s=1.0)
+    t.publisher = NoWeights()  # type: ignore[assignment]
+    first, second = make_group([1.0, 0.0]), make_group([0.0, 1.0], seed=1)
+    with (
+        TrainerChannel("tcp://127.0.0.1:*") as channel,
+        GeneratorChannel(channel.endpoint, 0, linger_s=0) as working,
+        GeneratorChannel(channel.endpoint, 1, linger_s=0) as hung,
+    ):
+        t.channel = channel
+        working.hello(timeout_s=5)
+        hung.hello(timeout_s=5)
+        channel.wait_for_generators(2, timeout_s=5)
+        t.pool = Pool.of(2)
+
+        def generator_0() -> None:
+            working.send(first)
+            next_of(working, Regroup)  # the pool formed again without generator 1
+            working.send(second)
+
+        with ThreadPoolExecutor(1) as pool:
+            sending = pool.submit(generator_0)
+            assert t.collect(2) == [first, second]
+            sending.result(timeout=10)
+        told = next_of(hung, Stop)
+    assert told.lost and "no rollouts for 1 s (the peer timeout)" in told.reason
+    assert t.pool.members == [0]
+    gave_up = [json.loads(line) for line in (tmp_path / "gave-up.jsonl").read_text().splitlines()]
+    assert gave_up == [{"role": "generator-1", "pid": os.getpid(), "reason": gave_up[0]["reason"]}]
+
+
+def test_a_pool_that_all_went_quiet_is_the_trainer_s_problem_not_a_generator_s(
+    tmp_path: Path,
+) -> None:
+    """Every member silent: no generator is singled out; the gang restarts (the trainer, or the
+    run's data, may be what is wrong)."""
+    t = trainer(tmp_path, no_signal_steps=3)
+    t.env = dataclasses.replace(t.env, peer_timeout_s=0.5)
+    with (
+        TrainerChannel("tcp://127.0.0.1:*") as channel,
+        GeneratorChannel(channel.endpoint, 0, linger_s=0) as one,
+        GeneratorChannel(channel.endpoint, 1, linger_s=0) as other,
+    ):
+        t.channel = channel
+        one.hello(timeout_s=5)
+        other.hello(timeout_s=5)
+        channel.wait_for_generators(2, timeout_s=5)
+        t.pool = Pool.of(2)
+        with pytest.raises(PeerError, match=r"\(the peer timeout\)"):
+            t.collect(1)
+    assert t.pool.members == [0, 1]
+    assert not (tmp_path / "gave-up.jsonl").exists()
