@@ -10,7 +10,6 @@ weight updates), and the command loop (updates, evaluations, stop).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import math
 import signal
@@ -18,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from scalerl.environment import ProcessEnv, configure_logging, exit_now
 from scalerl.errors import DataError, PeerError, ScaleRLError, WeightSyncError
@@ -33,6 +32,7 @@ from scalerl.generator.prompts import (
     shard,
     train_and_validation,
 )
+from scalerl.generator.readable import readable
 from scalerl.generator.scoring import Scorer, rewards_of
 from scalerl.generator.tally import Group, Tally, score
 from scalerl.generator.tokens import ModelTokens
@@ -51,7 +51,6 @@ from scalerl.rollout.records import (
     Ready,
     Regroup,
     RolloutGroup,
-    Sample,
     Start,
     Stop,
     UpdateWeights,
@@ -276,7 +275,12 @@ class Generator:
             generator=index,
             scores=[score(e, g, k) for e, g in zip(examples, groups, strict=True)],
             tokens=sum(s.generated_tokens for g in groups for s in g.samples),
-            completions=self.readable(examples, [g.samples for g in groups]),
+            completions=readable(
+                examples,
+                [g.samples for g in groups],
+                self.spec.evaluation.log_completions,
+                self.tokens.tokenizer.decode,
+            ),
         )
         for message in (
             self.tally.report(self.index, self.engine.version),
@@ -298,39 +302,6 @@ class Generator:
         prompt, and nothing of the process (its generator index, what it sampled before), so
         evaluation n samples alike whether or not the run restarted before it."""
         return f"{self.spec.seed}/eval/{command.step}/{example.id}"
-
-    def readable(self, examples: list[Example], groups: list[list[Sample]]) -> list[dict[str, Any]]:
-        """The first `evaluation.logCompletions` completions of a share, decoded (one per
-        prompt in turn, so they cover as many prompts as they can)."""
-        wanted = self.spec.evaluation.log_completions
-        pairs = [(e, g[0]) for e, g in zip(examples, groups, strict=True) if g][:wanted]
-        return [
-            {
-                "prompt_id": example.id,
-                "prompt": example.prompt,
-                "completion": self.readable_completion(sample),
-                "answer": example.answer,
-                "reward": sample.reward,
-                "passed": sample.passed,
-                "truncated": sample.truncated,
-                **({"reward_error": sample.reward_error} if sample.reward_error else {}),
-            }
-            for example, sample in pairs
-        ]
-
-    def readable_completion(self, sample: Sample) -> str:
-        """The completion's text; a conversation's whole, the environment's spans (tool results,
-        its messages and their framing: not trained on) marked ⟦like this⟧."""
-        decode = self.tokens.tokenizer.decode
-        if sample.conversation is None:
-            text: str = decode(sample.completion_ids)
-            return text
-        pairs = zip(sample.completion_ids, sample.loss_mask, strict=True)
-        spans = [
-            (trained, decode([t for t, _ in span], skip_special_tokens=False))
-            for trained, span in itertools.groupby(pairs, key=lambda pair: pair[1] > 0)
-        ]
-        return "".join(text if trained else f"⟦{text}⟧" for trained, text in spans)
 
     async def next_command(self, timeout_s: float) -> object | None:
         """Poll the channel from the loop thread (a ZeroMQ socket must stay on one thread)."""

@@ -174,49 +174,10 @@ class Trainer(ElasticPool):
         self.state.bump("mixed_version_samples", mixed)
         self.backlog.append(group)
 
-    def collect(self, groups: int) -> list[RolloutGroup]:
-        heard = since = time.monotonic()
-        while len(self.backlog) < groups:
-            heard = self.pool.since_changed(heard)
-            if (silent := time.monotonic() - heard) > self.waiting_s():
-                held = {group.generator for group in self.backlog}
-                if self.elastic and (quiet := self.pool.quiet(since, held)):
-                    self.give_up(quiet, silent)  # the others go on
-                    heard = time.monotonic()
-                    continue
-                limit = "the peer timeout" if self.pool.members else (
-                    "the startup timeout: every generator is lost, none joined again"
-                )  # fmt: skip
-                raise PeerError(f"no rollouts from the generators for {silent:.0f} s ({limit})")
-            before = len(self.backlog)
-            self.receive(1.0)
-            self.watch()
-            if len(self.backlog) > before:
-                heard = time.monotonic()
-        taken, self.backlog = self.backlog[:groups], self.backlog[groups:]
-        return taken
-
-    def waiting_s(self) -> float:
-        return self.patience(self.env.peer_timeout_s, self.env.startup_timeout_s)
-
     def take(self, groups: int) -> list[RolloutGroup]:
         with self.phases.timing("wait_rollouts"):
             self.wait_for_minimum()
             return self.collect(groups)
-
-    def wait_for_minimum(self) -> None:
-        """Below `generators.minReplicas` no step is trained: the trainer waits for the lost
-        generators' replacements (holding what the others send), as long as a start may take."""
-        since = time.monotonic()
-        while len(self.pool.members) < self.minimum():
-            if (waited := time.monotonic() - since) > self.env.startup_timeout_s:
-                raise PeerError(
-                    f"{len(self.pool.members)} of {self.pool.desired} generators ready for "
-                    f"{waited:.0f} s, below generators.minReplicas {self.minimum()} (the startup "
-                    "timeout)"
-                )
-            self.receive(1.0)
-            self.watch()
 
     def broadcast_weights(self) -> None:
         """Send the new policy; when it did not change, only ask for the next batch."""

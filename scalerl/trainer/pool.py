@@ -32,6 +32,7 @@ from scalerl.rollout.stream import GeneratorGone, TrainerChannel
 from scalerl.sync.group import REJOIN_S, RanksMissing
 
 if TYPE_CHECKING:
+    from scalerl.environment import ProcessEnv
     from scalerl.metrics import TrainerMetrics
     from scalerl.recipe import NoPositiveResampling
     from scalerl.rollout.pipe import TrainerEnd
@@ -147,6 +148,7 @@ class ElasticPool:
     """The trainer's side of a pool that changes (module doc); `scalerl.trainer.loop.Trainer`
     has what it needs."""
 
+    env: ProcessEnv
     channel: TrainerChannel | TrainerEnd
     publisher: WeightPublisher
     pool: Pool
@@ -161,6 +163,8 @@ class ElasticPool:
     generation_spent: dict[str, float]
 
     def publish(self) -> None: ...
+
+    def receive(self, timeout_s: float) -> None: ...
 
     @property
     def elastic(self) -> bool:
@@ -312,6 +316,47 @@ class ElasticPool:
 
     def unreachable(self) -> list[int]:
         return self.tell(self.pool.members, Ping())
+
+    def collect(self, groups: int) -> list[RolloutGroup]:
+        """The next `groups` rollout groups, held in order of arrival; a member that stops
+        answering meanwhile is given up (`give_up`), a pool that does fails the gang."""
+        heard = since = time.monotonic()
+        while len(self.backlog) < groups:
+            heard = self.pool.since_changed(heard)
+            if (silent := time.monotonic() - heard) > self.waiting_s():
+                held = {group.generator for group in self.backlog}
+                if self.elastic and (quiet := self.pool.quiet(since, held)):
+                    self.give_up(quiet, silent)  # the others go on
+                    heard = time.monotonic()
+                    continue
+                limit = "the peer timeout" if self.pool.members else (
+                    "the startup timeout: every generator is lost, none joined again"
+                )  # fmt: skip
+                raise PeerError(f"no rollouts from the generators for {silent:.0f} s ({limit})")
+            before = len(self.backlog)
+            self.receive(1.0)
+            self.watch()
+            if len(self.backlog) > before:
+                heard = time.monotonic()
+        taken, self.backlog = self.backlog[:groups], self.backlog[groups:]
+        return taken
+
+    def waiting_s(self) -> float:
+        return self.patience(self.env.peer_timeout_s, self.env.startup_timeout_s)
+
+    def wait_for_minimum(self) -> None:
+        """Below `generators.minReplicas` no step is trained: the trainer waits for the lost
+        generators' replacements (holding what the others send), as long as a start may take."""
+        since = time.monotonic()
+        while len(self.pool.members) < self.minimum():
+            if (waited := time.monotonic() - since) > self.env.startup_timeout_s:
+                raise PeerError(
+                    f"{len(self.pool.members)} of {self.pool.desired} generators ready for "
+                    f"{waited:.0f} s, below generators.minReplicas {self.minimum()} (the startup "
+                    "timeout)"
+                )
+            self.receive(1.0)
+            self.watch()
 
     def patience(self, peer_timeout_s: float, startup_timeout_s: float) -> float:
         """How long to wait for the generators: a member answers within the peer timeout; with
