@@ -404,11 +404,22 @@ class Generator:
 
     async def rejoin(self, start: Start) -> None:
         """Join the generation the trainer forms next, from where the run stands then, and load
-        the run's current weights (every formation is followed by them)."""
-        regroup = await self.wait_for(Regroup, self.env.startup_timeout_s)
-        self.consumed = regroup.consumed  # where the run stands now, not at its hello
-        self.curriculum.load_state_dict(regroup.curriculum)
-        await self.join(regroup, REJOIN_S)
+        the run's current weights (every formation is followed by them). A generation that does
+        not form (another member died as it formed: the trainer gives it up and forms the next
+        without that one) is followed by the next, within the startup timeout."""
+        deadline = time.monotonic() + self.env.startup_timeout_s
+        while True:
+            regroup = await self.wait_for(Regroup, max(deadline - time.monotonic(), 0.0))
+            self.consumed = regroup.consumed  # where the run stands now, not at its hello
+            self.curriculum.load_state_dict(regroup.curriculum)
+            try:
+                await self.join(regroup, REJOIN_S)
+                break
+            except WeightSyncError as err:
+                log.warning(
+                    "generator %d: generation %d of the weight-sync group did not form (%s); "
+                    "waiting for the next", self.index, regroup.generation, err,
+                )  # fmt: skip
         await self.update(await self.wait_for(UpdateWeights, self.env.startup_timeout_s))
         if self.engine.version < start.version:
             raise WeightSyncError(f"could not load the run's weights (version {start.version})")

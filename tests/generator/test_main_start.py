@@ -5,6 +5,7 @@ gave up joins the next one."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,3 +129,34 @@ def test_a_generator_the_trainer_gave_up_exits_failed_so_that_it_is_replaced(
         generator.channel = channel
         with pytest.raises(PeerError, match="the trainer gave generator 0 up: unresponsive"):
             asyncio.run(told(trainer))
+
+
+def test_a_replacement_whose_first_group_was_given_up_joins_the_next(tmp_path: Path) -> None:
+    """A replacement is let in (generation 2), and another member dies as that generation forms:
+    the trainer gives it up and forms generation 3 without the dead one. The replacement follows
+    to generation 3 instead of failing (it failed, and, dying again before a step, restarted the
+    gang: tests/test_local_chaos.py)."""
+    generator = generator_on(tmp_path, IdleEngine(refuse=1))
+
+    async def meet(trainer: TrainerChannel) -> None:
+        starting = asyncio.create_task(generator.start())
+        await asyncio.to_thread(trainer.wait_for_generators, 1, 10.0)
+        curriculum = generator.curriculum.state_dict()
+        trainer.send(1, Start(version=4, step=4, curriculum=curriculum, members=[0]))
+        assert await asyncio.to_thread(trainer.recv, 10.0) == (1, Ready(generator=1))
+        trainer.send(1, Regroup(2, [0, 1], curriculum, {}))
+        trainer.send(1, Regroup(3, [1], curriculum, {"p3": [0]}))
+        trainer.send(1, UpdateWeights(version=4))
+        await asyncio.wait_for(starting, 10.0)
+
+    generator.env = dataclasses.replace(generator.env, generator_index=1)
+    with (
+        TrainerChannel("tcp://127.0.0.1:*") as trainer,
+        GeneratorChannel(trainer.endpoint, 1, linger_s=0) as channel,
+    ):
+        generator.channel = channel
+        asyncio.run(meet(trainer))
+    joined = [(args[2], args[3], args[-1]) for args in generator.engine.joined]
+    assert joined == [(3, 2, 2), (2, 1, 3)]  # rank 2 of 3 in generation 2, rank 1 of 2 in 3
+    assert generator.members == [1] and generator.engine.version == 4
+    assert generator.consumed == {"p3": [0]}
