@@ -75,7 +75,8 @@ def test_a_generator_killed_every_few_steps_ends_within_noise_of_an_undisturbed_
     assert len(re.findall(r"generator \d lost at step", log)) == kills
     ends = {name: read_history(o / "history.jsonl")[-1] for name, (o, _) in runs.items()}
     assert {name: end["step"] for name, end in ends.items()} == {n: STEPS for n in runs}
-    # Within noise: 3 standard errors of the difference of two held-out evaluations.
+    # Within noise: 3 standard errors of the difference of two held-out evaluations (0.024
+    # here; four undisturbed runs of this shape read 0.965 to 0.973, well inside it).
     difference = ends["chaos"]["pass_rate"] - ends["undisturbed"]["pass_rate"]
     se = math.hypot(ends["chaos"]["pass_rate_se"], ends["undisturbed"]["pass_rate_se"])
     assert abs(difference) <= 3 * se, (ends, kills)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from test_main_evaluation import code_generator
@@ -19,6 +20,8 @@ from scalerl.metrics import GeneratorMetrics
 from scalerl.rollout import GeneratorChannel, TrainerChannel
 from scalerl.rollout.records import Ready, Regroup, Start, Stop, UpdateWeights
 from scalerl.spec import CodeSpec
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -47,8 +50,18 @@ class IdleEngine:
 def generator_on(tmp_path: Path, engine: IdleEngine) -> Any:
     metrics = GeneratorMetrics("ns", "code")
     generator = code_generator(tmp_path, Scorer("exact", CodeSpec(), metrics), metrics)
-    generator.engine = engine
+    generator.engine = engine  # type: ignore[assignment]
     return generator
+
+
+def with_trainer(generator: Any, meet: Callable[[TrainerChannel], Coroutine[Any, Any, T]]) -> T:
+    """`meet` (the trainer's side) against `generator`, over a real channel on loopback."""
+    with (
+        TrainerChannel("tcp://127.0.0.1:*") as trainer,
+        GeneratorChannel(trainer.endpoint, generator.index, linger_s=0) as channel,
+    ):
+        generator.channel = channel
+        return asyncio.run(meet(trainer))
 
 
 def test_the_replacement_of_a_pools_only_generator_asks_to_be_let_in(tmp_path: Path) -> None:
@@ -68,14 +81,9 @@ def test_the_replacement_of_a_pools_only_generator_asks_to_be_let_in(tmp_path: P
             await starting
         return asked
 
-    with (
-        TrainerChannel("tcp://127.0.0.1:*") as trainer,
-        GeneratorChannel(trainer.endpoint, 0, linger_s=0) as channel,
-    ):
-        generator.channel = channel
-        asked = asyncio.run(meet(trainer))
+    asked = with_trainer(generator, meet)
     assert asked == (0, Ready(generator=0))
-    assert generator.engine.joined == []  # type: ignore[attr-defined]
+    assert generator.engine.joined == []
 
 
 def test_a_gang_member_whose_group_was_given_up_joins_the_next(tmp_path: Path) -> None:
@@ -95,12 +103,7 @@ def test_a_gang_member_whose_group_was_given_up_joins_the_next(tmp_path: Path) -
         trainer.send(0, UpdateWeights(version=0))
         await asyncio.wait_for(starting, 10.0)
 
-    with (
-        TrainerChannel("tcp://127.0.0.1:*") as trainer,
-        GeneratorChannel(trainer.endpoint, 0, linger_s=0) as channel,
-    ):
-        generator.channel = channel
-        asyncio.run(meet(trainer))
+    with_trainer(generator, meet)
     # (world size, rank, ..., generation): rank 1 of 3 in generation 0, then rank 1 of 2 in 1.
     joined = [(args[2], args[3], args[-1]) for args in generator.engine.joined]
     assert joined == [(3, 1, 0), (2, 1, 1)]
@@ -122,13 +125,8 @@ def test_a_generator_the_trainer_gave_up_exits_failed_so_that_it_is_replaced(
         trainer.send(0, Stop("unresponsive: no rollouts for 300 s", lost=True))
         await asyncio.wait_for(generator.command_loop(), 10.0)
 
-    with (
-        TrainerChannel("tcp://127.0.0.1:*") as trainer,
-        GeneratorChannel(trainer.endpoint, 0, linger_s=0) as channel,
-    ):
-        generator.channel = channel
-        with pytest.raises(PeerError, match="the trainer gave generator 0 up: unresponsive"):
-            asyncio.run(told(trainer))
+    with pytest.raises(PeerError, match="the trainer gave generator 0 up: unresponsive"):
+        with_trainer(generator, told)
 
 
 def test_a_replacement_whose_first_group_was_given_up_joins_the_next(tmp_path: Path) -> None:
@@ -150,12 +148,7 @@ def test_a_replacement_whose_first_group_was_given_up_joins_the_next(tmp_path: P
         await asyncio.wait_for(starting, 10.0)
 
     generator.env = dataclasses.replace(generator.env, generator_index=1)
-    with (
-        TrainerChannel("tcp://127.0.0.1:*") as trainer,
-        GeneratorChannel(trainer.endpoint, 1, linger_s=0) as channel,
-    ):
-        generator.channel = channel
-        asyncio.run(meet(trainer))
+    with_trainer(generator, meet)
     joined = [(args[2], args[3], args[-1]) for args in generator.engine.joined]
     assert joined == [(3, 2, 2), (2, 1, 3)]  # rank 2 of 3 in generation 2, rank 1 of 2 in 3
     assert generator.members == [1] and generator.engine.version == 4

@@ -8,7 +8,9 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -316,6 +318,22 @@ def test_at_or_above_min_replicas_a_short_pool_trains_on_and_says_so(tmp_path: P
                         (True, "GeneratorsShort")]  # fmt: skip
 
 
+@contextmanager
+def two_generators(t: Any) -> Iterator[tuple[GeneratorChannel, GeneratorChannel]]:
+    """Trainer `t` with a pool of two connected generators, both said hello."""
+    with (
+        TrainerChannel("tcp://127.0.0.1:*") as channel,
+        GeneratorChannel(channel.endpoint, 0, linger_s=0) as zero,
+        GeneratorChannel(channel.endpoint, 1, linger_s=0) as one,
+    ):
+        t.channel = channel
+        zero.hello(timeout_s=5)
+        one.hello(timeout_s=5)
+        channel.wait_for_generators(2, timeout_s=5)
+        t.pool = Pool.of(2)
+        yield zero, one
+
+
 def test_a_generator_that_stops_answering_is_given_up_while_the_others_train_on(
     tmp_path: Path, make_group: Any
 ) -> None:
@@ -328,16 +346,7 @@ def test_a_generator_that_stops_answering_is_given_up_while_the_others_train_on(
     t.env = dataclasses.replace(t.env, peer_timeout_s=1.0)
     t.publisher = NoWeights()  # type: ignore[assignment]
     first, second = make_group([1.0, 0.0]), make_group([0.0, 1.0], seed=1)
-    with (
-        TrainerChannel("tcp://127.0.0.1:*") as channel,
-        GeneratorChannel(channel.endpoint, 0, linger_s=0) as working,
-        GeneratorChannel(channel.endpoint, 1, linger_s=0) as hung,
-    ):
-        t.channel = channel
-        working.hello(timeout_s=5)
-        hung.hello(timeout_s=5)
-        channel.wait_for_generators(2, timeout_s=5)
-        t.pool = Pool.of(2)
+    with two_generators(t) as (working, hung):
 
         def generator_0() -> None:
             working.send(first)
@@ -362,16 +371,7 @@ def test_a_pool_that_all_went_quiet_is_the_trainer_s_problem_not_a_generator_s(
     run's data, may be what is wrong)."""
     t = trainer(tmp_path, no_signal_steps=3)
     t.env = dataclasses.replace(t.env, peer_timeout_s=0.5)
-    with (
-        TrainerChannel("tcp://127.0.0.1:*") as channel,
-        GeneratorChannel(channel.endpoint, 0, linger_s=0) as one,
-        GeneratorChannel(channel.endpoint, 1, linger_s=0) as other,
-    ):
-        t.channel = channel
-        one.hello(timeout_s=5)
-        other.hello(timeout_s=5)
-        channel.wait_for_generators(2, timeout_s=5)
-        t.pool = Pool.of(2)
+    with two_generators(t):
         with pytest.raises(PeerError, match=r"\(the peer timeout\)"):
             t.collect(1)
     assert t.pool.members == [0, 1]
