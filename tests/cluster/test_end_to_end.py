@@ -162,6 +162,11 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
 ) -> None:
     run = yaml.safe_load(EXAMPLE.read_text())
     run["spec"]["failurePolicy"]["peerTimeoutSeconds"] = PEER_TIMEOUT_S
+    # Room past the trainer's deletion: the deleted trainer trains on until its SIGTERM lands
+    # (the example's 20 steps take 2 s), and the status keeps the step it reached until the new
+    # gang reports its own; with the budget reached meanwhile, nothing was left to train after
+    # the suspension and the test waited for a step past the last.
+    run["spec"]["budget"]["maxSteps"] = 40
     applied = tmp_path / EXAMPLE.name
     applied.write_text(yaml.safe_dump(run))
     name, spec = run["metadata"]["name"], run["spec"]
@@ -246,6 +251,9 @@ def test_helm_install_then_kubectl_apply_to_a_prediction(
     expected = list(range(0, max_steps + 1, every_eval))
     # What `kubectl get srl` shows: the phase, the last step and the prediction.
     assert row["PHASE"] == "Succeeded" and int(row["STEP"]) == max_steps
+    # Trainer 0's word on its generators, written where it writes its progress: whole again.
+    degraded = {c["type"]: c for c in final["conditions"]}["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("False", "GeneratorsReady")
     assert float(row["A"]) == pytest.approx(final["prediction"]["A"])
     assert float(row["C_MID"]) == pytest.approx(final["prediction"]["C_mid"])
     # PASSRATE is the last held-out evaluation (history.jsonl's pass_rate, to 6 digits).
