@@ -236,6 +236,8 @@ def register(
         # whether anything may be due before taking the lock and reading afresh.
         if type != "DELETED" and lifecycle.wants_action(run):
             act(memo, body, lifecycle.on_status)
+        if type != "DELETED" and lifecycle.given_up(run):
+            act(memo, body, lifecycle.end_given_up)
 
     @kopf.on.event(
         "", "v1", "pods", registry=registry, id="pods", labels={names.LABEL_RUN: kopf.PRESENT}

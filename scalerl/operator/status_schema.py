@@ -530,6 +530,7 @@ def status_schema() -> dict[str, Any]:
                 "startup timeout counts from it).",
             },
             "generators": _generators(),
+            "generatorsGivenUp": _given_up(),
             "conditions": conditions(),
             "progress": _progress(),
             "evaluationCount": _int("Evaluations made (status.evaluations may be thinned)."),
@@ -544,6 +545,24 @@ def status_schema() -> dict[str, Any]:
                     "jobs": _int("Fit Jobs created so far."),
                     "evaluations": _int("evaluationCount when the last fit Job was created."),
                 },
+            },
+        },
+    }
+
+
+def _given_up() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": "Generators trainer 0 gave up while their pods ran (no rollouts for the "
+        "peer timeout while the others sent theirs, or not joining the weight-sync group): the "
+        "operator deletes each pod (a GeneratorGivenUp Event), its Job replaces it, and the "
+        "entry goes.",
+        "items": {
+            "type": "object",
+            "properties": {
+                "index": _int("The generator's index."),
+                "pod": {"type": "string", "description": "Its pod, as it said hello."},
+                "reason": {"type": "string", "description": "Why trainer 0 gave it up."},
             },
         },
     }

@@ -462,6 +462,7 @@ class Hello(_Plain):
     TYPE: ClassVar[str] = "hello"
     generator: int
     pid: int
+    host: str = ""  # its machine's name: in a cluster, its pod's
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import time
 from collections import deque
 from typing import Any
@@ -83,7 +84,7 @@ class TrainerChannel:
         self.generators: set[int] = set()
         # generator -> the identity of its process that said hello last
         self._routes: dict[int, bytes] = {}
-        self.pids: dict[int, int] = {}  # generator -> the pid its process said hello with
+        self.hellos: dict[int, Hello] = {}  # generator -> its process's hello (pid, host)
         self._pending: deque[tuple[int, Message]] = deque()
 
     def wait_for_generators(self, n: int, timeout_s: float) -> set[int]:
@@ -163,7 +164,7 @@ class TrainerChannel:
         if isinstance(msg, Hello):  # a process (the first, or a replacement) takes the index
             self.generators.add(generator)
             self._routes[generator] = identity
-            self.pids[generator] = msg.pid
+            self.hellos[generator] = msg
         elif self._routes.get(generator, identity) != identity:
             log.info(
                 "dropped %s of a replaced process of generator %d", type(msg).__name__, generator
@@ -230,7 +231,8 @@ class GeneratorChannel:
 
     def hello(self, timeout_s: float = 30.0) -> None:
         """Announce this generator (index and pid) to the trainer."""
-        self.send(Hello(generator=self.generator, pid=os.getpid()), timeout_s=timeout_s)
+        hello = Hello(generator=self.generator, pid=os.getpid(), host=socket.gethostname())
+        self.send(hello, timeout_s=timeout_s)
 
     def send(self, msg: Message, timeout_s: float = 30.0) -> None:
         """Queue `msg` for the trainer, blocking while `max_in_flight` messages are queued;

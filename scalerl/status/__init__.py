@@ -38,10 +38,10 @@ class StatusSink(Protocol):
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
         """Set one condition (metav1.Condition shape, keyed by type)."""
 
-    def gave_up(self, generator: int, pid: int | None, reason: str) -> None:
-        """The trainer gave generator `generator` up (process `pid`, as it said hello) while it
-        looked alive: its supervisor ends it, and so starts its replacement (the local runner
-        reads GAVE_UP_FILE)."""
+    def gave_up(self, generator: int, pid: int | None, host: str | None, reason: str) -> None:
+        """The trainer gave generator `generator` up (process `pid` on `host`, as it said hello)
+        while it looked alive: its supervisor ends it, and so starts its replacement (the local
+        runner reads GAVE_UP_FILE; the operator, status.generatorsGivenUp)."""
 
     def desired_generators(self) -> int | None:
         """How many generators the run asks for now, where that changes while it runs (a

@@ -47,8 +47,8 @@ class FileStatus:
             self.conditions = updated
             atomic_write(self.path, json.dumps({"conditions": updated}, indent=2))
 
-    def gave_up(self, generator: int, pid: int | None, reason: str) -> None:
-        line = {"role": f"generator-{generator}", "pid": pid, "reason": reason}
+    def gave_up(self, generator: int, pid: int | None, host: str | None, reason: str) -> None:
+        line = {"role": f"generator-{generator}", "pid": pid, "host": host, "reason": reason}
         with (self.path.parent / GAVE_UP_FILE).open("a") as out:
             out.write(json.dumps(line) + "\n")
 

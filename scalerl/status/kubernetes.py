@@ -245,6 +245,20 @@ def _json_patch(run: dict[str, Any], fields: dict[str, Any]) -> list[dict[str, A
     return ops
 
 
+# At most this many given-up generators wait in the status for the operator at once.
+GIVEN_UP_KEPT = 20
+
+
+def given_up_change(entry: dict[str, Any]) -> Change:
+    """A `RunStatus.update` change that adds `entry` to status.generatorsGivenUp."""
+
+    def change(run: dict[str, Any]) -> dict[str, Any] | None:
+        current = list((run.get("status") or {}).get("generatorsGivenUp") or [])
+        return {"generatorsGivenUp": [*current, entry][-GIVEN_UP_KEPT:]}
+
+    return change
+
+
 def conditions_change(type_: str, status: bool, reason: str, message: str) -> Change:
     """A `RunStatus.update` change that sets one condition (None when it is already so)."""
 
@@ -315,11 +329,16 @@ class KubernetesStatus:
             "evaluationCount": len(self.evaluations),
         }
 
-    def gave_up(self, generator: int, pid: int | None, reason: str) -> None:
-        # A pod's process cannot be ended from here; told Stop(lost), an awake one exits failed
-        # and its Job replaces it (docs/operations.md: a frozen pod is left to its alert).
+    def gave_up(self, generator: int, pid: int | None, host: str | None, reason: str) -> None:
         if self.local is not None:
-            self.local.gave_up(generator, pid, reason)
+            self.local.gave_up(generator, pid, host, reason)
+        if not host:
+            return
+        entry = {"index": generator, "pod": host, "reason": reason}
+        try:  # the operator deletes the pod (a frozen one reads no Stop) and clears the entry
+            self.status.update(given_up_change(entry))
+        except KubeError as err:
+            log.warning("status: generator %d given up, not written: %s", generator, err)
 
     def desired_generators(self) -> int | None:
         return self.generators

@@ -233,8 +233,10 @@ class ElasticPool:
         """Generators lost while their processes look alive: each is told so (Stop, lost) and
         its supervisor asked to end it, so that a replacement starts."""
         self.tell(generators, Stop(f"unresponsive: {why}", lost=True))
+        hellos = getattr(self.channel, "hellos", {})
         for generator in generators:
-            self.status.gave_up(generator, getattr(self.channel, "pids", {}).get(generator), why)
+            hello = hellos.get(generator)
+            self.status.gave_up(generator, hello and hello.pid, hello and hello.host, why)
 
     def count_degraded(self) -> None:
         """After a step: the seconds the pool was short since the last, and this step if the pool

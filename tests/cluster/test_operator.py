@@ -587,6 +587,37 @@ def running_with_two_generators(plane: ControlPlane, ns: str) -> None:
     wait_for(lambda: generators(plane, ns).get("ready") == 2, "2 generators ready")
 
 
+def test_a_generator_pod_trainer_0_gave_up_is_deleted_and_replaced(
+    plane: ControlPlane, ns: str, operator: Any
+) -> None:
+    """Trainer 0 gave generator 1 up (it sent nothing for the peer timeout while generator 0
+    did: a frozen process reads no Stop) and lists its pod in status.generatorsGivenUp: the
+    operator deletes that pod (its Job replaces it, as any deleted generator's) and the entry
+    goes. An entry naming a pod that is not one of the run's generators deletes nothing."""
+    with operator():
+        running_with_two_generators(plane, ns)
+        frozen = generator_pod(plane, ns, 1)
+        trainer = of_role(pods(plane, ns), "trainer")
+        assert frozen is not None
+        name = frozen["metadata"]["name"]
+        reason = "no rollouts for 300 s (the peer timeout) while the others sent theirs"
+        patch_run_status(plane, ns, {"generatorsGivenUp": [
+            {"index": 1, "pod": name, "reason": reason},
+            {"index": 0, "pod": trainer["metadata"]["name"], "reason": "mistaken"},
+        ]})  # fmt: skip
+        wait_for(lambda: "generatorsGivenUp" not in status(plane, ns), "the entries cleared")
+        # Deleted (here no kubelet ends it: it keeps a deletion mark; its Job replaces it once
+        # it is gone, as the cluster end-to-end test's deleted generator shows).
+        assert all(p["metadata"]["name"] != name for p in pods(plane, ns))
+        assert trainer["metadata"]["name"] in {p["metadata"]["name"] for p in pods(plane, ns)}
+        (given_up,) = events(plane, ns, "GeneratorGivenUp")
+        assert given_up["message"] == (
+            f"generator 1 stopped answering ({reason}); its pod {name} is deleted so that its "
+            "Job replaces it"
+        )
+        assert phase_is(plane, ns, "Running") and status(plane, ns)["restarts"] == 0
+
+
 def test_a_failed_generator_is_replaced_alone_until_it_fails_again_before_a_step(
     plane: ControlPlane, ns: str, operator: Any
 ) -> None:

@@ -141,6 +141,26 @@ def test_conditions_are_set_without_losing_the_others(
     assert conditions["LearningSignal"]["reason"] == "NoSignal"
 
 
+def test_a_generator_given_up_is_listed_for_the_operator_and_kept_on_the_volume(
+    plane: ControlPlane, ns: str, tmp_path: Path
+) -> None:
+    """Trainer 0 gave generators up: each that named its pod (host) is listed in
+    status.generatorsGivenUp, beside what is there, for the operator to delete its pod; the
+    volume keeps every one (gave-up.jsonl)."""
+    status = sink(ns, tmp_path)
+    status.gave_up(1, 42, "r1-generator-1-abcde", "no rollouts for 300 s")
+    status.gave_up(0, 43, "r1-generator-0-fghij", "it did not join")
+    status.gave_up(2, None, None, "said no hello")  # no pod to name: the volume only
+    assert stored(plane, ns)["generatorsGivenUp"] == [
+        {"index": 1, "pod": "r1-generator-1-abcde", "reason": "no rollouts for 300 s"},
+        {"index": 0, "pod": "r1-generator-0-fghij", "reason": "it did not join"},
+    ]
+    lines = (tmp_path / "gave-up.jsonl").read_text().splitlines()
+    assert [json.loads(line)["role"] for line in lines] == [
+        "generator-1", "generator-0", "generator-2",
+    ]  # fmt: skip
+
+
 def test_the_sink_needs_only_get_and_patch_on_the_runs_status(
     plane: ControlPlane, ns: str, tmp_path: Path, run_sa: str
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -361,7 +362,8 @@ def test_a_generator_that_stops_answering_is_given_up_while_the_others_train_on(
     assert told.lost and "no rollouts for 1 s (the peer timeout)" in told.reason
     assert t.pool.members == [0]
     gave_up = [json.loads(line) for line in (tmp_path / "gave-up.jsonl").read_text().splitlines()]
-    assert gave_up == [{"role": "generator-1", "pid": os.getpid(), "reason": gave_up[0]["reason"]}]
+    assert gave_up == [{"role": "generator-1", "pid": os.getpid(), "host": socket.gethostname(),
+                        "reason": gave_up[0]["reason"]}]  # fmt: skip
 
 
 def test_a_pool_that_all_went_quiet_is_the_trainer_s_problem_not_a_generator_s(

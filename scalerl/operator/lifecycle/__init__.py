@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from scalerl.operator.lifecycle.fit import fitted, on_status, wants_action
 from scalerl.operator.lifecycle.gang import job_failure, job_suspended, on_pod, on_workload_job
+from scalerl.operator.lifecycle.givenup import end_given_up, given_up
 from scalerl.operator.lifecycle.run import cleanup, reconcile
 from scalerl.operator.lifecycle.state import TERMINAL, Context, owner_of
 
@@ -45,7 +46,9 @@ __all__ = [
     "TERMINAL",
     "Context",
     "cleanup",
+    "end_given_up",
     "fitted",
+    "given_up",
     "job_failure",
     "job_suspended",
     "on_pod",
