@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -359,7 +360,10 @@ def test_a_generator_that_stops_answering_is_given_up_while_the_others_train_on(
             assert t.collect(2) == [first, second]
             sending.result(timeout=10)
         told = next_of(hung, Stop)
-    assert told.lost and "no rollouts for 1 s (the peer timeout)" in told.reason
+    # The silence it was given up after: past the 1 s peer timeout, by however long the loaded
+    # machine took to look (a full suite once read 2 s).
+    silent = re.search(r"no rollouts for (\d+) s \(the peer timeout\)", told.reason)
+    assert told.lost and silent is not None and int(silent[1]) >= 1, told.reason
     assert t.pool.members == [0]
     gave_up = [json.loads(line) for line in (tmp_path / "gave-up.jsonl").read_text().splitlines()]
     assert gave_up == [{"role": "generator-1", "pid": os.getpid(), "host": socket.gethostname(),
