@@ -179,7 +179,7 @@ class LocalRun:
         self.restarts = 0
         self.replacements = 0  # generators replaced alone
         self.replaced_at: dict[str, int] = {}  # role: the trained step it was last replaced at
-        self.gave_up_seen = 0  # lines of GAVE_UP_FILE acted on
+        self.gave_up_seen = 0  # bytes of GAVE_UP_FILE acted on
         self.fit_skipped: str | None = None  # why the last fit could not be made
         # history.jsonl's size and mtime when refresh last read it: it is read again only when
         # it changed (every evaluation), not every half-second tick.
@@ -268,17 +268,19 @@ class LocalRun:
         peer timeout while the others did: scalerl.trainer.pool): each still running as the
         process the trainer gave up is killed, and so replaced as a dead one is."""
         path = self.out / GAVE_UP_FILE
-        if not path.exists():
-            return
-        lines = path.read_text().split("\n")[:-1]  # whole lines only
-        for line in lines[self.gave_up_seen :]:
+        if not path.exists() or path.stat().st_size == self.gave_up_seen:
+            return  # nothing appended since the last tick
+        with path.open("rb") as appended:
+            appended.seek(self.gave_up_seen)
+            lines = appended.read().split(b"\n")[:-1]  # whole lines only
+        self.gave_up_seen += sum(len(line) + 1 for line in lines)
+        for line in lines:
             given_up = json.loads(line)
             role, proc = given_up["role"], gang.processes.get(given_up["role"])
             if proc is not None and proc.pid == given_up["pid"] and proc.poll() is None:
                 self.display.note(f"{role} stopped answering ({given_up['reason']}); ending it")
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
-        self.gave_up_seen = len(lines)
 
     def replace(self, gang: Gang, role: str) -> None:
         """Start a dead generator again; one that dies again before the trainer took a step

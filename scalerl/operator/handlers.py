@@ -234,9 +234,11 @@ def register(
             export_metrics(memo.metrics, run, deleted=type == "DELETED")
         # Every progress patch lands here: decide from the event's own body, without API calls,
         # whether anything may be due before taking the lock and reading afresh.
-        if type != "DELETED" and lifecycle.wants_action(run):
+        if type == "DELETED":
+            return
+        if lifecycle.wants_action(run):
             act(memo, body, lifecycle.on_status)
-        if type != "DELETED" and lifecycle.given_up(run):
+        if lifecycle.given_up(run):
             act(memo, body, lifecycle.end_given_up)
 
     @kopf.on.event(

@@ -16,7 +16,7 @@ from scalerl.status.history import HistoryRow, Progress, PromptScore, RunFiles, 
 
 STATUS_FILE = "status.json"
 # Generators the trainer gave up while their processes looked alive, one JSON line each
-# ({"role", "pid", "reason"}): the local runner ends each (scalerl.local) and replaces it.
+# ({"role", "pid", "host", "reason"}): the local runner ends each (scalerl.local) and replaces it.
 GAVE_UP_FILE = "gave-up.jsonl"
 
 

@@ -359,15 +359,11 @@ def _join(
         waited = time.monotonic() - started
         if rank == 0:
             _give_up(store, lost)
-            raise RanksMissing(
-                f"{where}: ranks {lost} are gone; stopped waiting for them after {waited:.1f} s",
-                lost,
-            )
-        raise RanksMissing(
-            f"{where}: rank 0 gave this generation up after {waited:.1f} s (ranks {lost} are "
-            "gone); the next one follows",
-            lost,
-        )
+            why = f"ranks {lost} are gone; stopped waiting for them after {waited:.1f} s"
+        else:
+            why = (f"rank 0 gave this generation up after {waited:.1f} s (ranks {lost} are "
+                   "gone); the next one follows")  # fmt: skip
+        raise RanksMissing(f"{where}: {why}", lost)
 
 
 def _give_up(store: dist.Store, missing: list[int]) -> None:

@@ -30,8 +30,9 @@ def end_given_up(ctx: Context) -> None:
     generators = {names.LABEL_RUN: run, names.LABEL_ROLE: names.ROLE_GENERATOR}
     for entry in entries:
         pod = str(entry.get("pod", ""))
-        found = ctx.kube.list("v1", "Pod", namespace, generators, {"metadata.name": pod})
-        if not pod or not found or found[0]["metadata"].get("deletionTimestamp"):
+        named = {"metadata.name": pod}
+        found = ctx.kube.list("v1", "Pod", namespace, generators, named) if pod else []
+        if not found or found[0]["metadata"].get("deletionTimestamp"):
             continue  # gone already, or not this run's generator
         ctx.kube.delete("v1", "Pod", namespace, pod)
         message = (
