@@ -188,9 +188,10 @@ def register(
         settings.posting.level = logging.WARNING  # only our explicit Events, no log chatter
         settings.peering.standalone = True  # one replica (Recreate): no peering objects needed
         # A run deleted while its periodic check runs: kopf removes the finalizer only once the
-        # check has finished, and by default looks again whether it has every 60 s. A check
-        # takes well under a second; a deletion should not wait a minute for one. (Suspected,
-        # not reproduced, as the cause of tests/cluster/test_queue.py's rare 60 s delete.)
+        # check has finished, and by default looks again whether it has every 60 s (a check
+        # that writes nothing wakes nothing). A check takes well under a second; a deletion
+        # should not wait a minute for one (tests/cluster/test_queue.py's rare 60 s delete;
+        # reproduced in test_operator.py's deleted-while-its-check-runs test).
         settings.background.cancellation_polling = DELETE_POLL_S
         # kopf applies a handler's `labels=` filter after the server sent the object; a watch
         # selector is sent with the list and watch requests, so the server sends our children

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +49,7 @@ from small_run import run_manifest
 
 from scalerl.metrics import RUN_GAUGES, RunMetrics
 from scalerl.operator import gang as gang_manifests
-from scalerl.operator import names, network
+from scalerl.operator import handlers, names, network
 from scalerl.operator.handlers import network_from_environ
 from scalerl.operator.manifests import Images, Owner
 from scalerl.operator.trackrecord import with_prediction
@@ -950,6 +951,43 @@ def test_deleting_the_run_removes_every_child(plane: ControlPlane, ns: str, oper
         delete_run(plane, ns)
         wait_for(lambda: owned(plane, ns) == {}, "no children")
     assert get_run(plane, ns) is None
+
+
+def test_a_run_deleted_while_its_periodic_check_runs_goes_as_soon_as_the_check_ends(
+    plane: ControlPlane, ns: str, operator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kopf removes a deleted run's finalizer only once the run's periodic check (a kopf timer)
+    has ended, and looks again whether it has every `cancellation_polling` seconds (60 by
+    default) unless an event of the run wakes it first. A check that ends having written
+    nothing wakes nothing: the deletion waited out the minute (tests/cluster/test_queue.py's
+    60 s `kubectl delete` timed out so). The operator looks every DELETE_POLL_S."""
+    armed, entered, release = threading.Event(), threading.Event(), threading.Event()
+    act = handlers.act
+
+    def check_held_up(memo: Any, run: Any, what: Any) -> None:
+        if armed.is_set() and what is handlers.lifecycle.reconcile:  # the periodic check's call
+            entered.set()
+            release.wait(30)
+            return  # it found nothing to do: no write, no event of the run
+        act(memo, run, what)
+
+    monkeypatch.setattr(handlers, "act", check_held_up)
+    with operator(check_interval_s=1.0):
+        create_run(plane, ns, run_manifest(ns))
+        wait_for(lambda: phase_is(plane, ns, "Starting"), "Starting")
+        armed.set()
+        assert entered.wait(10), "the periodic check never ran"
+        plane.kubectl("delete", "srl", "r1", "-n", ns, "--wait=false")
+        # The delete handler runs (its cleanup takes the run's lock, which the check does not
+        # hold here) and kopf writes its progress; the finalizer stays for the check.
+        wait_for(lambda: owned(plane, ns).get("jobs") is None, "the delete handler's cleanup")
+        time.sleep(2 * handlers.DELETE_POLL_S)
+        assert get_run(plane, ns) is not None, "the finalizer went while the check ran"
+        release.set()
+        ended = time.monotonic()
+        wait_for(lambda: get_run(plane, ns) is None, "the run gone", timeout_s=30)
+        gone_s = time.monotonic() - ended
+    assert gone_s < 3 * handlers.DELETE_POLL_S + 2, f"the run went {gone_s:.1f} s after the check"
 
 
 def test_kubectl_get_srl_shows_the_prediction_columns(
