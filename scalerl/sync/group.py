@@ -41,6 +41,11 @@ _PREFIX = "scalerl/sync/"
 REJOIN_S = 30.0
 # While a generation forms, how often rank 0 asks whether a member it waits for is gone.
 GONE_POLL_S = 0.5
+# Gloo's timeout for building its mesh once every rank has joined. Among live ranks the mesh takes
+# milliseconds (each enters it within moments of the last join), but gloo tries a connection to a
+# rank that died mid-mesh five times, each for the whole timeout it was given: a generator killed
+# as its group formed held the trainer 150 s of a 30 s rejoin (tests/sync/test_generations.py).
+MESH_S = 5.0
 _JOIN_POLL_S = 0.02
 # Where rank 0 leaves word that it gave a generation up (the ranks it stopped waiting for).
 _GIVEN_UP = "given-up"
@@ -239,7 +244,9 @@ def _form(
     device = torch.device("cuda", torch.cuda.current_device()) if use_nccl else torch.device("cpu")
     remaining = max(deadline - time.monotonic(), 0.001)
     try:
-        made = _make_backend(store, rank, world_size, remaining, use_nccl)
+        # NCCL connects in the first broadcast below, which polls to `remaining` itself.
+        mesh_s = remaining if use_nccl else min(remaining, MESH_S)
+        made = _make_backend(store, rank, world_size, mesh_s, use_nccl)
     except Exception as err:  # backend constructors raise plain RuntimeErrors
         raise WeightSyncError(f"{where}: could not build the backend: {_first_line(err)}") from err
     group = SyncGroup(

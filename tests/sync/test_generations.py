@@ -5,7 +5,9 @@ on the same store, and a replacement joins a later generation and gets the same 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
+import time
 import traceback
 from datetime import timedelta
 from typing import Any
@@ -17,6 +19,7 @@ from torch.distributed import PrefixStore
 from scalerl.errors import WeightSyncError
 from scalerl.ports import free_port
 from scalerl.sync import WeightReceiver, WeightSender, connect
+from scalerl.sync import group as sync_group
 from scalerl.sync.group import RanksMissing, SyncGroup, close_store, serve_meeting
 
 TIMEOUT_S = 60.0
@@ -206,3 +209,35 @@ def test_a_generation_rank_0_gives_up_is_left_by_the_members_waiting_in_it() -> 
     finally:
         survivor.stop()
         close_store(store)
+
+
+MESH_S = 1.0  # the mesh's timeout in the test below (MESH_S, shortened)
+
+
+def _dies_as_its_mesh_starts(port: int) -> None:
+    """Rank 1 of 2: joins the generation, then dies as it would build gloo's mesh."""
+    sync_group._make_backend = lambda *args: os._exit(0)
+    connect("127.0.0.1", port, 2, 1, timeout_s=TIMEOUT_S, join_timeout_s=TIMEOUT_S)
+
+
+def test_a_member_killed_after_it_joined_costs_the_mesh_s_timeout_not_the_join_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A generator killed as its group formed, after it joined: rank 0's mesh waits for it with
+    the mesh's own timeout (MESH_S), not what is left of the join's (60 s here). gloo tries a
+    connection to a rank that died mid-mesh five times, each for the whole timeout it was given:
+    with the 30 s of a rejoin, that held the trainer of a chaos run 150 s."""
+    monkeypatch.setattr(sync_group, "MESH_S", MESH_S)
+    port = free_port()
+    doomed = mp.get_context("spawn").Process(target=_dies_as_its_mesh_starts, args=(port,))
+    doomed.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(WeightSyncError, match="could not build the backend") as caught:
+            connect("127.0.0.1", port, 2, 0, timeout_s=TIMEOUT_S, join_timeout_s=TIMEOUT_S)
+        failed_s = time.monotonic() - started
+    finally:
+        doomed.join(TIMEOUT_S)
+    assert doomed.exitcode == 0  # it joined: the join did not fail, the mesh did
+    # The member's start (a spawned process takes seconds to join), then the mesh's timeout:
+    assert failed_s < 20 + 5 * MESH_S, f"rank 0 failed after {failed_s:.1f} s: {caught.value}"
