@@ -1,7 +1,8 @@
 """Benchmark: are the fit's 95 % intervals 95 %? Backtests on synthetic runs drawn from the law
 with the noise our evaluations have.
 
-    .venv/bin/python bench/calibration.py [--draws N] [--seed S] [--runs SEED ... [--work DIR]]
+    .venv/bin/python bench/calibration.py [--draws N] [--seed S] [--runs SEED ... [--work DIR]
+        [--length N]]
         [--external DIR] [--kept DIR]
 
 Each scenario is a run's curve (the demo's fit, the paper's Table 1 8B row, and a curve still far
@@ -34,6 +35,9 @@ already there is read, not run again), and backtests them as `--kept` does: fitt
 evaluations of the first half of the run's compute, does the interval for what the last
 evaluation will read hold what it read? And what the half-run fit's own check said: the runs it
 calls Misfit are those a user was told not to trust. A few minutes per run on 2 cores.
+`--length N` makes them N times the examples' budgets, an evaluation every N*EVERY_STEPS steps
+(as many evaluations a run), into `name-xN-seed`: runs long enough that their first half reaches
+the bend.
 
 `--table1 SEED ...` runs the Table 1 protocol (the law-following synthetic set): each of the ten
 curves of the paper's Table 1 with R0 0.25, an evaluation every 100 steps (145 GPU-hours; the two
@@ -64,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from scalerl.errors import ScaleRLError
 from scalerl.fit import FitResult, fit_curve, sample_curve, sigmoid
@@ -309,17 +314,22 @@ REAL_RUNS = {
 EVERY_STEPS = 2
 
 
-def make_runs(seeds: list[int], work: Path) -> None:
+def make_runs(seeds: list[int], work: Path, length: int = 1) -> None:
     """Run the demo and chat-arith once per seed into `work` (`name-seed`), colocated, an
-    evaluation every EVERY_STEPS steps; a run already there is kept, not run again."""
+    evaluation every EVERY_STEPS steps; a run already there is kept, not run again. `length`
+    multiplies the example's budget (and the steps between evaluations, so that each run holds
+    as many): `name-xN-seed`."""
     for name, (example, changes) in REAL_RUNS.items():
+        budget = yaml.safe_load(example.read_text())["spec"]["budget"]
         for seed in seeds:
-            out = work / f"{name}-{seed}"
+            out = work / (f"{name}-{seed}" if length == 1 else f"{name}-x{length}-{seed}")
             if (out / "history.jsonl").exists():
                 continue
-            spec = write_variant(example, out.with_suffix(".yaml"), changes, {"seed": seed},
-                                 {"evaluation": {"everySteps": EVERY_STEPS}})  # fmt: skip
-            subprocess.run(run_command(spec, out), check=True, capture_output=True, timeout=1800)
+            longer = {"budget": {"maxSteps": budget["maxSteps"] * length,
+                                 "maxComputeHours": budget["maxComputeHours"] * length},
+                      "evaluation": {"everySteps": EVERY_STEPS * length}}  # fmt: skip
+            spec = write_variant(example, out.with_suffix(".yaml"), changes, {"seed": seed}, longer)
+            subprocess.run(run_command(spec, out), check=True, capture_output=True, timeout=3600)
 
 
 # A curve to backtest: its name, compute, pass rates and their SEs (None: the file has none).
@@ -455,6 +465,13 @@ def main() -> None:
         help="keep the real runs here; a run already there is read, not run again",
     )
     parser.add_argument(
+        "--length",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"--runs: N times the examples' budgets, an evaluation every {EVERY_STEPS}*N steps",
+    )
+    parser.add_argument(
         "--table1",
         type=int,
         nargs="+",
@@ -490,7 +507,7 @@ def main() -> None:
         if args.runs is not None:
             kept = args.work or Path(scratch)
             kept.mkdir(parents=True, exist_ok=True)
-            make_runs(args.runs, kept)
+            make_runs(args.runs, kept, args.length)
         if kept is not None:
             checked += own_runs(kept)
     if not args.kept and args.runs is None:
