@@ -49,7 +49,8 @@ band's coverage of the truth; the law alone beside it.
 `--external DIR` runs the product's half-run backtest (`scalerl.fit.backtest`: fit the
 evaluations at compute <= half the last one's, predict the last) on every CSV curve of DIR
 (columns compute, pass_rate; no SEs: the noise is read from the first half's residuals), and
-`--kept DIR` on the finished runs kept in DIR (`*/history.jsonl`, e.g. a `--work` folder; each
+`--kept DIR` on the finished runs kept in DIR (`*/history.jsonl`, e.g. a `--work` folder, or the
+`*.csv` that `--export DIR` writes of them, as `bench/own-runs` keeps the runs the docs quote; each
 evaluation's SE weighs it), without running anything: per curve and in total, predicted,
 interval, actual, inside, signed error (predicted - actual) and width. `--draws 0` skips the
 synthetic scenarios.
@@ -58,6 +59,7 @@ synthetic scenarios.
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import math
 import statistics
@@ -442,13 +444,28 @@ def own_runs(folder: Path) -> list[Backtest]:
 
 
 def kept_runs(folder: Path) -> list[CurveRow]:
-    """Every finished run under `folder` (a `history.jsonl` per subfolder), with its SEs."""
+    """Every finished run under `folder`, with its SEs: a `history.jsonl` per subfolder (a
+    `--work` folder), or a CSV per run as `--export` writes them (`bench/own-runs`)."""
+    paths = sorted(folder.glob("*/history.jsonl")) + sorted(folder.glob("*.csv"))
     out: list[CurveRow] = []
-    for path in sorted(folder.glob("*/history.jsonl")):
+    for path in paths:
         curve = load_curve(path)
         se = None if curve.pass_rate_se is None else np.nan_to_num(curve.pass_rate_se, nan=0.0)
-        out.append((path.parent.name, curve.compute, curve.pass_rate, se))
+        name = path.parent.name if path.name == "history.jsonl" else path.stem
+        out.append((name, curve.compute, curve.pass_rate, se))
     return out
+
+
+def export_runs(curves: list[CurveRow], folder: Path) -> None:
+    """Each kept run's evaluations as `folder/name.csv` (compute, pass_rate, pass_rate_se): what
+    `--kept` reads, small enough for the repository to keep the runs the docs quote."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, compute, pass_rate, se in curves:
+        errors = [None] * compute.size if se is None else [float(e) for e in se]
+        with (folder / f"{name}.csv").open("w", newline="") as out:
+            writer = csv.writer(out)
+            writer.writerow(("compute", "pass_rate", "pass_rate_se"))
+            writer.writerows(zip(map(float, compute), map(float, pass_rate), errors, strict=True))
 
 
 def main() -> None:
@@ -490,6 +507,12 @@ def main() -> None:
         metavar="DIR",
         help="half-run backtest of the finished runs kept in DIR (its */history.jsonl)",
     )
+    parser.add_argument(
+        "--export",
+        type=Path,
+        metavar="DIR",
+        help="write the own runs' evaluations as DIR/name.csv, which --kept DIR reads again",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     checked: list[Backtest] = []
@@ -510,6 +533,8 @@ def main() -> None:
             make_runs(args.runs, kept, args.length)
         if kept is not None:
             checked += own_runs(kept)
+            if args.export:
+                export_runs(kept_runs(kept), args.export)
     if not args.kept and args.runs is None:
         print(
             "own runs: none given (--kept DIR; the repository keeps no history.jsonl of its own "
