@@ -13,8 +13,9 @@ its own floor, and half of the whole fit's), with intervals of its own. Each pre
 judged at every later evaluation twice:
 
 - **the drift**: its extrapolation against the whole fit's curve there (the curve, not the
-  noisy point: the whole fit is the best estimate of where the run was). Each comparison gives
-  an error e at a distance d = ln(compute / the prefix's last compute), modelled as
+  noisy point: the whole fit is the best estimate of where the run was), in the logit of the
+  pass rate. Each comparison gives an error e = logit(whole fit) - logit(prefix fit) at a
+  distance d = ln(compute / the prefix's last compute), modelled as
   e ~ N(rate * d, spread^2 * d^2): a drift linear in log compute, whose scatter grows with the
   distance; `rate` and `spread` are their restricted-maximum-likelihood values (REML: plain
   maximum likelihood takes the spread of a few origins' errors to 0), `rate_se` the rate's
@@ -33,13 +34,20 @@ show the law converging as more of the bend is seen, not the run leaving it (on 
 the last four none of 22), while a run that keeps leaving the law shows it in its latest fits
 too (JustRL's first half: the last four put 9 of 56 above, 1 below).
 
+Why the logit: a pass rate is bounded, and a drift linear in the pass rate itself carried
+forecasts near the ceiling to 1.000 and their bands to [x, 1.000] (the development set's
+Qwen3-14B GSM8K half-run: 1.000 [0.850, 1.000] against 0.938 read; our demo's runs at twice
+their budget: 1.000 [0.592, 1.000] against 0.972). In the logit the same drift slows as the
+pass rate nears 1 (0.969 [0.931, 0.987] and 0.973 [0.898, 1.000]), as runs do; near 0.5, where
+the logit is almost straight, the two agree (Table 1's rows, at 0.55-0.70, read the same).
+
 `Drift.weight` turns the evidence into how much of the drift the forecast takes: the share of
 the comparisons outside on the drift's side, less the share outside on the other side (what
 noise puts outside falls on both), beyond CHANCE_SHARE, scaled to 1 at FULL_SHARE; 0 when the
 misses' side disagrees with the rate's sign. The forecast is then a mixture of the two models
-with that weight (`Drift.shift`, `Drift.sd`): the law with probability 1 - w, the law plus the
-drift with probability w, so its mean moves by w * rate * D and its variance adds
-w * (spread^2 + rate_se^2) * D^2 + w (1 - w) (rate * D)^2.
+with that weight (`Drift.shift`, `Drift.sd`, both in logit): the law with probability 1 - w,
+the law plus the drift with probability w, so its mean moves by w * rate * D and its variance
+adds w * (spread^2 + rate_se^2) * D^2 + w (1 - w) (rate * D)^2.
 
 The origins' errors are not independent (later prefixes hold the earlier ones' points), so
 `rate_se` is optimistic; `spread` carries most of the widening. The constants were set on the
@@ -57,6 +65,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import minimize_scalar
+from scipy.special import expit
+from scipy.special import logit as _logit
 
 from scalerl.errors import ScaleRLError
 from scalerl.fit.problem import FloatArray
@@ -85,12 +95,29 @@ FULL_SHARE = 0.35
 RECENT_ORIGINS = 0.5
 
 
+# Pass rates are taken this far inside (0, 1) before their logit: a law at its ceiling of 1.0
+# keeps a finite logit (9.2).
+LOGIT_EDGE = 1e-4
+
+
+def logit(p: ArrayLike) -> FloatArray:
+    """The logit of pass rates `p`, kept finite at 0 and 1 (LOGIT_EDGE)."""
+    out: FloatArray = _logit(np.clip(np.asarray(p, dtype=float), LOGIT_EDGE, 1.0 - LOGIT_EDGE))
+    return out
+
+
+def inverse_logit(x: ArrayLike) -> FloatArray:
+    """The pass rate whose logit is `x`."""
+    out: FloatArray = expit(np.asarray(x, dtype=float))
+    return out
+
+
 @dataclass(frozen=True)
 class Drift:
     """The run's drift from the law per unit of ln compute beyond its data."""
 
-    rate: float  # pass rate gained over the law per unit of ln compute (actual - law)
-    spread: float  # scatter of that gain per unit of ln compute
+    rate: float  # logit of the pass rate gained over the law per unit of ln compute
+    spread: float  # scatter of that gain (logit) per unit of ln compute
     rate_se: float
     origins: int  # prefix fits it rests on
     # Later evaluations the prefix fits were judged at, and how many of them lay above and
@@ -119,16 +146,17 @@ class Drift:
         return "law" if self.weight == 0.0 else "law+drift"
 
     def shift(self, distance: ArrayLike) -> FloatArray:
-        """What to add to the law's prediction `distance` (ln compute) beyond the data: the
-        mixture's mean, weight * rate * distance."""
+        """What to add to the logit of the law's prediction `distance` (ln compute) beyond the
+        data: the mixture's mean, weight * rate * distance."""
         out: FloatArray = (
             self.weight * self.rate * np.maximum(np.asarray(distance, dtype=float), 0.0)
         )
         return out
 
     def sd(self, distance: ArrayLike) -> FloatArray:
-        """The standard deviation the mixture adds there: w (spread^2 + rate_se^2) D^2 for the
-        drift's own scatter and w (1 - w) (rate D)^2 for not knowing which model holds."""
+        """The standard deviation (logit) the mixture adds there: w (spread^2 + rate_se^2) D^2
+        for the drift's own scatter and w (1 - w) (rate D)^2 for not knowing which model
+        holds."""
         d = np.maximum(np.asarray(distance, dtype=float), 0.0)
         w = self.weight
         variance = w * (self.spread**2 + self.rate_se**2) + w * (1.0 - w) * self.rate**2
@@ -202,7 +230,7 @@ def measure(inputs: DriftInputs, curve: FloatArray, *, refit: Refit, floor: Floo
             continue
         origins += 1
         distances.append(np.log(c[later] / c[k]))
-        errors.append(curve[later] - early.predict(c[later]))
+        errors.append(logit(curve[later]) - logit(early.predict(c[later])))
         band = early.law_interval(c[later], early.noise or 0.0)
         if band is not None:
             up, down = int(np.sum(y[later] > band[1])), int(np.sum(y[later] < band[0]))

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import norm
 
-from scalerl.fit.drift import Drift
+from scalerl.fit.drift import Drift, inverse_logit, logit
 from scalerl.fit.law import sigmoid
 from scalerl.fit.noise import ObservationNoise
 from scalerl.fit.profile import Profile
@@ -137,12 +137,12 @@ class FitResult:
             return np.maximum(np.log(np.maximum(c, 1e-300) / self.fit_range[1]), 0.0)
 
     def forecast(self, compute: ArrayLike) -> Any:
-        """What the run will read at `compute`: the law, moved beyond the data by as much of the
-        run's measured drift from it as its own history supports (`drift`, `Drift.weight`),
-        within [0, 1]. Equal to `predict` within the data, without a drift, or at weight 0."""
+        """What the run will read at `compute`: the law, its logit moved beyond the data by as
+        much of the run's measured drift from it as its own history supports (`drift`,
+        `Drift.weight`). Equal to `predict` within the data, without a drift, or at weight 0."""
         out = np.asarray(self.predict(compute), dtype=float)
         if self.drift is not None:
-            out = np.clip(out + self.drift.shift(self.beyond(compute)), 0.0, 1.0)
+            out = inverse_logit(logit(out) + self.drift.shift(self.beyond(compute)))
         return float(out) if out.ndim == 0 else out
 
     def law_interval(
@@ -157,7 +157,7 @@ class FitResult:
         if parts is None:
             return None
         lo, mid, hi = parts
-        lo, hi = self._widen(lo, mid, hi, np.zeros_like(mid), observation_se)
+        lo, hi = self._widen(lo, mid, hi, observation_se)
         lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
         if np.ndim(compute) == 0:
             return float(lo), float(hi)
@@ -169,7 +169,7 @@ class FitResult:
         """The forecast's band at `compute` (None without bootstrap draws).
 
         Within the data it is the law's (`law_interval`). Beyond it the band is centred on
-        `forecast` and widens, in quadrature, by the drift's own uncertainty there
+        `forecast` and widens, in quadrature and in logit, by the drift's own uncertainty there
         (`Drift.sd`: the mixture's), and the curve's band never shrinks with distance: each
         side's half-width is the largest the raw band had anywhere between the data's end and
         `compute` (on a fixed grid of ENVELOPE_STEP in ln compute, so every caller reads the
@@ -198,9 +198,9 @@ class FitResult:
         lo, mid, hi = parts
         shift = self.drift.shift(grid) if self.drift is not None else np.zeros_like(grid)
         spread = self.drift.sd(grid) if self.drift is not None else np.zeros_like(grid)
-        lo, hi = self._widen(lo + shift, mid + shift, hi + shift, spread, 0.0)
-        below = np.maximum.accumulate(mid + shift - lo)
-        above = np.maximum.accumulate(hi - mid - shift)
+        lo, mid, hi = _drifted(lo, mid, hi, shift, self._z * spread)
+        below = np.maximum.accumulate(mid - lo)
+        above = np.maximum.accumulate(hi - mid)
         d = np.minimum(distance, ENVELOPE_REACH)
         width = np.minimum(np.interp(d, grid, below) + np.interp(d, grid, above), 1.0)
         centre = np.asarray(self.forecast(c), dtype=float)
@@ -208,7 +208,7 @@ class FitResult:
         band_hi = band_lo + width
         # One evaluation's noise at each end's pass rate, as within the data (`_widen`).
         mid = np.clip(centre, band_lo, band_hi)
-        lo, hi = self._widen(band_lo, mid, band_hi, np.zeros_like(mid), observation_se)
+        lo, hi = self._widen(band_lo, mid, band_hi, observation_se)
         out_lo = np.where(distance > 0, np.clip(lo, 0.0, 1.0), law[0])
         out_hi = np.where(distance > 0, np.clip(hi, 0.0, 1.0), law[1])
         if c.ndim == 0:
@@ -228,24 +228,24 @@ class FitResult:
         mid = np.clip(self.predict(c), lo, hi)
         return lo, mid, hi
 
+    @property
+    def _z(self) -> float:
+        """The standard normal quantile of a two-sided interval at `level`."""
+        return float(norm.ppf(0.5 + self.level / 2.0))
+
     def _widen(
-        self,
-        lo: Any,
-        mid: Any,
-        hi: Any,
-        spread: Any,
-        observation_se: float | ObservationNoise,
+        self, lo: Any, mid: Any, hi: Any, observation_se: float | ObservationNoise
     ) -> tuple[Any, Any]:
-        """Each side's half-width about `mid`, with `spread` (a standard deviation) and one
-        evaluation's noise at that end's pass rate added in quadrature."""
+        """Each side's half-width about `mid`, with one evaluation's noise at that end's pass
+        rate added in quadrature."""
         noise = (
             observation_se
             if isinstance(observation_se, ObservationNoise)
             else ObservationNoise.constant(float(observation_se))
         )
-        z = float(norm.ppf(0.5 + self.level / 2.0))
-        lo = mid - np.sqrt((mid - lo) ** 2 + (z * spread) ** 2 + (z * noise.se(lo)) ** 2)
-        hi = mid + np.sqrt((hi - mid) ** 2 + (z * spread) ** 2 + (z * noise.se(hi)) ** 2)
+        z = self._z
+        lo = mid - np.sqrt((mid - lo) ** 2 + (z * noise.se(lo)) ** 2)
+        hi = mid + np.sqrt((hi - mid) ** 2 + (z * noise.se(hi)) ** 2)
         return lo, hi
 
     def forecast_model(self) -> dict[str, Any]:
@@ -311,3 +311,12 @@ def _hull(interval: Interval | None, values: NDArray[np.float64]) -> Interval | 
     if interval is None or values.size == 0:
         return interval
     return min(interval[0], float(values.min())), max(interval[1], float(values.max()))
+
+
+def _drifted(lo: Any, mid: Any, hi: Any, shift: Any, widen: Any) -> tuple[Any, Any, Any]:
+    """The law's band (lo, mid, hi) moved by the drift's `shift` and widened in quadrature by
+    `widen` on each side, both in logit (`scalerl.fit.drift`), back in pass rates."""
+    low, centre, high = logit(lo), logit(mid) + shift, logit(hi) + shift
+    low = centre - np.sqrt((logit(mid) - low) ** 2 + widen**2)
+    high = centre + np.sqrt((high - centre) ** 2 + widen**2)
+    return inverse_logit(low), inverse_logit(centre), inverse_logit(high)

@@ -233,11 +233,14 @@ def _prediction() -> dict[str, Any]:
                 "type": "object",
                 "nullable": True,
                 "description": "How far the run's own earlier fits (rolling origins) missed "
-                "where it went, per unit of ln compute beyond the data: rate (added to the law), "
+                "where it went, per unit of ln compute beyond the data, in the logit of the pass "
+                "rate: rate (added to the law's logit), "
                 "spread and rateSe (the interval's widening), origins (prefix fits measured); "
                 "null with fewer than two.",
                 "properties": {
-                    "rate": number("Pass rate gained over the law per unit of ln compute."),
+                    "rate": number(
+                        "Logit of the pass rate gained over the law per unit of ln compute."
+                    ),
                     "spread": number("Scatter of that gain per unit of ln compute."),
                     "rateSe": number("Standard error of the rate."),
                     "origins": {"type": "integer", "description": "Prefix fits measured."},

@@ -141,16 +141,17 @@ def test_a_target_beyond_the_data_is_where_the_forecast_reaches_it() -> None:
     compute = np.linspace(0.0, 0.0064, 21)[:11]
     rates = 0.18 + (0.91 - 0.18) * compute / 0.0064
     measured = fit_curve(compute, rates, sigma=np.full(rates.size, 0.012))
-    rate, last = 0.05, float(compute[-1])
+    rate, last = 0.5, float(compute[-1])  # logit gained per unit of ln compute
     result = dataclasses.replace(measured, drift_probe=lambda: Drift(rate, 0.01, 0.001, 4))
     target = 0.8
     budget = BudgetSpec(target_pass_rate=target, max_compute_hours=100 * last)
     said = outlook(result, budget, step=50, compute=last, units=1)
     at = said["computeToTarget"]
 
-    def by_hand(c: float) -> float:  # the law plus the drift's line in ln compute past the data
+    def by_hand(c: float) -> float:  # the law's logit plus the drift's line in ln compute
         law = float(sigmoid(c, result.A, result.B, result.C_mid, result.R0))
-        return min(1.0, law + rate * math.log(c / last))
+        moved = math.log(law / (1.0 - law)) + rate * math.log(c / last)
+        return 1.0 / (1.0 + math.exp(-moved))
 
     assert at > last
     assert by_hand(at) == pytest.approx(target, abs=1e-6)
@@ -160,7 +161,7 @@ def test_a_target_beyond_the_data_is_where_the_forecast_reaches_it() -> None:
     assert not math.isclose(at, law_at, rel_tol=0.01)
     # A run falling behind its law (a negative drift) that the forecast never lifts to the
     # target within a thousand times the data: none, although the law alone would get there.
-    lagging = dataclasses.replace(result, drift_probe=lambda: Drift(-0.5, 0.0, 0.0, 3))
+    lagging = dataclasses.replace(result, drift_probe=lambda: Drift(-3.0, 0.0, 0.0, 3))
     assert result.A > target
     said = outlook(lagging, BudgetSpec(target_pass_rate=target), step=50, compute=last, units=1)
     assert said["computeToTarget"] is None
