@@ -130,3 +130,20 @@ def test_within_the_evidence_nothing_is_marked(budget: float) -> None:
 def test_a_band_as_wide_as_0_to_1_is_marked() -> None:
     fit = hand_fit(0.7, 1.5, 0.0, 0.0, 0, 0)
     assert SAYS_NOTHING in forecast_notes(fit, 2.0, 0.5, (0.0, 1.0))
+
+
+def test_a_drift_up_near_the_ceiling_slows_and_never_reads_1() -> None:
+    # The drift moves the law's logit (scalerl.fit.drift): near the ceiling each doubling of
+    # compute gains less, as a bounded pass rate does. A drift straight in the pass rate read
+    # 1.000 here from 4x the data on (0.92 + 0.3 ln 4 > 1), its band [x, 1.000].
+    fit = hand_fit(0.9, 1.5, 0.3, 0.0, 20, 0)
+    assert fit.drift is not None and fit.drift.weight == 1.0
+    budgets = [2.0, 4.0, 8.0, 16.0, 32.0]
+    forecasts = [float(fit.forecast(b)) for b in budgets]
+    for budget, forecast in zip(budgets, forecasts, strict=True):
+        law = float(fit.predict(budget))
+        logit = np.log(law / (1 - law)) + 0.3 * np.log(budget)  # by hand, from the fitted range
+        assert forecast == pytest.approx(1 / (1 + np.exp(-logit)), abs=1e-9)
+        assert law < forecast < 1.0
+    gains = np.diff(forecasts)
+    assert np.all(gains > 0) and np.all(np.diff(gains) < 0)
