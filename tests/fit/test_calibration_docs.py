@@ -6,7 +6,13 @@ figure from before the forecast's change is quoted as current."""
 from __future__ import annotations
 
 import re
+import statistics
 from pathlib import Path
+
+import pytest
+
+from scalerl.fit.backtest import backtest
+from scalerl.fit.points import load_curve
 
 ROOT = Path(__file__).resolve().parents[2]
 SETS = ("development set", "law-following synthetic", "own runs")
@@ -41,3 +47,34 @@ def test_f7_no_in_sample_or_stale_figure_is_quoted_as_evidence() -> None:
     source = (ROOT / "bench" / "calibration.py").read_text()
     for name in SETS:
         assert name in source, name
+
+
+@pytest.mark.parametrize("kept", ["x1", "x2"])
+def test_the_own_runs_the_docs_quote_are_kept_and_read_as_quoted(kept: str) -> None:
+    # bench/own-runs keeps the evaluations of the own runs the docs quote (bench/calibration.py
+    # --export): at the examples' budgets (x1) and twice them (x2). Their half-run backtests, as
+    # the product runs them, give the figures the row names, so the row cannot go stale while
+    # the fit changes.
+    folder = f"bench/own-runs/{kept}"
+    rows = evidence_table((ROOT / "docs" / "predictions.md").read_text())
+    row = next(r for r in rows if folder in r)
+    runs = sorted((ROOT / folder).glob("*.csv"))
+    names = [path.stem.rsplit("-", 1)[0] for path in runs]
+    suffix = "" if kept == "x1" else f"-{kept}"
+    assert names == [f"chat-arith{suffix}"] * 3 + [f"demo{suffix}"] * 3
+    checks = []
+    for path in runs:
+        curve = load_curve(path)
+        check = backtest(curve.compute, curve.pass_rate, sigma=curve.pass_rate_se)
+        assert check is not None and check.interval is not None, path
+        checks.append(check)
+    quoted = re.search(
+        r"(\d) of 6 inside, median signed error ([+-]\d\.\d{3}), median width (\d\.\d{3})", row
+    )
+    assert quoted is not None, row
+    inside = sum(b.interval[0] <= b.actual <= b.interval[1] for b in checks if b.interval)
+    errors = [b.predicted - b.actual for b in checks]
+    widths = [b.interval[1] - b.interval[0] for b in checks if b.interval]
+    assert int(quoted[1]) == inside
+    assert float(quoted[2]) == pytest.approx(statistics.median(errors), abs=0.0006)
+    assert float(quoted[3]) == pytest.approx(statistics.median(widths), abs=0.0006)
