@@ -96,8 +96,8 @@ RECENT_ORIGINS = 0.5
 
 
 # Pass rates are taken this far inside (0, 1) before their logit: a law at its ceiling of 1.0
-# keeps a finite logit (9.2).
-LOGIT_EDGE = 1e-4
+# keeps a finite logit (20.7), and one at 0.9999, as a law with A = 1 reads far out, its own.
+LOGIT_EDGE = 1e-9
 
 
 def logit(p: ArrayLike) -> FloatArray:

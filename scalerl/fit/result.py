@@ -142,7 +142,8 @@ class FitResult:
         `Drift.weight`). Equal to `predict` within the data, without a drift, or at weight 0."""
         out = np.asarray(self.predict(compute), dtype=float)
         if self.drift is not None:
-            out = inverse_logit(logit(out) + self.drift.shift(self.beyond(compute)))
+            shift = self.drift.shift(self.beyond(compute))
+            out = np.where(shift != 0.0, inverse_logit(logit(out) + shift), out)
         return float(out) if out.ndim == 0 else out
 
     def law_interval(
@@ -315,8 +316,14 @@ def _hull(interval: Interval | None, values: NDArray[np.float64]) -> Interval | 
 
 def _drifted(lo: Any, mid: Any, hi: Any, shift: Any, widen: Any) -> tuple[Any, Any, Any]:
     """The law's band (lo, mid, hi) moved by the drift's `shift` and widened in quadrature by
-    `widen` on each side, both in logit (`scalerl.fit.drift`), back in pass rates."""
+    `widen` on each side, both in logit (`scalerl.fit.drift`), back in pass rates; unchanged
+    where there is neither (the logit would move a band's end at 0 or 1 to LOGIT_EDGE)."""
     low, centre, high = logit(lo), logit(mid) + shift, logit(hi) + shift
     low = centre - np.sqrt((logit(mid) - low) ** 2 + widen**2)
     high = centre + np.sqrt((high - centre) ** 2 + widen**2)
-    return inverse_logit(low), inverse_logit(centre), inverse_logit(high)
+    moved = (shift != 0.0) | (widen != 0.0)
+    return (
+        np.where(moved, inverse_logit(low), lo),
+        np.where(moved, inverse_logit(centre), mid),
+        np.where(moved, inverse_logit(high), hi),
+    )

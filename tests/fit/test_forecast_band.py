@@ -3,6 +3,8 @@ and what it cannot say in numbers said beside them (above A, beyond the evidence
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -147,3 +149,18 @@ def test_a_drift_up_near_the_ceiling_slows_and_never_reads_1() -> None:
         assert law < forecast < 1.0
     gains = np.diff(forecasts)
     assert np.all(gains > 0) and np.all(np.diff(gains) < 0)
+
+
+@pytest.mark.parametrize("budget", [1.0, 2.0, 10.0, 1e4])
+def test_at_weight_0_the_forecast_and_its_band_are_the_law_s_exactly(budget: float) -> None:
+    # A drift measured, but no history behind it (no later evaluation outside its prefixes'
+    # intervals): weight 0. The logit's round trip moves nothing: not a law at 0.99999999 far
+    # out (it read 0.9999, the logit's edge then), not a band's end at 1.
+    fit = hand_fit(1.0, 1.5, 0.3, 0.05, 0, 0)
+    assert fit.drift is not None and fit.drift.weight == 0.0
+    law = dataclasses.replace(fit, drift_probe=None)
+    assert fit.forecast(budget) == law.predict(budget)
+    assert fit.predict_interval(budget) == law.predict_interval(budget)
+    assert fit.predictive_interval(budget) == law.predictive_interval(budget)
+    band = fit.predict_interval(budget)
+    assert band is not None and (budget < 1e4 or band[1] == 1.0)
