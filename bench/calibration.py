@@ -3,7 +3,7 @@ with the noise our evaluations have.
 
     .venv/bin/python bench/calibration.py [--draws N] [--seed S] [--runs SEED ... [--work DIR]
         [--length N]]
-        [--external DIR] [--kept DIR]
+        [--table1 SEED ...] [--external DIR] [--kept DIR] [--export DIR]
 
 Each scenario is a run's curve (the demo's fit, the paper's Table 1 8B row, and a curve still far
 from its asymptote at the run's end). A draw evaluates it every few steps the way a run does:
@@ -505,7 +505,7 @@ def main() -> None:
         "--kept",
         type=Path,
         metavar="DIR",
-        help="half-run backtest of the finished runs kept in DIR (its */history.jsonl)",
+        help="half-run backtest of the finished runs kept in DIR (its */history.jsonl or *.csv)",
     )
     parser.add_argument(
         "--export",
@@ -537,8 +537,8 @@ def main() -> None:
                 export_runs(kept_runs(kept), args.export)
     if not args.kept and args.runs is None:
         print(
-            "own runs: none given (--kept DIR; the repository keeps no history.jsonl of its own "
-            "runs: make them with --runs 1 2 3 --work DIR)"
+            "own runs: none given (--kept DIR: bench/own-runs/x1 and x2 keep the runs the docs "
+            "quote; make new ones with --runs 1 2 3 --work DIR)"
         )
     if args.external and len(checked) > len(external):
         print(f"development set and own runs together:\n{_total(checked)}")
