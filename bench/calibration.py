@@ -437,10 +437,11 @@ def external_curves(folder: Path) -> list[CurveRow]:
     return out
 
 
-def own_runs(folder: Path) -> list[Backtest]:
-    """The half-run backtest of the runs kept in `folder`, as for the development set."""
+def own_runs(folder: Path, curves: list[CurveRow]) -> list[Backtest]:
+    """The half-run backtest of the runs kept in `folder` (`kept_runs`), as for the development
+    set."""
     print(f"own runs kept in {folder}: half-run backtest, weighted by each evaluation's SE")
-    return check_curves(kept_runs(folder))
+    return check_curves(curves)
 
 
 def kept_runs(folder: Path) -> list[CurveRow]:
@@ -532,9 +533,10 @@ def main() -> None:
             kept.mkdir(parents=True, exist_ok=True)
             make_runs(args.runs, kept, args.length)
         if kept is not None:
-            checked += own_runs(kept)
+            curves = kept_runs(kept)
+            checked += own_runs(kept, curves)
             if args.export:
-                export_runs(kept_runs(kept), args.export)
+                export_runs(curves, args.export)
     if not args.kept and args.runs is None:
         print(
             "own runs: none given (--kept DIR: bench/own-runs/x1 and x2 keep the runs the docs "

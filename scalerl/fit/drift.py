@@ -65,7 +65,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import minimize_scalar
-from scipy.special import expit
 from scipy.special import logit as _logit
 
 from scalerl.errors import ScaleRLError
@@ -103,12 +102,6 @@ LOGIT_EDGE = 1e-9
 def logit(p: ArrayLike) -> FloatArray:
     """The logit of pass rates `p`, kept finite at 0 and 1 (LOGIT_EDGE)."""
     out: FloatArray = _logit(np.clip(np.asarray(p, dtype=float), LOGIT_EDGE, 1.0 - LOGIT_EDGE))
-    return out
-
-
-def inverse_logit(x: ArrayLike) -> FloatArray:
-    """The pass rate whose logit is `x`."""
-    out: FloatArray = expit(np.asarray(x, dtype=float))
     return out
 
 

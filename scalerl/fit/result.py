@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.special import expit
 from scipy.stats import norm
 
-from scalerl.fit.drift import Drift, inverse_logit, logit
+from scalerl.fit.drift import Drift, logit
 from scalerl.fit.law import sigmoid
 from scalerl.fit.noise import ObservationNoise
 from scalerl.fit.profile import Profile
@@ -143,7 +144,7 @@ class FitResult:
         out = np.asarray(self.predict(compute), dtype=float)
         if self.drift is not None:
             shift = self.drift.shift(self.beyond(compute))
-            out = np.where(shift != 0.0, inverse_logit(logit(out) + shift), out)
+            out = np.where(shift != 0.0, expit(logit(out) + shift), out)
         return float(out) if out.ndim == 0 else out
 
     def law_interval(
@@ -318,12 +319,13 @@ def _drifted(lo: Any, mid: Any, hi: Any, shift: Any, widen: Any) -> tuple[Any, A
     """The law's band (lo, mid, hi) moved by the drift's `shift` and widened in quadrature by
     `widen` on each side, both in logit (`scalerl.fit.drift`), back in pass rates; unchanged
     where there is neither (the logit would move a band's end at 0 or 1 to LOGIT_EDGE)."""
-    low, centre, high = logit(lo), logit(mid) + shift, logit(hi) + shift
-    low = centre - np.sqrt((logit(mid) - low) ** 2 + widen**2)
-    high = centre + np.sqrt((high - centre) ** 2 + widen**2)
+    at = logit(mid)
+    centre = at + shift
+    low = centre - np.sqrt((at - logit(lo)) ** 2 + widen**2)
+    high = centre + np.sqrt((logit(hi) - at) ** 2 + widen**2)
     moved = (shift != 0.0) | (widen != 0.0)
     return (
-        np.where(moved, inverse_logit(low), lo),
-        np.where(moved, inverse_logit(centre), mid),
-        np.where(moved, inverse_logit(high), hi),
+        np.where(moved, expit(low), lo),
+        np.where(moved, expit(centre), mid),
+        np.where(moved, expit(high), hi),
     )
